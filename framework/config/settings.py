@@ -1,0 +1,106 @@
+"""The one settings object of flamepipe."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from framework.config.loader import ENV_PREFIX, load_dataclass
+from framework.errors import ConfigError
+
+__all__ = ["Settings"]
+
+_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
+
+
+def _home() -> Path:
+    return Path(os.environ.get("FLAMEPIPE_HOME", "~/.flamepipe")).expanduser()
+
+
+def _cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME", "~/.cache")
+    return Path(base).expanduser() / "flamepipe"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Where the stack is and how pipelines run.
+
+    ``bootstrap_servers`` / ``zookeeper_connect`` point at an existing cluster; left unset,
+    flamepipe uses the embedded local stack on ``kafka_port`` / ``zookeeper_port``.
+    """
+
+    bootstrap_servers: str | None = None
+    zookeeper_connect: str | None = None
+    spark_master: str = "local[*]"
+    kafka_port: int = 9092
+    controller_port: int = 9093
+    zookeeper_port: int = 2181
+    state_dir: Path = field(default_factory=lambda: _home() / "stack")
+    cache_dir: Path = field(default_factory=_cache)
+    delta_ms: int = 10
+    java_heap_mb: int = 512
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """Defaults < TOML file (``FLAMEPIPE_CONFIG`` if no path) < environment < overrides."""
+        env = os.environ if env is None else env
+        path = path or env.get(ENV_PREFIX + "CONFIG") or None
+        return load_dataclass(cls, path, env, overrides)
+
+    def with_(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    @property
+    def embedded(self) -> bool:
+        """True when flamepipe starts and owns Kafka and ZooKeeper itself."""
+        return self.bootstrap_servers is None
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Bootstrap servers to connect to, external or embedded."""
+        return self.bootstrap_servers or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def zookeeper(self) -> str:
+        """ZooKeeper connect string, external or embedded."""
+        return self.zookeeper_connect or f"127.0.0.1:{self.zookeeper_port}"
+
+    def _validate(self) -> None:
+        ports = {
+            "kafka_port": self.kafka_port,
+            "controller_port": self.controller_port,
+            "zookeeper_port": self.zookeeper_port,
+        }
+        for name, port in ports.items():
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{name}={port} is not a TCP port: use 1..65535")
+        if len(set(ports.values())) != len(ports):
+            raise ConfigError(f"ports must differ, got {ports}: give each its own port")
+        if not _MASTER.match(self.spark_master):
+            raise ConfigError(
+                f"spark_master={self.spark_master!r} is not a Spark master URL: "
+                "use local[*], local[N], spark://host:port, yarn or k8s://..."
+            )
+        if self.delta_ms <= 0:
+            raise ConfigError(f"delta_ms={self.delta_ms} must be > 0 (10 is the default)")
+        if self.java_heap_mb < 128:
+            raise ConfigError(f"java_heap_mb={self.java_heap_mb} is too small: use >= 128")
+        if self.zookeeper_connect is not None and self.bootstrap_servers is None:
+            raise ConfigError(
+                "zookeeper_connect is set but bootstrap_servers is not: an external cluster "
+                "needs both (FLAMEPIPE_BOOTSTRAP_SERVERS and FLAMEPIPE_ZOOKEEPER_CONNECT)"
+            )

@@ -1,0 +1,153 @@
+"""Configuration and readiness of the two embedded servers: ZooKeeper and Kafka (KRaft)."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from framework.errors import StackError
+
+__all__ = [
+    "KafkaSpec",
+    "ZooKeeperSpec",
+    "kafka_ready",
+    "zookeeper_ready",
+]
+
+_LOG4J2 = """\
+status = error
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c{1})%n
+rootLogger.level = {level}
+rootLogger.appenderRef.out.ref = out
+logger.kafkalog.name = kafka.log
+logger.kafkalog.level = warn
+logger.coord.name = org.apache.kafka.coordinator
+logger.coord.level = warn
+"""
+
+
+def _write_log4j(path: Path, level: str = "info") -> Path:
+    path.write_text(_LOG4J2.replace("{level}", level))
+    return path
+
+
+def _jvm(java: str, heap_mb: int, log4j: Path, marker: str, classpath: str) -> list[str]:
+    return [
+        java,
+        f"-Xmx{heap_mb}m",
+        "-Djava.net.preferIPv4Stack=true",
+        f"-Dlog4j2.configurationFile={log4j}",
+        f"-Dflamepipe.stack={marker}",
+        "-cp",
+        classpath,
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperSpec:
+    """A standalone ZooKeeper on 127.0.0.1, run from pyspark's bundled jars."""
+
+    port: int
+    home: Path
+
+    def argv(self, java: str, jars_dir: Path, heap_mb: int, marker: str) -> list[str]:
+        """Write zoo.cfg and return the command that starts the server."""
+        data = self.home / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.home / "zoo.cfg"
+        cfg.write_text(
+            "tickTime=2000\ninitLimit=10\nsyncLimit=5\n"
+            f"dataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
+            "maxClientCnxns=0\n"
+        )
+        log4j = _write_log4j(self.home / "log4j2.properties")
+        jvm = _jvm(java, heap_mb, log4j, marker, f"{jars_dir}/*")
+        return [*jvm, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSpec:
+    """A single-node KRaft broker+controller with transactions enabled."""
+
+    port: int
+    controller_port: int
+    home: Path
+
+    def properties(self) -> str:
+        """server.properties for one node that is broker and controller at once."""
+        return "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+                f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                f"CONTROLLER://127.0.0.1:{self.controller_port}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                "controller.listener.names=CONTROLLER",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                "inter.broker.listener.name=PLAINTEXT",
+                f"log.dirs={self.home / 'data'}",
+                "num.partitions=1",
+                "auto.create.topics.enable=false",
+                # One node: every internal topic has one replica, or transactions never start.
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=4",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "transaction.state.log.num.partitions=4",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms=2000",
+                "",
+            ]
+        )
+
+    def argv(self, java: str, classpath: str, heap_mb: int, marker: str) -> list[str]:
+        """Write the config, format storage on first use, return the start command."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        props = self.home / "server.properties"
+        props.write_text(self.properties())
+        log4j = _write_log4j(self.home / "log4j2.properties")
+        jvm = _jvm(java, heap_mb, log4j, marker, classpath)
+        if not (self.home / "data" / "meta.properties").exists():
+            self._format(jvm, props)
+        return [*jvm, "kafka.Kafka", str(props)]
+
+    def _format(self, jvm: list[str], props: Path) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cmd = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+            raise StackError(f"formatting Kafka storage in {self.home} failed:\n{tail}")
+
+
+def zookeeper_ready(port: int, timeout_s: float = 1.0) -> bool:
+    """True if ZooKeeper on 127.0.0.1:port answers ``ruok`` with ``imok``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
+def kafka_ready(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """True if the broker answers a metadata request and lists itself."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except Exception:  # KafkaException while the broker is still starting
+        return False
+    return len(meta.brokers) > 0

@@ -1,0 +1,162 @@
+"""The embedded local stack: ZooKeeper and a Kafka broker on 127.0.0.1, owned by flamepipe.
+
+``up`` protocol:
+
+1. Find Java (fail fast with the fix if missing).
+2. For each server, reuse it if our pid file names a live process that answers; else make
+   sure its ports are free (fail fast naming the port and the setting to change).
+3. Fetch the broker jars once into the cache (Maven), reuse them afterwards.
+4. Start ZooKeeper and wait for ``ruok``; start Kafka and wait for a metadata answer. A
+   server that exits during start-up fails with the tail of its log.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from framework.config import Settings
+from framework.errors import StackError
+from framework.local.jars import jar_bundle
+from framework.local.process import Daemon, log_tail, port_free, wait_for
+from framework.local.services import KafkaSpec, ZooKeeperSpec, kafka_ready, zookeeper_ready
+from framework.local.tools import java_executable, pyspark_jars_dir
+
+__all__ = ["Endpoints", "LocalStack", "ServiceStatus"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """How clients reach a running stack."""
+
+    bootstrap_servers: str
+    zookeeper_connect: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceStatus:
+    """One server's state as `flamepipe status` shows it."""
+
+    name: str
+    pid: int | None
+    port: int
+    ready: bool
+    log: Path
+
+    def line(self) -> str:
+        """A one-line human summary."""
+        state = "ready" if self.ready else ("starting" if self.pid else "stopped")
+        pid = str(self.pid) if self.pid else "-"
+        return f"{self.name:<10} {state:<9} pid={pid:<8} 127.0.0.1:{self.port:<6} log={self.log}"
+
+
+class LocalStack:
+    """Start, inspect and stop the embedded ZooKeeper + Kafka of one state directory."""
+
+    def __init__(self, settings: Settings, quiet: bool = False) -> None:
+        self.settings = settings
+        self.quiet = quiet
+        self.state_dir = settings.state_dir.expanduser().resolve()
+        self.zookeeper = Daemon("zookeeper", self.state_dir, f"{self.state_dir}#zookeeper")
+        self.kafka = Daemon("kafka", self.state_dir, f"{self.state_dir}#kafka")
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """Connection strings of this stack."""
+        return Endpoints(self.settings.kafka_bootstrap, self.settings.zookeeper)
+
+    def up(self, timeout_s: float = 90.0) -> Endpoints:
+        """Start whatever is not running yet (see module docstring); returns the endpoints."""
+        s = self.settings
+        # Step 1
+        java = java_executable()
+        # Step 2
+        start_zk = not self._reuse(self.zookeeper, [s.zookeeper_port], "zookeeper_port")
+        start_kafka = not self._reuse(
+            self.kafka, [s.kafka_port, s.controller_port], "kafka_port/controller_port"
+        )
+        # Step 3
+        broker_cp = ":".join(str(j) for j in jar_bundle("kafka-broker", s.cache_dir, self.quiet))
+        # Step 4
+        if start_zk:
+            spec = ZooKeeperSpec(s.zookeeper_port, self.state_dir / "zookeeper")
+            self._say(f"starting ZooKeeper on 127.0.0.1:{s.zookeeper_port}")
+            self.zookeeper.start(spec.argv(java, pyspark_jars_dir(), 256, self.zookeeper.marker))
+        self._await(self.zookeeper, lambda: zookeeper_ready(s.zookeeper_port), timeout_s)
+        if start_kafka:
+            kspec = KafkaSpec(s.kafka_port, s.controller_port, self.state_dir / "kafka")
+            self._say(f"starting Kafka on 127.0.0.1:{s.kafka_port}")
+            self.kafka.start(kspec.argv(java, broker_cp, s.java_heap_mb, self.kafka.marker))
+        self._await(self.kafka, lambda: kafka_ready(s.kafka_bootstrap), timeout_s)
+        self._say(f"stack ready: kafka={s.kafka_bootstrap} zookeeper={s.zookeeper}")
+        return self.endpoints
+
+    def status(self) -> list[ServiceStatus]:
+        """State of each server, without changing anything."""
+        s = self.settings
+        zk_pid, kafka_pid = self.zookeeper.pid(), self.kafka.pid()
+        return [
+            ServiceStatus(
+                "zookeeper",
+                zk_pid,
+                s.zookeeper_port,
+                zk_pid is not None and zookeeper_ready(s.zookeeper_port),
+                self.zookeeper.log_file,
+            ),
+            ServiceStatus(
+                "kafka",
+                kafka_pid,
+                s.kafka_port,
+                kafka_pid is not None and kafka_ready(s.kafka_bootstrap, 1.0),
+                self.kafka.log_file,
+            ),
+        ]
+
+    def down(self, purge: bool = False) -> None:
+        """Stop Kafka, then ZooKeeper; ``purge`` also deletes their data."""
+        for daemon in (self.kafka, self.zookeeper):
+            if daemon.stop():
+                self._say(f"stopped {daemon.name}")
+        if purge:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> Endpoints:
+        return self.up()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.down()
+
+    def _reuse(self, daemon: Daemon, ports: list[int], setting: str) -> bool:
+        if daemon.alive():
+            self._say(f"{daemon.name} already running (pid {daemon.pid()})")
+            return True
+        for port in ports:
+            if not port_free(port):
+                raise StackError(
+                    f"port {port} on 127.0.0.1 is taken by another process: stop it, or "
+                    f"choose other ports ({setting}, e.g. FLAMEPIPE_{setting.split('/')[0].upper()}"
+                    f"=<free port> or --{setting.split('/')[0].replace('_', '-')})"
+                )
+        return False
+
+    def _await(self, daemon: Daemon, ready: object, timeout_s: float) -> None:
+        assert callable(ready)
+        try:
+            wait_for(ready, timeout_s, daemon.alive, daemon.name)
+        except StackError as exc:
+            daemon.stop(timeout_s=5)
+            raise StackError(
+                f"{exc}; last lines of {daemon.log_file}:\n{log_tail(daemon.log_file)}"
+            ) from None
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(f"flamepipe: {text}", file=sys.stderr, flush=True)
