@@ -1,0 +1,246 @@
+"""The FlameStream grouping (seed 000): speculative windows repaired by tombstones.
+
+Per key, a bucket holds the received items sorted by meta. Every item emits the window (a
+tuple of payloads) of the last ``N`` items of its bucket ending at it, with the item's meta
+passed `Meta.through` the grouping's op id. Items may arrive out of order; the grouping
+never waits: it repairs what it emitted too early, so the live (not yet cancelled)
+outputs always equal the windows of the bucket as it stands. Once every item and
+tombstone has arrived, that is the in-order result, whatever the arrival order was.
+
+The min time of the grouping's segment prunes state: an item below it can no longer move,
+so only the last ``N - 1`` of those are kept, as the start of future windows.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Any
+
+from framework.core.meta import Meta, Record
+from framework.core.ops import Keyed
+from framework.core.time import GlobalTime
+from framework.errors import PipelineError
+
+__all__ = ["Bucket", "Grouping", "slot_floor"]
+
+
+def slot_floor(slot: int) -> Meta:
+    """A meta smaller than every meta in ``slot`` and larger than every meta before it."""
+    return Meta(GlobalTime.slot_start(slot))
+
+
+@dataclass(slots=True)
+class Bucket:
+    """One key's items sorted by meta (a multiset), plus tombstones that overtook their item.
+
+    ``metas`` and ``values`` are parallel lists so `bisect` runs on metas alone.
+    """
+
+    metas: list[Meta] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+    early: list[tuple[Meta, Any]] = field(default_factory=list)
+
+    def insert(self, meta: Meta, value: Any) -> int | None:
+        """Insert an item; its position, or None if it cancels an early tombstone."""
+        if self.early and self._cancel_early(meta, value):
+            return None
+        pos = bisect_right(self.metas, meta)
+        self.metas.insert(pos, meta)
+        self.values.insert(pos, value)
+        return pos
+
+    def find(self, meta: Meta, value: Any) -> int | None:
+        """The position of the item ``(meta, value)``, or None if it is not here."""
+        metas = self.metas
+        pos = bisect_left(metas, meta)
+        while pos < len(metas) and metas[pos] == meta:
+            if self.values[pos] == value:
+                return pos
+            pos += 1
+        return None
+
+    def remove(self, meta: Meta, value: Any) -> int | None:
+        """Remove the item ``(meta, value)``; its former position, or None if not there yet."""
+        pos = self.find(meta, value)
+        if pos is None:
+            # The tombstone overtook its item: remember it so the item cancels on arrival.
+            self.early.append((meta, value))
+            return None
+        del self.metas[pos]
+        del self.values[pos]
+        return pos
+
+    def _cancel_early(self, meta: Meta, value: Any) -> bool:
+        for i, (early_meta, early_value) in enumerate(self.early):
+            if early_meta == meta and early_value == value:
+                del self.early[i]
+                return True
+        return False
+
+    def below(self, slot: int) -> int:
+        """How many items have a global time in a slot before ``slot``."""
+        return bisect_left(self.metas, slot_floor(slot))
+
+    def __len__(self) -> int:
+        return len(self.metas)
+
+
+class Grouping:
+    """A grouping physical operation with window ``window`` over `Keyed` records.
+
+    Protocol on an item ``x`` landing at position ``i`` of its bucket (``N`` = window):
+
+    1. Find the bucket of ``x``'s key; if a tombstone for ``x`` overtook it, both vanish.
+    2. Remember the windows of the items that will follow ``x`` closely enough to see it
+       (the next ``N - 1``): they were emitted, and ``x`` invalidates them.
+    3. Insert ``x`` at its sorted position ``i``.
+    4. Emit the window ending at ``x``.
+    5. For each remembered follower whose window changed, emit the tombstone of its old
+       window and its corrected window.
+
+    A tombstone for ``x`` runs the mirror protocol: remember the windows of ``x`` and its
+    ``N - 1`` followers, remove ``x``, emit the tombstone of ``x``'s window, then
+    tombstone + correction for each follower whose window changed.
+    """
+
+    __slots__ = ("_buckets", "_dirty", "op_id", "window")
+
+    def __init__(self, op_id: int, window: int) -> None:
+        if window < 1:
+            raise PipelineError(f"grouping window must be >= 1, got {window}")
+        self.op_id = op_id
+        self.window = window
+        self._buckets: dict[object, Bucket] = {}
+        # Keys whose buckets may hold items a future min time can prune.
+        self._dirty: dict[object, None] = {}
+
+    def push(self, record: Record) -> list[Record]:
+        """Process one item or tombstone; the outputs, in emission order."""
+        keyed = record.value
+        if not isinstance(keyed, Keyed):
+            raise PipelineError(f"grouping expects key_by output, got {type(keyed).__name__}")
+        # Step 1
+        bucket = self._buckets.get(keyed.key)
+        if bucket is None:
+            bucket = self._buckets[keyed.key] = Bucket()
+        self._dirty[keyed.key] = None
+        if record.meta.tombstone:
+            return self._retract(bucket, record.meta.as_item(), keyed.value)
+        return self._insert(bucket, record.meta, keyed.value)
+
+    def _insert(self, bucket: Bucket, meta: Meta, value: Any) -> list[Record]:
+        n = self.window
+        metas, values = bucket.metas, bucket.values
+        if not bucket.early and (not metas or metas[-1] <= meta):
+            # In-order arrival, the common case: nothing follows, nothing to repair.
+            metas.append(meta)
+            values.append(value)
+            start = max(0, len(values) - n)
+            return [Record(meta.through(self.op_id), tuple(values[start:]))]
+        # Step 2
+        pos = bisect_right(metas, meta)
+        old = [self._window_at(values, p) for p in range(pos, min(pos + n - 1, len(values)))]
+        # Step 3
+        if bucket.insert(meta, value) is None:
+            return []
+        # Step 4
+        out = [Record(meta.through(self.op_id), self._window_at(values, pos))]
+        # Step 5
+        self._repair(metas, values, pos + 1, old, out)
+        return out
+
+    def _retract(self, bucket: Bucket, meta: Meta, value: Any) -> list[Record]:
+        n = self.window
+        values = bucket.values
+        pos = bucket.find(meta, value)
+        if pos is None:
+            bucket.remove(meta, value)
+            return []
+        before = [self._window_at(values, p) for p in range(pos, min(pos + n, len(values)))]
+        del bucket.metas[pos]
+        del values[pos]
+        out = [Record(meta.as_tombstone().through(self.op_id), before[0])]
+        self._repair(bucket.metas, values, pos, before[1:], out)
+        return out
+
+    def _repair(
+        self,
+        metas: list[Meta],
+        values: list[Any],
+        first: int,
+        old: list[tuple[Any, ...]],
+        out: list[Record],
+    ) -> None:
+        """Emit tombstone + correction for followers ``first, first+1, ...`` (old windows)."""
+        for offset, old_window in enumerate(old):
+            pos = first + offset
+            new_window = self._window_at(values, pos)
+            if new_window == old_window:
+                continue
+            follower = metas[pos].through(self.op_id)
+            out.append(Record(follower.as_tombstone(), old_window))
+            out.append(Record(follower, new_window))
+
+    def _window_at(self, values: list[Any], pos: int) -> tuple[Any, ...]:
+        return tuple(values[max(0, pos - self.window + 1) : pos + 1])
+
+    def on_min_time(self, slot: int) -> None:
+        """Prune: below ``slot`` keep only the last ``N - 1`` items of each bucket."""
+        keep = self.window - 1
+        for key in list(self._dirty):
+            bucket = self._buckets[key]
+            below = bucket.below(slot)
+            if below > keep:
+                del bucket.metas[: below - keep]
+                del bucket.values[: below - keep]
+            if below >= len(bucket):
+                # Nothing at or above min time: no later min time can prune more here.
+                del self._dirty[key]
+                if not bucket.metas and not bucket.early:
+                    del self._buckets[key]
+
+    def keys(self) -> int:
+        """How many keys hold state."""
+        return len(self._buckets)
+
+    def size(self) -> int:
+        """How many items all buckets hold."""
+        return sum(len(b) for b in self._buckets.values())
+
+    def snapshot(self, below: int | None = None) -> dict[str, Any]:
+        """The state as plain data; with ``below``, only what items before that slot leave.
+
+        With ``below`` = a min time, this is the state reached after consuming every item
+        with a slot before it (seed 002): the immutable part of each bucket, trimmed to
+        its last ``N - 1`` items.
+        """
+        buckets = []
+        for key, bucket in self._buckets.items():
+            end = len(bucket) if below is None else bucket.below(below)
+            start = 0 if below is None else max(0, end - (self.window - 1))
+            items = list(zip(bucket.metas[start:end], bucket.values[start:end], strict=True))
+            early = list(bucket.early) if below is None else []
+            if items or early:
+                buckets.append((key, items, early))
+        return {"window": self.window, "buckets": buckets}
+
+    @classmethod
+    def restore(cls, op_id: int, state: dict[str, Any]) -> Grouping:
+        """A grouping holding the state a `snapshot` returned."""
+        grouping = cls(op_id, int(state["window"]))
+        for key, items, early in state["buckets"]:
+            bucket = Bucket(
+                [_meta_of(m) for m, _ in items],
+                [v for _, v in items],
+                [(_meta_of(m), v) for m, v in early],
+            )
+            grouping._buckets[key] = bucket
+            grouping._dirty[key] = None
+        return grouping
+
+
+def _meta_of(data: Any) -> Meta:
+    """A `Meta` from its plain-tuple form (as a codec may hand it back)."""
+    gt, child_ids, trace, tombstone = data
+    return Meta(GlobalTime(*gt), tuple(child_ids), int(trace), bool(tombstone))

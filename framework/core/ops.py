@@ -1,0 +1,207 @@
+"""Stateless physical operations (seed 000), deterministic on the payload.
+
+Every physical operation has a 64-bit id derived from the pipeline name and the node's id
+(its position and kind), so a replay or a restart computes the same ids and therefore the
+same traces. Meta rules:
+
+* ``map``, ``flat_map``, ``filter`` and ``broadcast`` append a child id (the ordinal of the
+  output) and XOR the op id into the trace (`Meta.child`). ``filter`` is a ``flat_map``
+  with zero or one output, as in FlameStream.
+* ``key_by`` and ``merge`` only XOR the op id (`Meta.through`); ``key_by`` is the
+  balancing function of the grouping that follows it.
+
+A tombstone goes through the same code as its item: the meta keeps its tombstone flag,
+and because the functions are deterministic on the payload the tombstone yields exactly
+the tombstones of the outputs the item yielded (``filter`` passes it iff it passed the
+item).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import reprlib
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from framework.core.meta import Record
+from framework.errors import PipelineError
+
+__all__ = [
+    "BroadcastOp",
+    "FilterOp",
+    "FlatMapOp",
+    "KeyByOp",
+    "Keyed",
+    "MapOp",
+    "MergeOp",
+    "Operation",
+    "key_bytes",
+    "key_hash",
+    "op_id_of",
+]
+
+
+def op_id_of(pipeline: str, node_id: str) -> int:
+    """The 64-bit id of physical operation ``node_id`` of ``pipeline``, equal across runs."""
+    digest = hashlib.blake2b(f"{pipeline}\x00{node_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+class Keyed(NamedTuple):
+    """A payload tagged by ``key_by``: its key, the key's stable hash, and the payload."""
+
+    key: object
+    hash: int
+    value: object
+
+
+def key_bytes(key: object) -> bytes:
+    """Canonical bytes of a key; keys equal in Python encode equally (``1 == 1.0 == True``).
+
+    Raises `PipelineError` for types without a canonical encoding: their ``repr`` or
+    ``hash()`` may differ between processes, which would route one key to two places.
+    """
+    out = bytearray()
+    _encode(key, out)
+    return bytes(out)
+
+
+def key_hash(key: object) -> int:
+    """A stable 64-bit hash of ``key`` (blake2b of `key_bytes`), never Python's salted hash."""
+    digest = hashlib.blake2b(key_bytes(key), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def _encode(key: object, out: bytearray) -> None:
+    if key is None:
+        out += b"N"
+    elif isinstance(key, bool | int) or (
+        isinstance(key, float) and math.isfinite(key) and key.is_integer()
+    ):
+        text = str(int(key)).encode()
+        out += b"i" + text + b";"
+    elif isinstance(key, float):
+        out += b"f" + struct.pack(">d", key)
+    elif isinstance(key, str):
+        data = key.encode()
+        out += b"s" + str(len(data)).encode() + b":" + data
+    elif isinstance(key, bytes):
+        out += b"b" + str(len(key)).encode() + b":" + key
+    elif isinstance(key, tuple | list):
+        out += b"("
+        for item in key:
+            _encode(item, out)
+        out += b")"
+    else:
+        raise PipelineError(
+            f"key {reprlib.repr(key)} of type {type(key).__name__} has no stable encoding; "
+            "key_by must return None, bool, int, float, str, bytes or a tuple of them"
+        )
+
+
+class Operation(Protocol):
+    """A stateless physical operation: one record in, its outputs out (in child order)."""
+
+    @property
+    def op_id(self) -> int: ...
+
+    def apply(self, record: Record) -> list[Record]: ...
+
+
+def _fail(name: str, value: object, exc: Exception) -> PipelineError:
+    return PipelineError(f"{name} failed on {reprlib.repr(value)}: {exc!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MapOp:
+    """``map``: exactly one output, child id 0."""
+
+    name: str
+    op_id: int
+    fn: Callable[[Any], Any]
+
+    def apply(self, record: Record) -> list[Record]:
+        try:
+            value = self.fn(record.value)
+        except Exception as exc:
+            raise _fail(self.name, record.value, exc) from exc
+        return [Record(record.meta.child(self.op_id, 0), value)]
+
+
+@dataclass(frozen=True, slots=True)
+class FlatMapOp:
+    """``flat_map``: zero or more outputs, child ids 0, 1, ... in the function's order."""
+
+    name: str
+    op_id: int
+    fn: Callable[[Any], Iterable[Any]]
+
+    def apply(self, record: Record) -> list[Record]:
+        meta = record.meta
+        try:
+            values = list(self.fn(record.value))
+        except Exception as exc:
+            raise _fail(self.name, record.value, exc) from exc
+        return [Record(meta.child(self.op_id, i), value) for i, value in enumerate(values)]
+
+
+@dataclass(frozen=True, slots=True)
+class FilterOp:
+    """``filter``: the record itself (child id 0) iff the predicate holds on its payload."""
+
+    name: str
+    op_id: int
+    fn: Callable[[Any], object]
+
+    def apply(self, record: Record) -> list[Record]:
+        try:
+            keep = self.fn(record.value)
+        except Exception as exc:
+            raise _fail(self.name, record.value, exc) from exc
+        if not keep:
+            return []
+        return [Record(record.meta.child(self.op_id, 0), record.value)]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyByOp:
+    """``key_by``: wraps the payload as `Keyed` (key, stable hash, payload); trace XOR only."""
+
+    name: str
+    op_id: int
+    fn: Callable[[Any], Any]
+
+    def apply(self, record: Record) -> list[Record]:
+        try:
+            key = self.fn(record.value)
+        except Exception as exc:
+            raise _fail(self.name, record.value, exc) from exc
+        keyed = Keyed(key, key_hash(key), record.value)
+        return [Record(record.meta.through(self.op_id), keyed)]
+
+
+@dataclass(frozen=True, slots=True)
+class MergeOp:
+    """``merge``: passes every record of every input through; trace XOR only."""
+
+    name: str
+    op_id: int
+
+    def apply(self, record: Record) -> list[Record]:
+        return [Record(record.meta.through(self.op_id), record.value)]
+
+
+@dataclass(frozen=True, slots=True)
+class BroadcastOp:
+    """``broadcast``: one copy per output port; copy ``i`` has child id ``i``, goes to port i."""
+
+    name: str
+    op_id: int
+    ports: int
+
+    def apply(self, record: Record) -> list[Record]:
+        meta = record.meta
+        return [Record(meta.child(self.op_id, i), record.value) for i in range(self.ports)]
