@@ -1,0 +1,101 @@
+"""The ``flamepipe`` command line: the local stack and the demo job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from framework.config import Settings
+from framework.errors import FlamepipeError
+from framework.local import LocalStack
+
+__all__ = ["main"]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.load(
+        args.config,
+        kafka_port=args.kafka_port,
+        controller_port=args.controller_port,
+        zookeeper_port=args.zookeeper_port,
+        state_dir=args.state_dir,
+    )
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    endpoints = LocalStack(_settings(args)).up()
+    print(f"bootstrap.servers={endpoints.bootstrap_servers}")
+    print(f"zookeeper.connect={endpoints.zookeeper_connect}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    statuses = LocalStack(_settings(args), quiet=True).status()
+    for status in statuses:
+        print(status.line())
+    return 0 if all(s.ready for s in statuses) else 1
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    LocalStack(_settings(args)).down(purge=args.purge)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from framework.demos.smoke import run_smoke
+
+    settings = _settings(args)
+    stack = LocalStack(settings) if settings.embedded else None
+    was_running = stack is not None and all(s.ready for s in stack.status())
+    if stack is not None:
+        stack.up()
+    try:
+        result = run_smoke(settings, lines=args.lines)
+    finally:
+        if stack is not None and not was_running and not args.keep_stack:
+            stack.down()
+    ok = len(result.received) == result.sent
+    print(f"smoke: sent {result.sent}, received {len(result.received)} (read_committed), "
+          f"Spark {result.seconds:.1f} s: {'OK' if ok else 'MISSING RECORDS'}")
+    for key, value, headers in sorted(result.received, key=lambda r: int(r[0]))[:3]:
+        print(f"  {key}: {value} headers={headers}")
+    return 0 if ok else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flamepipe", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="TOML settings file (or FLAMEPIPE_CONFIG)")
+    common.add_argument("--kafka-port", type=int, help="broker port (FLAMEPIPE_KAFKA_PORT)")
+    common.add_argument("--controller-port", type=int, help="KRaft controller port")
+    common.add_argument("--zookeeper-port", type=int, help="ZooKeeper port")
+    common.add_argument("--state-dir", help="logs, pid files and data of the local stack")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", parents=[common], help="start the local stack (reuses a running one)")
+    sub.add_parser("status", parents=[common], help="show the local stack's servers")
+    down = sub.add_parser("down", parents=[common], help="stop the local stack")
+    down.add_argument("--purge", action="store_true", help="also delete its data")
+    demo = sub.add_parser("demo", parents=[common], help="run the demo job on the local stack")
+    demo.add_argument("--lines", type=int, default=1000, help="records to push through")
+    demo.add_argument("--keep-stack", action="store_true", help="leave the stack running")
+    return parser
+
+
+_COMMANDS = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "demo": _cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flamepipe`` console script."""
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except FlamepipeError as exc:
+        print(f"flamepipe: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Wire messages of the tracker, the barrier and snapshots (seeds 001 and 002).
+
+Plain frozen dataclasses: the acker's hot paths take bare ints and strings, these types
+are for the boundaries (Kafka topics, ZooKeeper, subscribers) and for `framework.codec`.
+
+Ack values and traces are unsigned 64-bit ints (``0 <= v < 2**64``); slots, fronts,
+offsets and node times are signed 64-bit (Avro ``long``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from framework.core.time import GlobalTime
+
+__all__ = [
+    "Ack",
+    "AckerInput",
+    "BundleHeader",
+    "Heartbeat",
+    "MinTimeNotification",
+    "NodeTime",
+    "PartitionOffset",
+    "SnapshotManifest",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """XOR ``value`` into the checksum of ``slot`` in ``segment``."""
+
+    segment: str
+    slot: int
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Front ``front`` promises no more items with a slot below ``slot``."""
+
+    front: int
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTime:
+    """Worker ``node`` has sent every ack of its first ``time`` batches (seed 001)."""
+
+    node: int
+    time: int
+
+
+AckerInput = Ack | Heartbeat | NodeTime
+"""What a worker or front sends to the acker (or to every shard of it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MinTimeNotification:
+    """No item with a slot below ``slot`` is in flight in ``segment`` (None: anywhere).
+
+    ``node_times`` is the sending shard's vector clock, sorted by node (empty for the
+    single acker); ``snapshot`` asks groupings and the barrier to snapshot at ``slot``.
+    """
+
+    segment: str | None
+    slot: int
+    node_times: tuple[NodeTime, ...] = ()
+    snapshot: bool = False
+    shard: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BundleHeader:
+    """Header of an output bundle: its sequence number, GT_last and size (seed 002)."""
+
+    seq: int
+    gt_last: GlobalTime
+    item_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    """The next offset to read from ``(topic, partition)`` when replaying."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotManifest:
+    """A completed snapshot: replay restarts at slot ``slot`` from ``offsets``.
+
+    ``state_keys`` name the stored grouping states; ``gt_last`` and ``next_seq`` are the
+    barrier's state at the snapshot, so bundles already delivered are not delivered again.
+    """
+
+    snapshot_id: int
+    slot: int
+    offsets: tuple[PartitionOffset, ...] = ()
+    state_keys: tuple[str, ...] = ()
+    gt_last: GlobalTime | None = None
+    next_seq: int = 0
+
+    @property
+    def gt(self) -> GlobalTime:
+        """The first global time of the snapshot: the state covers every time before it."""
+        return GlobalTime.slot_start(self.slot)

@@ -1,0 +1,3 @@
+"""Runnable demo jobs for the embedded stack (``flamepipe demo``)."""
+
+__all__: list[str] = []

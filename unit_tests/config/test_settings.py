@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from framework.config import Settings
+from framework.errors import ConfigError
+
+
+def test_defaults_are_the_embedded_stack() -> None:
+    settings = Settings.load(env={})
+    assert settings.embedded
+    assert settings.kafka_bootstrap == "127.0.0.1:9092"
+    assert settings.zookeeper == "127.0.0.1:2181"
+    assert settings.delta_ms == 10
+
+
+def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
+    cfg = tmp_path / "fp.toml"
+    cfg.write_text('[flamepipe]\nkafka_port = 19092\nzookeeper_port = 12181\nspark_master = "local[2]"\n')
+    env = {"FLAMEPIPE_ZOOKEEPER_PORT": "22181"}
+    settings = Settings.load(cfg, env=env, spark_master="local[1]")
+    assert settings.kafka_port == 19092
+    assert settings.zookeeper_port == 22181
+    assert settings.spark_master == "local[1]"
+
+
+def test_external_cluster_from_environment() -> None:
+    env = {"FLAMEPIPE_BOOTSTRAP_SERVERS": "k1:9092,k2:9092", "FLAMEPIPE_ZOOKEEPER_CONNECT": "z:2181"}
+    settings = Settings.load(env=env)
+    assert not settings.embedded
+    assert settings.kafka_bootstrap == "k1:9092,k2:9092"
+    assert settings.zookeeper == "z:2181"
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"FLAMEPIPE_KAFKA_PORT": "abc"}, "FLAMEPIPE_KAFKA_PORT: expected int"),
+        ({"FLAMEPIPE_KAFKA_PORT": "70000"}, "kafka_port=70000 is not a TCP port"),
+        ({"FLAMEPIPE_KAFKA_PORT": "2181"}, "ports must differ"),
+        ({"FLAMEPIPE_SPARK_MASTER": "locale"}, "is not a Spark master URL"),
+        ({"FLAMEPIPE_DELTA_MS": "0"}, "delta_ms=0 must be > 0"),
+        ({"FLAMEPIPE_ZOOKEEPER_CONNECT": "z:1"}, "needs both"),
+    ],
+)
+def test_bad_values_say_what_to_fix(env: dict[str, str], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        Settings.load(env=env)
+
+
+def test_unknown_key_in_file_suggests_the_right_one(tmp_path: Path) -> None:
+    cfg = tmp_path / "fp.toml"
+    cfg.write_text("kafka_prot = 1\n")
+    with pytest.raises(ConfigError, match="did you mean 'kafka_port'"):
+        Settings.load(cfg, env={})
+
+
+def test_missing_or_broken_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        Settings.load(tmp_path / "nope.toml", env={})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("kafka_port = = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Settings.load(bad, env={})
