@@ -30,6 +30,8 @@ __all__ = [
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     """True if nothing listens on ``host:port`` and we could bind it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Servers bind with SO_REUSEADDR too: connections in TIME_WAIT do not make a port taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
