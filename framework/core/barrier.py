@@ -1,0 +1,142 @@
+"""The barrier (seeds 000, 002): holds output until min time passes it, then bundles it.
+
+Items and tombstones are buffered per slot and per item meta. An item and a tombstone
+cancel when their metas agree (ignoring the flag) and their payloads are equal; payloads
+may be unhashable, so each meta keeps a short list of ``[payload, count]`` pairs. A count
+can legitimately reach 2 (after repeated grouping repairs the same output is emitted
+twice and cancelled once) or go negative for a while (a tombstone overtook its item),
+but a negative count when the slot is released means a tombstone without an item.
+
+``GT_last`` makes the barrier idempotent under replay: a record at or before it was
+already released in an earlier bundle and is dropped on arrival.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+from framework.core.meta import Meta, Record
+from framework.core.time import GlobalTime
+from framework.errors import ProtocolViolation
+
+__all__ = ["Barrier", "Bundle"]
+
+# Per item meta: flat [record_0, count_0, record_1, count_1, ...] where record_i is the first
+# Record pushed with that payload (reused on release when it is an item). Flat and untyped
+# because it is allocated once per buffered item: a list of two is the cheapest container.
+_Entries = list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """Records released together, atomically with the barrier's new ``gt_last``."""
+
+    seq: int
+    gt_last: GlobalTime
+    records: tuple[Record, ...]
+
+
+class Barrier:
+    """Buffers records and releases them in meta order as min time passes them."""
+
+    def __init__(self, gt_last: GlobalTime | None = None, next_seq: int = 0) -> None:
+        """Resume after the bundle that ended at ``gt_last``; the next bundle is ``next_seq``."""
+        self._gt_last = gt_last
+        self._next_seq = next_seq
+        self._slots: dict[int, dict[Meta, _Entries]] = {}
+        self._heap: list[int] = []
+        self._pending = 0
+
+    @property
+    def gt_last(self) -> GlobalTime | None:
+        """Global time of the last release; everything at or before it is done."""
+        return self._gt_last
+
+    @property
+    def next_seq(self) -> int:
+        """Sequence number of the next non-empty bundle."""
+        return self._next_seq
+
+    @property
+    def pending(self) -> int:
+        """Buffered records not cancelled (items and unmatched tombstones)."""
+        return self._pending
+
+    def push(self, record: Record) -> None:
+        """Buffer an item or tombstone; records at or before ``gt_last`` are replays."""
+        meta = record.meta
+        gt = meta.gt
+        gt_last = self._gt_last
+        if gt_last is not None and gt <= gt_last:
+            return
+        tombstone = meta.tombstone
+        key = Meta(gt, meta.child_ids, meta.trace, False) if tombstone else meta
+        bucket = self._slots.get(gt.slot)
+        if bucket is None:
+            bucket = self._slots[gt.slot] = {}
+            heapq.heappush(self._heap, gt.slot)
+        entries = bucket.get(key)
+        if entries is None:
+            bucket[key] = [record, -1 if tombstone else 1]
+            self._pending += 1
+            return
+        self._count(entries, record, -1 if tombstone else 1)
+
+    def push_many(self, records: list[Record]) -> None:
+        """`push` each record in order."""
+        push = self.push
+        for record in records:
+            push(record)
+
+    def _count(self, entries: _Entries, record: Record, delta: int) -> None:
+        value = record.value
+        for i in range(0, len(entries), 2):
+            if entries[i].value == value:
+                count: int = entries[i + 1]
+                # A push cancels one record of the opposite sign or adds to the backlog.
+                self._pending += 1 if count == 0 or (count > 0) == (delta > 0) else -1
+                entries[i + 1] = count + delta
+                return
+        entries.append(record)
+        entries.append(delta)
+        self._pending += 1
+
+    def on_min_time(self, slot: int) -> Bundle | None:
+        """Release every item with a slot below ``slot``; a Bundle if there is any.
+
+        ``gt_last`` advances to the end of slot ``slot - 1`` even without a bundle.
+        """
+        gt_last = GlobalTime.slot_end(slot - 1)
+        if self._gt_last is not None and gt_last <= self._gt_last:
+            return None
+        records: list[Record] = []
+        heap = self._heap
+        while heap and heap[0] < slot:
+            self._release(self._slots.pop(heapq.heappop(heap)), records)
+        self._gt_last = gt_last
+        if not records:
+            return None
+        bundle = Bundle(self._next_seq, gt_last, tuple(records))
+        self._next_seq += 1
+        return bundle
+
+    def _release(self, bucket: dict[Meta, _Entries], out: list[Record]) -> None:
+        """Append the bucket's surviving items to ``out`` in meta order."""
+        append = out.append
+        for key in sorted(bucket):
+            entries = bucket[key]
+            for i in range(0, len(entries), 2):
+                count: int = entries[i + 1]
+                if count == 0:
+                    continue
+                held: Record = entries[i]
+                if count < 0:
+                    raise ProtocolViolation(
+                        f"{-count} tombstone(s) without an item at release: {key}"
+                    )
+                self._pending -= count
+                record = held if not held.meta.tombstone else Record(key, held.value)
+                for _ in range(count):
+                    append(record)
