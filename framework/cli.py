@@ -56,8 +56,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         if stack is not None and not was_running and not args.keep_stack:
             stack.down()
     ok = len(result.received) == result.sent
-    print(f"smoke: sent {result.sent}, received {len(result.received)} (read_committed), "
-          f"Spark {result.seconds:.1f} s: {'OK' if ok else 'MISSING RECORDS'}")
+    print(
+        f"smoke: sent {result.sent}, received {len(result.received)} (read_committed), "
+        f"Spark {result.seconds:.1f} s: {'OK' if ok else 'MISSING RECORDS'}"
+    )
     for key, value, headers in sorted(result.received, key=lambda r: int(r[0]))[:3]:
         print(f"  {key}: {value} headers={headers}")
     return 0 if ok else 1

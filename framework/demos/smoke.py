@@ -13,7 +13,8 @@ import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from framework.config import Settings
 from framework.spark import spark_session
@@ -60,7 +61,10 @@ def read_all(
             if msg is None or msg.error():
                 continue
             key = (msg.key() or b"").decode()
-            out.append((key, (msg.value() or b"").decode(), list(msg.headers() or [])))
+            raw = msg.headers() or []
+            pairs = raw.items() if isinstance(raw, dict) else raw
+            headers = [(k, v if isinstance(v, bytes) else str(v or "").encode()) for k, v in pairs]
+            out.append((key, (msg.value() or b"").decode(), headers))
     finally:
         consumer.close()
     return out

@@ -84,10 +84,13 @@ def _containers() -> Iterator[Settings]:  # pragma: no cover - needs a Docker en
         from testcontainers.core.container import DockerContainer
         from testcontainers.kafka import KafkaContainer
     except ImportError:
-        raise StackError("FLAMEPIPE_STACK=testcontainers needs `pip install flamepipe[testcontainers]`") from None
-    with KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka, DockerContainer(
-        "zookeeper:3.9"
-    ).with_exposed_ports(2181) as zk:
+        raise StackError(
+            "FLAMEPIPE_STACK=testcontainers needs `pip install flamepipe[testcontainers]`"
+        ) from None
+    with (
+        KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka,
+        DockerContainer("zookeeper:3.9").with_exposed_ports(2181) as zk,
+    ):
         zk_connect = f"{zk.get_container_host_ip()}:{zk.get_exposed_port(2181)}"
         yield Settings.load(
             bootstrap_servers=kafka.get_bootstrap_server(), zookeeper_connect=zk_connect

@@ -138,12 +138,13 @@ class LocalStack:
         if daemon.alive():
             self._say(f"{daemon.name} already running (pid {daemon.pid()})")
             return True
+        first = setting.split("/", maxsplit=1)[0]
         for port in ports:
             if not port_free(port):
                 raise StackError(
                     f"port {port} on 127.0.0.1 is taken by another process: stop it, or "
-                    f"choose other ports ({setting}, e.g. FLAMEPIPE_{setting.split('/')[0].upper()}"
-                    f"=<free port> or --{setting.split('/')[0].replace('_', '-')})"
+                    f"choose other ports ({setting}, e.g. --{first.replace('_', '-')} <free port> "
+                    f"or FLAMEPIPE_{first.upper()}=<free port>)"
                 )
         return False
 

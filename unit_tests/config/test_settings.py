@@ -18,7 +18,9 @@ def test_defaults_are_the_embedded_stack() -> None:
 
 def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
     cfg = tmp_path / "fp.toml"
-    cfg.write_text('[flamepipe]\nkafka_port = 19092\nzookeeper_port = 12181\nspark_master = "local[2]"\n')
+    cfg.write_text(
+        '[flamepipe]\nkafka_port = 19092\nzookeeper_port = 12181\nspark_master = "local[2]"\n'
+    )
     env = {"FLAMEPIPE_ZOOKEEPER_PORT": "22181"}
     settings = Settings.load(cfg, env=env, spark_master="local[1]")
     assert settings.kafka_port == 19092
@@ -27,7 +29,10 @@ def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
 
 
 def test_external_cluster_from_environment() -> None:
-    env = {"FLAMEPIPE_BOOTSTRAP_SERVERS": "k1:9092,k2:9092", "FLAMEPIPE_ZOOKEEPER_CONNECT": "z:2181"}
+    env = {
+        "FLAMEPIPE_BOOTSTRAP_SERVERS": "k1:9092,k2:9092",
+        "FLAMEPIPE_ZOOKEEPER_CONNECT": "z:2181",
+    }
     settings = Settings.load(env=env)
     assert not settings.embedded
     assert settings.kafka_bootstrap == "k1:9092,k2:9092"

@@ -1,0 +1,37 @@
+# Every check CI runs is reachable from here: `make check` = lint + type check + all tests.
+VENV := .venv/bin
+PYTEST_ARGS ?=
+
+.PHONY: bootstrap demo test unit integration lint format check bench clean
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+demo: bootstrap  ## the main job on the embedded local stack
+	$(VENV)/flamepipe demo
+
+test: bootstrap  ## every test: unit (pure, seconds) then integration (real Kafka, ZooKeeper, Spark)
+	$(VENV)/pytest -q --timeout=900 unit_tests integration_tests $(PYTEST_ARGS)
+
+unit: bootstrap
+	$(VENV)/pytest -q unit_tests $(PYTEST_ARGS)
+
+integration: bootstrap
+	$(VENV)/pytest -q --timeout=900 integration_tests $(PYTEST_ARGS)
+
+lint: bootstrap
+	$(VENV)/ruff check .
+	$(VENV)/ruff format --check .
+	$(VENV)/mypy --strict framework connectors
+
+format: bootstrap
+	$(VENV)/ruff format .
+	$(VENV)/ruff check --fix .
+
+check: lint test
+
+bench: bootstrap
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(VENV)/python $$b || exit 1; done
+
+clean:
+	rm -rf .venv .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Make this checkout runnable from nothing: Java and Maven (apt, if missing and root),
+# a virtualenv with flamepipe and its dev tools, and the Maven jars of the local stack.
+# Idempotent and quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+
+need_apt=()
+command -v java >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || need_apt+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing ${need_apt[*]} with apt-get"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    say "missing ${need_apt[*]}: install them (Java 17+ and Maven) and run again"; exit 1
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  say "creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.flamepipe-installed
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "installing flamepipe and its dependencies into .venv (first time takes a minute)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi
+
+say "fetching the local stack's jars (cached after the first time)"
+.venv/bin/python - <<'PY'
+from framework.config import Settings
+from framework.local.jars import jar_bundle
+settings = Settings.load()
+for bundle in ("kafka-broker", "spark-kafka"):
+    jar_bundle(bundle, settings.cache_dir)
+PY
