@@ -22,7 +22,7 @@ from framework.core.ops import Keyed
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError
 
-__all__ = ["Bucket", "Grouping", "slot_floor"]
+__all__ = ["Bucket", "Grouping", "meta_from_plain", "slot_floor"]
 
 
 def slot_floor(slot: int) -> Meta:
@@ -231,16 +231,16 @@ class Grouping:
         grouping = cls(op_id, int(state["window"]))
         for key, items, early in state["buckets"]:
             bucket = Bucket(
-                [_meta_of(m) for m, _ in items],
+                [meta_from_plain(m) for m, _ in items],
                 [v for _, v in items],
-                [(_meta_of(m), v) for m, v in early],
+                [(meta_from_plain(m), v) for m, v in early],
             )
             grouping._buckets[key] = bucket
             grouping._dirty[key] = None
         return grouping
 
 
-def _meta_of(data: Any) -> Meta:
+def meta_from_plain(data: Any) -> Meta:
     """A `Meta` from its plain-tuple form (as a codec may hand it back)."""
     gt, child_ids, trace, tombstone = data
     return Meta(GlobalTime(*gt), tuple(child_ids), int(trace), bool(tombstone))

@@ -1,0 +1,300 @@
+"""The logical graph of a pipeline: nodes (operations), edges, validation, segments.
+
+A node reads from ports of upstream nodes; every node has one output port except
+``broadcast``, which has one per copy. Nodes are kept in the order they were added, which
+the builder makes topological; validation checks it anyway.
+
+Segments (seed 001) partition the nodes for the acker. An item in flight belongs to the
+segment of the node it travels to. A new segment starts at a source, at a ``group`` or
+``aggregate`` (a keyed shuffle: a new Spark stage), at a ``merge``, and right after an
+``aggregate`` (whose outputs are released by min time, so they must be tracked apart
+from its inputs). Every other node joins the segment of its single input.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from framework.core.time import DEFAULT_DELTA_MS
+from framework.errors import PipelineError
+
+__all__ = [
+    "Graph",
+    "Kind",
+    "Node",
+    "Port",
+    "Segments",
+    "Sink",
+    "Source",
+]
+
+
+class Source(ABC):
+    """Descriptor of where a pipeline's records come from (a topic, a list, ...)."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """A name for messages and for the front ids of its partitions."""
+
+
+class Sink(ABC):
+    """Descriptor of where a barrier's bundles go."""
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """A name, unique among the sinks of one pipeline."""
+
+
+class Kind(StrEnum):
+    """What a node does."""
+
+    SOURCE = "source"
+    MAP = "map"
+    FLAT_MAP = "flat_map"
+    FILTER = "filter"
+    KEY_BY = "key_by"
+    GROUP = "group"
+    AGGREGATE = "aggregate"
+    MERGE = "merge"
+    BROADCAST = "broadcast"
+    SINK = "sink"
+
+
+_FUNCTION_KINDS = frozenset({Kind.MAP, Kind.FLAT_MAP, Kind.FILTER, Kind.KEY_BY})
+_KEYED_INPUT = frozenset({Kind.GROUP, Kind.AGGREGATE})
+_SEGMENT_HEADS = frozenset({Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE})
+
+
+class Port(NamedTuple):
+    """Output port ``port`` of node ``node``."""
+
+    node: str
+    port: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One logical operation; only the fields of its kind are set.
+
+    ``fn`` is the user function of map, flat_map, filter and key_by; ``window`` the
+    group's window; ``ports`` the broadcast's copies; ``endpoint`` the source or sink
+    descriptor; ``aggregation`` an `framework.core.windows.Aggregation`.
+    """
+
+    id: str
+    kind: Kind
+    inputs: tuple[Port, ...] = ()
+    fn: Callable[[Any], Any] | None = None
+    window: int = 0
+    ports: int = 1
+    endpoint: Source | Sink | None = None
+    aggregation: Any = None
+    label: str = ""
+
+    def describe(self) -> str:
+        """The node for error messages: its id and user label."""
+        return f"{self.id} ({self.label})" if self.label else self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Segments:
+    """Acker segments: each node's segment, and each segment's inbound segments."""
+
+    of_node: Mapping[str, str]
+    inbound: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Graph:
+    """A named pipeline graph; ``delta_ms`` is its global-time slot width."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    delta_ms: int = DEFAULT_DELTA_MS
+
+    def node(self, node_id: str) -> Node:
+        """The node with id ``node_id``."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise PipelineError(f"pipeline {self.name!r} has no node {node_id!r}")
+
+    def by_kind(self, kind: Kind) -> Iterator[Node]:
+        """Nodes of ``kind`` in graph order."""
+        return (node for node in self.nodes if node.kind is kind)
+
+    def consumers(self) -> dict[Port, Node]:
+        """The node reading each consumed output port."""
+        return {port: node for node in self.nodes for port in node.inputs}
+
+    def validate(self) -> Graph:
+        """This graph, or a `PipelineError` saying what is wrong and how to fix it."""
+        _validate(self)
+        return self
+
+    def segments(self) -> Segments:
+        """The acker segments of a valid graph (see the module docstring)."""
+        self.validate()
+        of_node: dict[str, str] = {}
+        inbound: dict[str, tuple[str, ...]] = {}
+        kinds = {node.id: node.kind for node in self.nodes}
+        for node in self.nodes:
+            upstream = [of_node[port.node] for port in node.inputs]
+            after_aggregate = any(kinds[port.node] is Kind.AGGREGATE for port in node.inputs)
+            if node.kind in _SEGMENT_HEADS or after_aggregate:
+                of_node[node.id] = node.id
+                inbound[node.id] = tuple(dict.fromkeys(upstream))
+            else:
+                of_node[node.id] = upstream[0]
+        return Segments(of_node, inbound)
+
+
+def _validate(graph: Graph) -> None:
+    if not graph.name:
+        raise PipelineError("a pipeline needs a non-empty name (it seeds the op ids)")
+    if graph.delta_ms < 1:
+        raise PipelineError(f"delta_ms must be >= 1, got {graph.delta_ms}")
+    ids = [node.id for node in graph.nodes]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise PipelineError(f"duplicate node ids: {duplicates}")
+    if not any(node.kind is Kind.SOURCE for node in graph.nodes):
+        raise PipelineError(f"pipeline {graph.name!r} has no source: start it with .source()")
+    if not any(node.kind is Kind.SINK for node in graph.nodes):
+        raise PipelineError(f"pipeline {graph.name!r} has no sink: end it with .sink()")
+    nodes = {node.id: node for node in graph.nodes}
+    for node in graph.nodes:
+        _check_node(node, nodes)
+    _check_acyclic(graph)
+    _check_consumers(graph)
+    _check_keys(graph)
+    _check_names(graph)
+
+
+def _check_node(node: Node, nodes: Mapping[str, Node]) -> None:
+    for port in node.inputs:
+        upstream = nodes.get(port.node)
+        if upstream is None:
+            raise PipelineError(f"{node.describe()} reads unknown upstream {port.node!r}")
+        if not 0 <= port.port < upstream.ports:
+            raise PipelineError(
+                f"{node.describe()} reads port {port.port} of {upstream.describe()}, "
+                f"which has {upstream.ports} port(s)"
+            )
+    arity = len(node.inputs)
+    if node.kind is Kind.SOURCE and arity:
+        raise PipelineError(f"source {node.describe()} cannot have inputs")
+    if node.kind is Kind.MERGE and arity < 2:
+        raise PipelineError(f"merge {node.describe()} needs at least two inputs, got {arity}")
+    if node.kind not in (Kind.SOURCE, Kind.MERGE) and arity != 1:
+        raise PipelineError(f"{node.describe()} needs exactly one input, got {arity}")
+    if node.kind in _FUNCTION_KINDS and not callable(node.fn):
+        raise PipelineError(f"{node.describe()} needs a function")
+    if node.kind is Kind.GROUP and node.window < 1:
+        raise PipelineError(f"group {node.describe()} needs window >= 1, got {node.window}")
+    if node.kind is Kind.BROADCAST and node.ports < 2:
+        raise PipelineError(f"broadcast {node.describe()} needs >= 2 copies, got {node.ports}")
+    if node.kind is not Kind.BROADCAST and node.ports != 1:
+        raise PipelineError(f"only broadcast has several ports, not {node.describe()}")
+    if node.kind is Kind.SOURCE and not isinstance(node.endpoint, Source):
+        raise PipelineError(f"source {node.describe()} needs a Source, got {node.endpoint!r}")
+    if node.kind is Kind.SINK and not isinstance(node.endpoint, Sink):
+        raise PipelineError(f"sink {node.describe()} needs a Sink, got {node.endpoint!r}")
+    if node.kind is Kind.AGGREGATE and node.aggregation is None:
+        raise PipelineError(f"aggregate {node.describe()} needs an aggregation")
+
+
+def _check_acyclic(graph: Graph) -> None:
+    """Nodes must come after their inputs; a cycle is reported with its path."""
+    position = {node.id: i for i, node in enumerate(graph.nodes)}
+    for node in graph.nodes:
+        for port in node.inputs:
+            if position[port.node] >= position[node.id]:
+                path = _cycle_through(graph, node.id)
+                if path:
+                    raise PipelineError(
+                        f"cycle {' -> '.join(path)}: cycles are not supported; "
+                        "feed results back through a Kafka topic instead"
+                    )
+                raise PipelineError(
+                    f"{node.describe()} is listed before its input {port.node!r}: "
+                    "list nodes in topological order"
+                )
+
+
+def _cycle_through(graph: Graph, start: str) -> list[str]:
+    """A path start -> ... -> start along input edges reversed, or [] if none."""
+    downstream: dict[str, list[str]] = {node.id: [] for node in graph.nodes}
+    for node in graph.nodes:
+        for port in node.inputs:
+            downstream[port.node].append(node.id)
+    stack: list[tuple[str, list[str]]] = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        current, path = stack.pop()
+        for nxt in downstream[current]:
+            if nxt == start:
+                return [*path, start]
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append((nxt, [*path, nxt]))
+    return []
+
+
+def _check_consumers(graph: Graph) -> None:
+    readers: dict[Port, list[str]] = {}
+    for node in graph.nodes:
+        for port in node.inputs:
+            readers.setdefault(port, []).append(node.id)
+    for port, ids in readers.items():
+        if len(ids) > 1:
+            raise PipelineError(
+                f"output {port.port} of {port.node!r} is read by {ids}: "
+                "use broadcast(n) to send a stream to several operations"
+            )
+    for node in graph.nodes:
+        if node.kind is Kind.SINK:
+            continue
+        for index in range(node.ports):
+            if Port(node.id, index) not in readers:
+                raise PipelineError(
+                    f"output {index} of {node.describe()} goes nowhere: end it with .sink()"
+                )
+
+
+def _check_keys(graph: Graph) -> None:
+    """Only key_by (or a merge of keyed streams) may feed group and aggregate."""
+    keyed: dict[str, bool] = {}
+    for node in graph.nodes:
+        inputs = [keyed[port.node] for port in node.inputs]
+        if node.kind is Kind.MERGE:
+            if any(inputs) and not all(inputs):
+                raise PipelineError(
+                    f"merge {node.describe()} mixes keyed and unkeyed streams: "
+                    "key_by every input or none"
+                )
+            keyed[node.id] = all(inputs)
+            continue
+        if node.kind in _KEYED_INPUT and not inputs[0]:
+            raise PipelineError(
+                f"{node.kind} {node.describe()} needs a keyed input: call key_by() before it"
+            )
+        if node.kind not in _KEYED_INPUT and inputs and inputs[0]:
+            raise PipelineError(
+                f"{node.describe()} reads a keyed stream: follow key_by() with group() "
+                "or aggregate()"
+            )
+        keyed[node.id] = node.kind is Kind.KEY_BY
+
+
+def _check_names(graph: Graph) -> None:
+    sinks = [node.endpoint.name for node in graph.by_kind(Kind.SINK) if node.endpoint]
+    repeated = sorted({name for name in sinks if sinks.count(name) > 1})
+    if repeated:
+        raise PipelineError(f"sink names must be unique, repeated: {repeated}")

@@ -1,0 +1,295 @@
+"""Windowed aggregations: per key, per window, one final result released by min time.
+
+Time windows (`Tumbling`, `Sliding`) cover slots ``[start, end)`` of global time; a window
+is emitted exactly when the min time of the aggregate's segment reaches ``end`` (no item
+with a slot below it can still arrive, nor a tombstone for one), never earlier. `Count`
+windows are consecutive runs of ``size`` items of one key in meta order; a run is emitted
+once min time passes the slot of its last item. Items are kept sorted by meta in the
+grouping's `Bucket`, so a late item is simply inserted: it arrived before min time passed
+it, by definition of min time, and is never dropped. Tombstones remove their item.
+
+A result is emitted after its inputs were received, so the operation must stop the
+downstream segment's min time from running ahead meanwhile: it *holds* every slot for
+which it buffers an item (the runtime acks a hold into the downstream segment when it
+appears and acks it again when it goes, exactly like an item in flight). A result's slot is
+the slot of the last item of its window, so it is never below a held slot.
+
+The result's meta is the last item's meta with a child id appended: the window's index
+for time windows (sliding windows can share their last item), 0 for count windows.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from framework.core.grouping import Bucket, meta_from_plain
+from framework.core.meta import Record
+from framework.core.ops import Keyed
+from framework.errors import PipelineError
+
+__all__ = [
+    "Aggregation",
+    "Count",
+    "Sliding",
+    "Tumbling",
+    "WindowAggregator",
+    "WindowResult",
+    "WindowSpec",
+]
+
+
+def _slots(ms: int, delta_ms: int, what: str) -> int:
+    if ms <= 0 or ms % delta_ms:
+        raise PipelineError(f"{what} must be a positive multiple of delta ({delta_ms} ms): {ms}")
+    return ms // delta_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Tumbling:
+    """Back-to-back windows of ``size_ms``, aligned to multiples of it since the epoch."""
+
+    size_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sliding:
+    """Windows of ``size_ms`` starting every ``step_ms``; an item is in size/step of them."""
+
+    size_ms: int
+    step_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """Consecutive runs of ``size`` items of one key; a last partial run is never emitted."""
+
+    size: int
+
+
+WindowSpec = Tumbling | Sliding | Count
+
+
+class WindowResult(NamedTuple):
+    """The payload of a window's result.
+
+    For time windows ``start_ms``/``end_ms`` bound the window; for count windows they
+    bound the slots of its first and last item.
+    """
+
+    key: object
+    start_ms: int
+    end_ms: int
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregation:
+    """How a window's payloads (in meta order) become its result value.
+
+    ``reduce(a, b)`` folds them pairwise; ``fold(acc, v)`` from ``initial``; with neither,
+    the result is the tuple of payloads.
+    """
+
+    window: WindowSpec
+    reduce: Callable[[Any, Any], Any] | None = None
+    fold: Callable[[Any, Any], Any] | None = None
+    initial: Any = None
+
+    def __post_init__(self) -> None:
+        if self.reduce is not None and self.fold is not None:
+            raise PipelineError("aggregate takes reduce or fold, not both")
+        if isinstance(self.window, Count) and self.window.size < 1:
+            raise PipelineError(f"count window size must be >= 1, got {self.window.size}")
+        if isinstance(self.window, Sliding) and self.window.step_ms > self.window.size_ms:
+            raise PipelineError("sliding window step must not exceed its size")
+
+    def combine(self, values: Sequence[Any]) -> Any:
+        """The result value of a non-empty window."""
+        if self.fold is not None:
+            acc = self.initial
+            for value in values:
+                acc = self.fold(acc, value)
+            return acc
+        if self.reduce is not None:
+            return functools.reduce(self.reduce, values)
+        return tuple(values)
+
+
+class WindowAggregator:
+    """The physical ``aggregate`` operation over `Keyed` records.
+
+    Protocol on a min time ``m`` of its segment:
+
+    1. Pop every due window (time: ``end <= m``; count: last item below ``m``).
+    2. Emit its result, computed from the bucket in meta order; skip empty windows.
+    3. Drop the items no future window needs, releasing their held slots.
+    """
+
+    def __init__(self, op_id: int, aggregation: Aggregation, delta_ms: int) -> None:
+        self.op_id = op_id
+        self.aggregation = aggregation
+        self.delta_ms = delta_ms
+        window = aggregation.window
+        self._count = window.size if isinstance(window, Count) else 0
+        self._size = self._step = 0
+        if isinstance(window, Tumbling):
+            self._size = self._step = _slots(window.size_ms, delta_ms, "window size")
+        elif isinstance(window, Sliding):
+            self._size = _slots(window.size_ms, delta_ms, "window size")
+            self._step = _slots(window.step_ms, delta_ms, "window step")
+        self._buckets: dict[object, Bucket] = {}
+        self._due: dict[int, dict[object, None]] = {}  # window end -> keys with items in it
+        self._ends: list[int] = []  # heap of the ends in _due
+        self._holds: dict[int, int] = {}  # slot -> buffered items in it
+        self._acquired: list[int] = []
+        self._released: list[int] = []
+        self._min_time = 0
+
+    def push(self, record: Record) -> list[Record]:
+        """Buffer an item or remove a tombstone's item; results come only on min time."""
+        keyed = record.value
+        if not isinstance(keyed, Keyed):
+            raise PipelineError(f"aggregate expects key_by output, got {type(keyed).__name__}")
+        bucket = self._buckets.get(keyed.key)
+        if bucket is None:
+            bucket = self._buckets[keyed.key] = Bucket()
+        meta = record.meta
+        slot = meta.gt.slot
+        if meta.tombstone:
+            if bucket.remove(meta.as_item(), keyed.value) is not None:
+                self._unhold(slot)
+            return []
+        if bucket.insert(meta, keyed.value) is None:
+            return []
+        self._hold(slot)
+        if self._count:
+            self._due_at(0, keyed.key)
+        else:
+            first = (slot - self._size) // self._step + 1
+            for index in range(first, slot // self._step + 1):
+                end = index * self._step + self._size
+                if end > self._min_time:  # after a restore, earlier windows are done
+                    self._due_at(end, keyed.key)
+        return []
+
+    def on_min_time(self, slot: int) -> list[Record]:
+        """Results of every window that min time ``slot`` completes, in window-end order."""
+        self._min_time = max(self._min_time, slot)
+        if self._count:
+            return self._emit_counts(slot)
+        out: list[Record] = []
+        touched: dict[object, None] = {}
+        # Step 1
+        while self._ends and self._ends[0] <= slot:
+            end = heapq.heappop(self._ends)
+            for key in self._due.pop(end):
+                touched[key] = None
+                # Step 2
+                result = self._time_result(key, end)
+                if result is not None:
+                    out.append(result)
+        # Step 3
+        cutoff = ((slot - self._size) // self._step + 1) * self._step
+        for key in touched:
+            self._prune(key, self._buckets[key].below(cutoff))
+        return out
+
+    def take_holds(self) -> tuple[list[int], list[int]]:
+        """Slots newly held and newly released since the last call, in that order."""
+        acquired, released = self._acquired, self._released
+        self._acquired, self._released = [], []
+        return acquired, released
+
+    @property
+    def held(self) -> frozenset[int]:
+        """Slots currently held."""
+        return frozenset(self._holds)
+
+    def _time_result(self, key: object, end: int) -> Record | None:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        start = end - self._size
+        lo, hi = bucket.below(start), bucket.below(end)
+        if lo == hi:
+            return None  # its items were all retracted
+        value = self.aggregation.combine(bucket.values[lo:hi])
+        meta = bucket.metas[hi - 1].child(self.op_id, start // self._step)
+        delta = self.delta_ms
+        return Record(meta, WindowResult(key, start * delta, end * delta, value))
+
+    def _emit_counts(self, slot: int) -> list[Record]:
+        out: list[Record] = []
+        size, delta = self._count, self.delta_ms
+        for key in list(self._due.get(0, ())):
+            bucket = self._buckets[key]
+            # Step 1
+            while bucket.below(slot) >= size:
+                # Step 2
+                metas = bucket.metas
+                first, last = metas[0].gt.slot, metas[size - 1].gt.slot
+                value = self.aggregation.combine(bucket.values[:size])
+                result = WindowResult(key, first * delta, (last + 1) * delta, value)
+                out.append(Record(metas[size - 1].child(self.op_id, 0), result))
+                # Step 3
+                self._prune(key, size)
+            if len(bucket) < size:
+                del self._due[0][key]
+        return out
+
+    def _due_at(self, end: int, key: object) -> None:
+        keys = self._due.get(end)
+        if keys is None:
+            keys = self._due[end] = {}
+            if end:  # count windows keep their keys at end 0, outside the heap
+                heapq.heappush(self._ends, end)
+        keys[key] = None
+
+    def _prune(self, key: object, count: int) -> None:
+        bucket = self._buckets[key]
+        for meta in bucket.metas[:count]:
+            self._unhold(meta.gt.slot)
+        del bucket.metas[:count]
+        del bucket.values[:count]
+        if not bucket.metas and not bucket.early:
+            del self._buckets[key]
+
+    def _hold(self, slot: int) -> None:
+        count = self._holds.get(slot, 0)
+        if not count:
+            self._acquired.append(slot)
+        self._holds[slot] = count + 1
+
+    def _unhold(self, slot: int) -> None:
+        count = self._holds[slot] - 1
+        if count:
+            self._holds[slot] = count
+        else:
+            del self._holds[slot]
+            self._released.append(slot)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as plain data: buffered items per key and the last min time."""
+        buckets = [
+            (key, list(zip(b.metas, b.values, strict=True)), list(b.early))
+            for key, b in self._buckets.items()
+        ]
+        return {"min_time": self._min_time, "buckets": buckets}
+
+    @classmethod
+    def restore(
+        cls, op_id: int, aggregation: Aggregation, delta_ms: int, state: dict[str, Any]
+    ) -> WindowAggregator:
+        """An aggregator holding a `snapshot`'s state; `take_holds` lists slots to re-hold."""
+        agg = cls(op_id, aggregation, delta_ms)
+        agg._min_time = int(state["min_time"])
+        for key, items, early in state["buckets"]:
+            for meta, value in early:
+                agg.push(Record(meta_from_plain(meta).as_tombstone(), Keyed(key, 0, value)))
+            for meta, value in items:
+                agg.push(Record(meta_from_plain(meta), Keyed(key, 0, value)))
+        return agg
