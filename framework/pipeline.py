@@ -1,0 +1,192 @@
+"""The user-facing pipeline builder. Pure: it only describes a graph; runners execute it.
+
+    p = Pipeline("wordcount")
+    (p.source(ListSource(["a b", "b"]))
+      .flat_map(str.split)
+      .key_by(lambda word: word)
+      .aggregate(Tumbling(1000), fold=lambda n, _: n + 1, initial=0)
+      .sink(ListSink()))
+    p.run(InProcessRunner())
+
+The same pipeline object runs unchanged on any `Runner`: the in-process harness of
+`framework.testing` or, later, Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
+from framework.core.time import DEFAULT_DELTA_MS
+from framework.core.windows import Aggregation, Count, Sliding, Tumbling, WindowSpec
+from framework.errors import PipelineError
+
+__all__ = [
+    "Count",
+    "KeyedStream",
+    "Pipeline",
+    "Runner",
+    "Sink",
+    "Sliding",
+    "Source",
+    "Stream",
+    "Tumbling",
+]
+
+
+class Runner(Protocol):
+    """Something that executes a validated pipeline graph."""
+
+    def run(self, graph: Graph) -> Any:
+        """Run ``graph``; what it returns is the runner's business."""
+        ...
+
+
+def _label(fn: Callable[..., Any] | None, name: str) -> str:
+    return name or getattr(fn, "__name__", "")
+
+
+class Pipeline:
+    """A named pipeline under construction; ``name`` seeds every op id (keep it stable)."""
+
+    def __init__(self, name: str, *, delta_ms: int = DEFAULT_DELTA_MS) -> None:
+        if not name:
+            raise PipelineError("a pipeline needs a non-empty name (it seeds the op ids)")
+        self.name = name
+        self.delta_ms = delta_ms
+        self._nodes: list[Node] = []
+
+    def source(self, source: Source, *, name: str = "") -> Stream:
+        """A stream of the records of ``source``."""
+        if not isinstance(source, Source):
+            raise PipelineError(f"source() needs a Source descriptor, got {source!r}")
+        return Stream(self, self._add(Kind.SOURCE, (), endpoint=source, label=name or source.name))
+
+    def graph(self) -> Graph:
+        """The validated graph of everything added so far."""
+        return Graph(self.name, tuple(self._nodes), self.delta_ms).validate()
+
+    def run(self, runner: Runner | None = None) -> Any:
+        """Run the pipeline on ``runner``; what it returns comes from the runner."""
+        if runner is None:
+            raise PipelineError(
+                "no runner: pass one, e.g. pipeline.run(framework.testing.InProcessRunner()); "
+                "the Spark runner is not available yet"
+            )
+        return runner.run(self.graph())
+
+    def _add(self, kind: Kind, inputs: Iterable[Port], **fields: Any) -> Port:
+        node_id = f"{len(self._nodes)}:{kind}"
+        self._nodes.append(Node(node_id, kind, tuple(inputs), **fields))
+        return Port(node_id)
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.name!r}, nodes={len(self._nodes)})"
+
+
+class _Handle:
+    """An output port of a pipeline node."""
+
+    __slots__ = ("pipeline", "port")
+
+    def __init__(self, pipeline: Pipeline, port: Port) -> None:
+        self.pipeline = pipeline
+        self.port = port
+
+    def _ports(self, others: Iterable[_Handle]) -> list[Port]:
+        ports = [self.port]
+        for other in others:
+            if other.pipeline is not self.pipeline:
+                raise PipelineError("cannot merge streams of different pipelines")
+            ports.append(other.port)
+        return ports
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pipeline.name!r}, {self.port.node!r})"
+
+
+class Stream(_Handle):
+    """A stream of payloads."""
+
+    __slots__ = ()
+
+    def _then(self, kind: Kind, fn: Callable[[Any], Any], name: str) -> Port:
+        return self.pipeline._add(kind, [self.port], fn=fn, label=_label(fn, name))
+
+    def map(self, fn: Callable[[Any], Any], *, name: str = "") -> Stream:
+        """One output per payload: ``fn(payload)``."""
+        return Stream(self.pipeline, self._then(Kind.MAP, fn, name))
+
+    def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str = "") -> Stream:
+        """Zero or more outputs per payload, in the order ``fn`` yields them."""
+        return Stream(self.pipeline, self._then(Kind.FLAT_MAP, fn, name))
+
+    def filter(self, fn: Callable[[Any], object], *, name: str = "") -> Stream:
+        """The payloads for which ``fn`` is true."""
+        return Stream(self.pipeline, self._then(Kind.FILTER, fn, name))
+
+    def key_by(self, fn: Callable[[Any], Any], *, name: str = "") -> KeyedStream:
+        """Key each payload by ``fn(payload)`` (None, bool, int, float, str, bytes, tuples)."""
+        return KeyedStream(self.pipeline, self._then(Kind.KEY_BY, fn, name))
+
+    def merge(self, *others: Stream, name: str = "") -> Stream:
+        """The union of this stream and ``others``."""
+        if not others:
+            raise PipelineError("merge() needs at least one other stream")
+        ports = self._ports(others)
+        return Stream(self.pipeline, self.pipeline._add(Kind.MERGE, ports, label=name))
+
+    def broadcast(self, copies: int = 2, *, name: str = "") -> tuple[Stream, ...]:
+        """``copies`` streams, each carrying every payload."""
+        node = self.pipeline._add(Kind.BROADCAST, [self.port], ports=copies, label=name)
+        return tuple(Stream(self.pipeline, Port(node.node, i)) for i in range(copies))
+
+    def sink(self, sink: Sink, *, name: str = "") -> Pipeline:
+        """Send the stream through a barrier to ``sink``; returns the pipeline."""
+        if not isinstance(sink, Sink):
+            raise PipelineError(f"sink() needs a Sink descriptor, got {sink!r}")
+        self.pipeline._add(Kind.SINK, [self.port], endpoint=sink, label=name or sink.name)
+        return self.pipeline
+
+
+class KeyedStream(_Handle):
+    """A stream of payloads tagged with keys: feed it to `group` or `aggregate`."""
+
+    __slots__ = ()
+
+    def group(self, window: int, *, name: str = "") -> Stream:
+        """Per key, for each payload the tuple of the last ``window`` payloads ending at it.
+
+        Speculative: a late payload repairs the windows it changes (tombstones cancel the
+        old ones before the sink's barrier), so the output equals in-order processing.
+        """
+        port = self.pipeline._add(Kind.GROUP, [self.port], window=window, label=name)
+        return Stream(self.pipeline, port)
+
+    def aggregate(
+        self,
+        window: WindowSpec,
+        reduce: Callable[[Any, Any], Any] | None = None,
+        *,
+        fold: Callable[[Any, Any], Any] | None = None,
+        initial: Any = None,
+        name: str = "",
+    ) -> Stream:
+        """Per key and window, one final `framework.core.windows.WindowResult`.
+
+        The result's value folds the window's payloads in global-time order: ``reduce``
+        pairwise, or ``fold`` from ``initial``, or the tuple of payloads if neither.
+        """
+        if not isinstance(window, Tumbling | Sliding | Count):
+            raise PipelineError(f"aggregate() needs Tumbling, Sliding or Count, got {window!r}")
+        aggregation = Aggregation(window, reduce, fold, initial)
+        port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
+        return Stream(self.pipeline, port)
+
+    def merge(self, *others: KeyedStream, name: str = "") -> KeyedStream:
+        """The union of keyed streams (e.g. to group two inputs by one key: a join)."""
+        if not others:
+            raise PipelineError("merge() needs at least one other stream")
+        ports = self._ports(others)
+        return KeyedStream(self.pipeline, self.pipeline._add(Kind.MERGE, ports, label=name))
