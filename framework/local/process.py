@@ -100,6 +100,11 @@ class Daemon:
 
     def alive(self) -> bool:
         """True while the daemon's process exists."""
+        child: subprocess.Popen[bytes] | None = getattr(self, "_child", None)
+        if child is not None and child.poll() is None:
+            # Started by us: right after fork /proc still shows our own command line, not
+            # the marker, so ask the child handle instead.
+            return True
         return self.pid() is not None
 
     def stop(self, timeout_s: float = 30.0) -> bool:
