@@ -145,6 +145,7 @@ class WindowAggregator:
         self._due: dict[int, dict[object, None]] = {}  # window end -> keys with items in it
         self._ends: list[int] = []  # heap of the ends in _due
         self._holds: dict[int, int] = {}  # slot -> buffered items in it
+        self._free: dict[object, int] = {}  # count windows: leading items without a hold
         self._acquired: list[int] = []
         self._released: list[int] = []
         self._min_time = 0
@@ -195,7 +196,9 @@ class WindowAggregator:
         # Step 3
         cutoff = ((slot - self._size) // self._step + 1) * self._step
         for key in touched:
-            self._prune(key, self._buckets[key].below(cutoff))
+            bucket = self._buckets.get(key)
+            if bucket is not None:
+                self._prune(key, bucket.below(cutoff))
         return out
 
     def take_holds(self) -> tuple[list[int], list[int]]:
@@ -225,7 +228,8 @@ class WindowAggregator:
     def _emit_counts(self, slot: int) -> list[Record]:
         out: list[Record] = []
         size, delta = self._count, self.delta_ms
-        for key in list(self._due.get(0, ())):
+        keys = self._due.get(0, {})
+        for key in list(keys):
             bucket = self._buckets[key]
             # Step 1
             while bucket.below(slot) >= size:
@@ -237,9 +241,22 @@ class WindowAggregator:
                 out.append(Record(metas[size - 1].child(self.op_id, 0), result))
                 # Step 3
                 self._prune(key, size)
-            if len(bucket) < size:
-                del self._due[0][key]
+            if key in self._buckets:
+                self._free_below(key, bucket, slot)
+            if key not in self._buckets or self._free.get(key, 0) == len(bucket):
+                del keys[key]
         return out
+
+    def _free_below(self, key: object, bucket: Bucket, slot: int) -> None:
+        """Release the holds of a count window's items below min time.
+
+        Fewer than ``size`` of them are left, so every future run ends with an item not yet
+        received, whose slot is at least min time: they need no hold.
+        """
+        free, below = self._free.get(key, 0), bucket.below(slot)
+        for meta in bucket.metas[free:below]:
+            self._unhold(meta.gt.slot)
+        self._free[key] = max(free, below)
 
     def _due_at(self, end: int, key: object) -> None:
         keys = self._due.get(end)
@@ -251,8 +268,11 @@ class WindowAggregator:
 
     def _prune(self, key: object, count: int) -> None:
         bucket = self._buckets[key]
-        for meta in bucket.metas[:count]:
+        free = self._free.pop(key, 0)
+        for meta in bucket.metas[free:count]:
             self._unhold(meta.gt.slot)
+        if free > count:
+            self._free[key] = free - count
         del bucket.metas[:count]
         del bucket.values[:count]
         if not bucket.metas and not bucket.early:
