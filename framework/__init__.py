@@ -1,7 +1,21 @@
 """flamepipe: exactly-once stream pipelines on Kafka, with operators on Spark."""
 
 from framework.core import GlobalTime, Meta, Record
-from framework.errors import FlamepipeError
+from framework.core.windows import WindowResult
+from framework.errors import FlamepipeError, PipelineError
+from framework.pipeline import Count, KeyedStream, Pipeline, Sink, Sliding, Source, Stream, Tumbling
 
 __all__ = ["FlamepipeError", "GlobalTime", "Meta", "Record"]
+__all__ += [
+    "Count",
+    "KeyedStream",
+    "Pipeline",
+    "PipelineError",
+    "Sink",
+    "Sliding",
+    "Source",
+    "Stream",
+    "Tumbling",
+    "WindowResult",
+]
 __version__ = "0.1.0"

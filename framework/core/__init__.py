@@ -1,6 +1,36 @@
 """The pure FlameStream core: imports neither Spark, Kafka nor ZooKeeper."""
 
+from framework.core.graph import Graph, Kind, Node, Port, Segments, Sink, Source
+from framework.core.grouping import Grouping
 from framework.core.meta import Meta, Record
+from framework.core.ops import Keyed, key_hash, op_id_of
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime, front_id, slot_of
+from framework.core.windows import (
+    Aggregation,
+    Count,
+    Sliding,
+    Tumbling,
+    WindowAggregator,
+    WindowResult,
+)
 
 __all__ = ["DEFAULT_DELTA_MS", "GlobalTime", "Meta", "Record", "front_id", "slot_of"]
+__all__ += [
+    "Aggregation",
+    "Count",
+    "Graph",
+    "Grouping",
+    "Keyed",
+    "Kind",
+    "Node",
+    "Port",
+    "Segments",
+    "Sink",
+    "Sliding",
+    "Source",
+    "Tumbling",
+    "WindowAggregator",
+    "WindowResult",
+    "key_hash",
+    "op_id_of",
+]
