@@ -77,7 +77,7 @@ class Pipeline:
         return runner.run(self.graph())
 
     def _add(self, kind: Kind, inputs: Iterable[Port], **fields: Any) -> Port:
-        node_id = f"{len(self._nodes)}:{kind}"
+        node_id = f"{len(self._nodes)}-{kind}"
         self._nodes.append(Node(node_id, kind, tuple(inputs), **fields))
         return Port(node_id)
 
