@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from framework.core.time import DEFAULT_DELTA_MS
+from framework.core.windows import Aggregation
 from framework.errors import PipelineError
 
 __all__ = [
@@ -84,7 +85,7 @@ class Node:
 
     ``fn`` is the user function of map, flat_map, filter and key_by; ``window`` the
     group's window; ``ports`` the broadcast's copies; ``endpoint`` the source or sink
-    descriptor; ``aggregation`` an `framework.core.windows.Aggregation`.
+    descriptor; ``aggregation`` the aggregate's `Aggregation`.
     """
 
     id: str
@@ -94,7 +95,7 @@ class Node:
     window: int = 0
     ports: int = 1
     endpoint: Source | Sink | None = None
-    aggregation: Any = None
+    aggregation: Aggregation | None = None
     label: str = ""
 
     def describe(self) -> str:

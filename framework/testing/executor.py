@@ -224,6 +224,11 @@ class _Run:
         return True
 
     def check_done(self) -> None:
+        if self.acker.pending():
+            raise ProtocolViolation(
+                f"{self.acker.pending()} acker slot(s) did not XOR to zero after the input "
+                "ended: an item was sent without being received, or the reverse"
+            )
         for node, barrier in self.plan.barriers.items():
             if barrier.pending:
                 raise ProtocolViolation(

@@ -95,7 +95,7 @@ class Plan:
         graph = self.graph
         if node.kind is Kind.GROUP:
             self.groupings[node.id] = Grouping(op_id_of(graph.name, node.id), node.window)
-        elif node.kind is Kind.AGGREGATE:
+        elif node.kind is Kind.AGGREGATE and node.aggregation is not None:
             op_id = op_id_of(graph.name, node.id)
             self.aggregates[node.id] = WindowAggregator(op_id, node.aggregation, graph.delta_ms)
         elif node.kind is Kind.SINK:
@@ -134,7 +134,7 @@ class Plan:
         last = max((gt.slot for f in self.fronts for gt, _ in f.items), default=0)
         span = 0
         for node in self.graph.by_kind(Kind.AGGREGATE):
-            window = node.aggregation.window
+            window = node.aggregation.window if node.aggregation else Count(1)
             if not isinstance(window, Count):
                 span = max(span, window.size_ms // self.graph.delta_ms)
         return last + 1 + span
