@@ -91,10 +91,11 @@ class Grouping:
 
     Protocol on an item ``x`` landing at position ``i`` of its bucket (``N`` = window):
 
-    1. Find the bucket of ``x``'s key; if a tombstone for ``x`` overtook it, both vanish.
+    1. Find the bucket of ``x``'s key.
     2. Remember the windows of the items that will follow ``x`` closely enough to see it
        (the next ``N - 1``): they were emitted, and ``x`` invalidates them.
-    3. Insert ``x`` at its sorted position ``i``.
+    3. Insert ``x`` at its sorted position ``i``, unless a tombstone for ``x`` overtook it:
+       then both vanish and nothing is emitted.
     4. Emit the window ending at ``x``.
     5. For each remembered follower whose window changed, emit the tombstone of its old
        window and its corrected window.
