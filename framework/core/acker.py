@@ -93,6 +93,10 @@ class Acker:
         self._xor: dict[str, dict[int, int]] = {name: {} for name in self._order}
         self._heaps: dict[str, list[int]] = {name: [] for name in self._order}
         self._mt: dict[str, int] = dict.fromkeys(self._order, 0)
+        # CheckMinTime's loop, resolved once: (segment, inbound, heap, table).
+        self._plan = [
+            (name, self._inbound[name], self._heaps[name], self._xor[name]) for name in self._order
+        ]
         self._global = 0
         self._fronts: dict[int, int] = dict.fromkeys(fronts, 0)
         self._hb_min: int | None = 0 if self._fronts else None
@@ -245,15 +249,13 @@ class Acker:
             return  # No front yet: nothing bounds time from above.
         notes: list[MinTimeNotification] = []
         mt = self._mt
-        for segment in self._order:
+        for segment, inbound, heap, table in self._plan:
             # Step 1
             time = self._hb_min
             # Step 2
-            for source in self._inbound[segment]:
+            for source in inbound:
                 time = min(time, mt[source])
             # Step 3
-            heap = self._heaps[segment]
-            table = self._xor[segment]
             while heap and heap[0] not in table:
                 heapq.heappop(heap)  # lazily drop slots that cleared
             if heap and heap[0] < time:
@@ -268,7 +270,10 @@ class Acker:
                 callback(note)
 
     def _update_global(self, notes: list[MinTimeNotification]) -> None:
-        time = min(self._mt[sink] for sink in self._sinks)
+        mt = self._mt
+        time = (
+            min([mt[sink] for sink in self._sinks]) if len(self._sinks) > 1 else mt[self._sinks[0]]
+        )
         if time <= self._global:
             return
         self._global = time

@@ -23,9 +23,9 @@ from framework.errors import ProtocolViolation
 
 __all__ = ["Barrier", "Bundle"]
 
-# Per item meta: flat [record_0, count_0, record_1, count_1, ...] where record_i is the first
-# Record pushed with that payload (reused on release when it is an item). Flat and untyped
-# because it is allocated once per buffered item: a list of two is the cheapest container.
+# Per item meta: flat [record_0, count_0, record_1, count_1, ...] where record_i is the item
+# (never the tombstone) with that payload, released as is. Flat and untyped because it is
+# allocated once per buffered item: a list of two is the cheapest container.
 _Entries = list[Any]
 
 
@@ -77,6 +77,8 @@ class Barrier:
         if bucket is None:
             bucket = self._slots[gt.slot] = {}
             heapq.heappush(self._heap, gt.slot)
+        if tombstone:
+            record = Record(key, record.value)
         entries = bucket.get(key)
         if entries is None:
             bucket[key] = [record, -1 if tombstone else 1]
@@ -125,18 +127,19 @@ class Barrier:
     def _release(self, bucket: dict[Meta, _Entries], out: list[Record]) -> None:
         """Append the bucket's surviving items to ``out`` in meta order."""
         append = out.append
+        before = len(out)
         for key in sorted(bucket):
             entries = bucket[key]
+            if len(entries) == 2 and entries[1] == 1:  # the common case: one live item
+                append(entries[0])
+                continue
             for i in range(0, len(entries), 2):
                 count: int = entries[i + 1]
                 if count == 0:
                     continue
-                held: Record = entries[i]
                 if count < 0:
                     raise ProtocolViolation(
                         f"{-count} tombstone(s) without an item at release: {key}"
                     )
-                self._pending -= count
-                record = held if not held.meta.tombstone else Record(key, held.value)
-                for _ in range(count):
-                    append(record)
+                out.extend([entries[i]] * count)
+        self._pending -= len(out) - before
