@@ -1,9 +1,22 @@
 """The pure FlameStream core: imports neither Spark, Kafka nor ZooKeeper."""
 
+from framework.core.acker import Acker
+from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph, Kind, Node, Port, Segments, Sink, Source
 from framework.core.grouping import Grouping
+from framework.core.local_acker import LocalAcker
+from framework.core.messages import (
+    Ack,
+    BundleHeader,
+    Heartbeat,
+    MinTimeNotification,
+    NodeTime,
+    PartitionOffset,
+    SnapshotManifest,
+)
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash, op_id_of
+from framework.core.sharded import AckerShard, MinTimeListener, ShardedAcker, ShardRouter
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime, front_id, slot_of
 from framework.core.windows import (
     Aggregation,
@@ -33,4 +46,21 @@ __all__ += [
     "WindowResult",
     "key_hash",
     "op_id_of",
+]
+__all__ += [
+    "Ack",
+    "Acker",
+    "AckerShard",
+    "Barrier",
+    "Bundle",
+    "BundleHeader",
+    "Heartbeat",
+    "LocalAcker",
+    "MinTimeListener",
+    "MinTimeNotification",
+    "NodeTime",
+    "PartitionOffset",
+    "ShardRouter",
+    "ShardedAcker",
+    "SnapshotManifest",
 ]
