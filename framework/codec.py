@@ -86,6 +86,7 @@ SCHEMA_NAMES = (
 _U64 = 1 << 64
 _I64 = 1 << 63
 T = TypeVar("T")
+Buffer = bytes | bytearray | memoryview
 
 
 def _load() -> dict[str, Any]:
@@ -118,7 +119,7 @@ def _write(name: str, record: dict[str, Any]) -> bytes:
     return out.getvalue()
 
 
-def _read(name: str, data: bytes, reader: Any = None) -> Any:
+def _read(name: str, data: Buffer, reader: Any = None) -> Any:
     try:
         buf = io.BytesIO(data)
         record = schemaless_reader(buf, _SCHEMAS[name], reader)
@@ -143,7 +144,7 @@ def _u64_out(value: int) -> int:
     return value - _U64 if value >= _I64 else value
 
 
-def decode_with(name: str, data: bytes, reader_schema: dict[str, Any]) -> Any:
+def decode_with(name: str, data: Buffer, reader_schema: dict[str, Any]) -> Any:
     """Decode bytes written with schema ``name`` as ``reader_schema`` (Avro resolution)."""
     try:
         reader = parse_schema(reader_schema, named_schemas={})
@@ -186,7 +187,7 @@ def encode_global_time(gt: GlobalTime) -> bytes:
     return _write("global_time", _gt_out(gt))
 
 
-def decode_global_time(data: bytes) -> GlobalTime:
+def decode_global_time(data: Buffer) -> GlobalTime:
     """Inverse of `encode_global_time`."""
     return _build("global_time", _gt_in, _read("global_time", data))
 
@@ -196,7 +197,7 @@ def encode_meta(meta: Meta) -> bytes:
     return _write("meta", _meta_out(meta))
 
 
-def decode_meta(data: bytes) -> Meta:
+def decode_meta(data: Buffer) -> Meta:
     """Inverse of `encode_meta`."""
     return _build("meta", _meta_in, _read("meta", data))
 
@@ -206,7 +207,7 @@ def encode_envelope(meta: Meta, payload: bytes) -> bytes:
     return _write("envelope", {"meta": _meta_out(meta), "payload": payload})
 
 
-def decode_envelope(data: bytes) -> tuple[Meta, bytes]:
+def decode_envelope(data: Buffer) -> tuple[Meta, bytes]:
     """Inverse of `encode_envelope`: ``(meta, payload)``."""
     record = _read("envelope", data)
     return _build("envelope", lambda r: (_meta_in(r["meta"]), bytes(r["payload"])), record)
@@ -228,7 +229,7 @@ def encode_ack(ack: Ack) -> bytes:
     return _write("ack", _ack_out(ack))
 
 
-def decode_ack(data: bytes) -> Ack:
+def decode_ack(data: Buffer) -> Ack:
     """Inverse of `encode_ack`."""
     return _build("ack", _ack_in, _read("ack", data))
 
@@ -238,7 +239,7 @@ def encode_heartbeat(beat: Heartbeat) -> bytes:
     return _write("heartbeat", {"front": beat.front, "slot": beat.slot})
 
 
-def decode_heartbeat(data: bytes) -> Heartbeat:
+def decode_heartbeat(data: Buffer) -> Heartbeat:
     """Inverse of `encode_heartbeat`."""
     return _build("heartbeat", lambda r: Heartbeat(r["front"], r["slot"]), _read("heartbeat", data))
 
@@ -248,7 +249,7 @@ def encode_node_time(node_time: NodeTime) -> bytes:
     return _write("node_time", {"node": node_time.node, "time": node_time.time})
 
 
-def decode_node_time(data: bytes) -> NodeTime:
+def decode_node_time(data: Buffer) -> NodeTime:
     """Inverse of `encode_node_time`."""
     return _build("node_time", lambda r: NodeTime(r["node"], r["time"]), _read("node_time", data))
 
@@ -277,7 +278,7 @@ def _acker_input_in(record: dict[str, Any]) -> AckerInput:
     return NodeTime(body["node"], body["time"])
 
 
-def decode_acker_input(data: bytes) -> AckerInput:
+def decode_acker_input(data: Buffer) -> AckerInput:
     """Inverse of `encode_acker_input`."""
     return _build("acker_input", _acker_input_in, _read("acker_input", data))
 
@@ -299,7 +300,7 @@ def _min_time_in(r: dict[str, Any]) -> MinTimeNotification:
     return MinTimeNotification(r["segment"], r["slot"], node_times, r["snapshot"], r["shard"])
 
 
-def decode_min_time(data: bytes) -> MinTimeNotification:
+def decode_min_time(data: Buffer) -> MinTimeNotification:
     """Inverse of `encode_min_time`."""
     return _build("min_time", _min_time_in, _read("min_time", data))
 
@@ -317,7 +318,7 @@ def encode_bundle_header(header: BundleHeader) -> bytes:
     return _write("bundle_header", record)
 
 
-def decode_bundle_header(data: bytes) -> BundleHeader:
+def decode_bundle_header(data: Buffer) -> BundleHeader:
     """Inverse of `encode_bundle_header`."""
     return _build(
         "bundle_header",
@@ -353,6 +354,6 @@ def _manifest_in(r: dict[str, Any]) -> SnapshotManifest:
     )
 
 
-def decode_snapshot_manifest(data: bytes) -> SnapshotManifest:
+def decode_snapshot_manifest(data: Buffer) -> SnapshotManifest:
     """Inverse of `encode_snapshot_manifest`."""
     return _build("snapshot_manifest", _manifest_in, _read("snapshot_manifest", data))

@@ -249,7 +249,7 @@ def check_notifications(notes: list[MinTimeNotification]) -> None:
 # -- properties ---------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(sim=sims(), steps=actions)
 def test_never_false_never_back_always_converges(
     sim: Sim, steps: list[tuple[int, int, int]]

@@ -40,7 +40,7 @@ class ShadowSim(Sim):
             assert self.acker.min_time(segment) == self.shadow.min_time(segment)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(sim=sims(modes=("local",)), steps=actions)
 def test_local_mode_is_safe_and_converges(sim: Sim, steps: list[tuple[int, int, int]]) -> None:
     run_sim(sim, steps)
@@ -52,7 +52,7 @@ def shadow_sims(draw: st.DrawFn) -> ShadowSim:
     return ShadowSim(base.segments, base.fronts, base.nodes, "local", base.seed)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(sim=shadow_sims(), steps=actions, every=st.integers(1, 10))
 def test_aggregated_flush_matches_direct_feed(
     sim: ShadowSim, steps: list[tuple[int, int, int]], every: int
