@@ -6,11 +6,12 @@ slot has been both sent and received. Fronts heartbeat: ``heartbeat(front, s)`` 
 no more items with a slot below ``s``. A segment's min time ``m`` means that no item with
 a slot below ``m`` is in flight in the segment or in any segment upstream of it.
 
-Senders must ack an item's outputs before the receive-ack of the item itself, and a
-front must ack an item before the heartbeat that passes it. Then the tracker's table is
-always a prefix of every sender's messages, a zero slot below every heartbeat really is
-finished, and no ack can ever arrive below a min time it has published: such an ack is
-reported as a `ProtocolViolation`.
+Contract for senders: both acks of an item go to one segment (the one it is sent into);
+an item's outputs are acked before the receive-ack of the item itself; a front acks an
+item before the heartbeat that passes it; each sender's messages arrive in order. Then
+the tracker always holds a prefix of every sender's messages, a zero slot below every
+heartbeat really is finished, and no ack can arrive below a min time it has published:
+such an ack is reported as a `ProtocolViolation`.
 
 The loop of Algorithm 1 steps one slot at a time; here each segment keeps a heap of its
 non-zero slots instead, so a heartbeat that jumps a million slots costs nothing.
