@@ -105,7 +105,7 @@ class Grouping:
     tombstone + correction for each follower whose window changed.
     """
 
-    __slots__ = ("_buckets", "_dirty", "op_id", "window")
+    __slots__ = ("_buckets", "_changed", "_dirty", "op_id", "window")
 
     def __init__(self, op_id: int, window: int) -> None:
         if window < 1:
@@ -115,6 +115,8 @@ class Grouping:
         self._buckets: dict[object, Bucket] = {}
         # Keys whose buckets may hold items a future min time can prune.
         self._dirty: dict[object, None] = {}
+        # Keys whose buckets changed since the last `take_changed` (for changelogs).
+        self._changed: dict[object, None] = {}
 
     def push(self, record: Record) -> list[Record]:
         """Process one item or tombstone; the outputs, in emission order."""
@@ -126,6 +128,7 @@ class Grouping:
         if bucket is None:
             bucket = self._buckets[keyed.key] = Bucket()
         self._dirty[keyed.key] = None
+        self._changed[keyed.key] = None
         if record.meta.tombstone:
             return self._retract(bucket, record.meta.as_item(), keyed.value)
         return self._insert(bucket, record.meta, keyed.value)
@@ -195,11 +198,40 @@ class Grouping:
             if below > keep:
                 del bucket.metas[: below - keep]
                 del bucket.values[: below - keep]
+                self._changed[key] = None
             if below >= len(bucket):
                 # Nothing at or above min time: no later min time can prune more here.
                 del self._dirty[key]
                 if not bucket.metas and not bucket.early:
                     del self._buckets[key]
+                    self._changed[key] = None
+
+    def take_changed(self) -> list[object]:
+        """Keys whose buckets changed since the last call (pushes and pruning)."""
+        changed = list(self._changed)
+        self._changed.clear()
+        return changed
+
+    def bucket_state(self, key: object) -> tuple[list[Meta], list[Any], list[Any]] | None:
+        """One key's bucket as plain lists (metas, values, early tombstones), or None."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        return (list(bucket.metas), list(bucket.values), list(bucket.early))
+
+    def put_bucket(self, key: object, state: tuple[list[Any], list[Any], list[Any]] | None) -> None:
+        """Set one key's bucket from `bucket_state` output (None deletes it)."""
+        if state is None:
+            self._buckets.pop(key, None)
+            self._dirty.pop(key, None)
+            return
+        metas, values, early = state
+        self._buckets[key] = Bucket(
+            [meta_from_plain(m) for m in metas],
+            list(values),
+            [(meta_from_plain(m), v) for m, v in early],
+        )
+        self._dirty[key] = None
 
     def keys(self) -> int:
         """How many keys hold state."""

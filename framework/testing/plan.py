@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from framework.core.barrier import Barrier
 from framework.core.graph import Graph, Kind, Node, Port, Segments
 from framework.core.grouping import Grouping
-from framework.core.ops import (
-    BroadcastOp,
-    FilterOp,
-    FlatMapOp,
-    KeyByOp,
-    MapOp,
-    MergeOp,
-    Operation,
-    op_id_of,
-)
+from framework.core.ops import Operation, op_id_of
+from framework.core.physical import stateless_operation
 from framework.core.time import GlobalTime, front_id
 from framework.core.windows import Count, WindowAggregator
 from framework.errors import PipelineError
@@ -48,23 +39,6 @@ class Front:
     def promised(self, end: int) -> int:
         """The slot this front can heartbeat now: no remaining item is below it."""
         return self.promise[self.next] if self.next < len(self.items) else end
-
-
-def _stateless(graph: Graph, node: Node) -> Operation:
-    op_id = op_id_of(graph.name, node.id)
-    name = f"{node.kind} {node.describe()}"
-    fn: Any = node.fn
-    if node.kind is Kind.MAP:
-        return MapOp(name, op_id, fn)
-    if node.kind is Kind.FLAT_MAP:
-        return FlatMapOp(name, op_id, fn)
-    if node.kind is Kind.FILTER:
-        return FilterOp(name, op_id, fn)
-    if node.kind is Kind.KEY_BY:
-        return KeyByOp(name, op_id, fn)
-    if node.kind is Kind.MERGE:
-        return MergeOp(name, op_id)
-    return BroadcastOp(name, op_id, node.ports)
 
 
 class Plan:
@@ -104,7 +78,7 @@ class Plan:
             self.barriers[node.id] = Barrier()
             self.sinks[node.id] = node.endpoint
         elif node.kind is not Kind.SOURCE:
-            self.ops[node.id] = _stateless(graph, node)
+            self.ops[node.id] = stateless_operation(graph.name, node)
 
     def _fronts(self) -> list[Front]:
         fronts: list[Front] = []

@@ -160,3 +160,30 @@ def test_pruning_at_every_legal_min_time_changes_no_output(
         # A legal min time: no later arrival has a smaller slot.
         pruned.on_min_time(min((r.meta.gt.slot for r in order[i + 1 :]), default=99))
     assert pruned.size() <= plain.size()
+
+
+def test_changed_keys_and_bucket_round_trip_rebuild_the_same_grouping() -> None:
+    from framework.core.grouping import Grouping
+    from framework.core.meta import Meta, Record
+    from framework.core.ops import Keyed, key_hash
+    from framework.core.time import GlobalTime
+
+    def item(slot: int, key: str, value: int) -> Record:
+        return Record(Meta(GlobalTime(slot, 1, slot)), Keyed(key, key_hash(key), value))
+
+    first = Grouping(op_id=7, window=2)
+    for slot, key in [(3, "a"), (1, "a"), (2, "b")]:
+        first.push(item(slot, key, slot))
+    assert sorted(first.take_changed()) == ["a", "b"]
+    assert first.take_changed() == []
+
+    copy = Grouping(op_id=7, window=2)
+    for key in ("a", "b"):
+        copy.put_bucket(key, first.bucket_state(key))
+    later = item(4, "a", 4)
+    assert copy.push(later) == first.push(later)
+
+    first.on_min_time(10)
+    assert sorted(first.take_changed()) == ["a"]  # "a" lost items to pruning, "b" had one
+    copy.put_bucket("a", None)
+    assert copy.bucket_state("a") is None

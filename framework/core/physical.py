@@ -1,0 +1,40 @@
+"""Physical operations of logical nodes, shared by every runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.core.graph import Kind, Node
+from framework.core.ops import (
+    BroadcastOp,
+    FilterOp,
+    FlatMapOp,
+    KeyByOp,
+    MapOp,
+    MergeOp,
+    Operation,
+    op_id_of,
+)
+from framework.errors import PipelineError
+
+__all__ = ["stateless_operation"]
+
+
+def stateless_operation(pipeline: str, node: Node) -> Operation:
+    """The physical operation of a stateless ``node`` of pipeline ``pipeline``."""
+    op_id = op_id_of(pipeline, node.id)
+    name = f"{node.kind} {node.describe()}"
+    fn: Any = node.fn
+    if node.kind is Kind.MAP:
+        return MapOp(name, op_id, fn)
+    if node.kind is Kind.FLAT_MAP:
+        return FlatMapOp(name, op_id, fn)
+    if node.kind is Kind.FILTER:
+        return FilterOp(name, op_id, fn)
+    if node.kind is Kind.KEY_BY:
+        return KeyByOp(name, op_id, fn)
+    if node.kind is Kind.MERGE:
+        return MergeOp(name, op_id)
+    if node.kind is Kind.BROADCAST:
+        return BroadcastOp(name, op_id, node.ports)
+    raise PipelineError(f"{node.describe()} is not a stateless operation")
