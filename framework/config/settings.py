@@ -32,6 +32,10 @@ class Settings:
 
     ``bootstrap_servers`` / ``zookeeper_connect`` point at an existing cluster; left unset,
     flamepipe uses the embedded local stack on ``kafka_port`` / ``zookeeper_port``.
+    ``parallelism`` is the partition count of the topics between stages (the hash units of
+    groupings); ``acker_shards`` the partitions of the acks topic; ``trigger_ms`` Spark's
+    micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat; ``fail_fast`` fails
+    the run on the first bad record instead of sending it to the dead-letter topic.
     """
 
     bootstrap_servers: str | None = None
@@ -44,6 +48,11 @@ class Settings:
     cache_dir: Path = field(default_factory=_cache)
     delta_ms: int = 10
     java_heap_mb: int = 512
+    parallelism: int = 4
+    acker_shards: int = 2
+    trigger_ms: int = 0
+    heartbeat_ms: int = 50
+    fail_fast: bool = False
 
     def __post_init__(self) -> None:
         self._validate()
@@ -97,6 +106,13 @@ class Settings:
             )
         if self.delta_ms <= 0:
             raise ConfigError(f"delta_ms={self.delta_ms} must be > 0 (10 is the default)")
+        for name, low in (("parallelism", 1), ("acker_shards", 1), ("heartbeat_ms", 1)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"{name}={getattr(self, name)} must be >= {low}")
+        if self.trigger_ms < 0:
+            raise ConfigError(
+                f"trigger_ms={self.trigger_ms} must be >= 0 (0: run batches back to back)"
+            )
         if self.java_heap_mb < 128:
             raise ConfigError(f"java_heap_mb={self.java_heap_mb} is too small: use >= 128")
         if self.zookeeper_connect is not None and self.bootstrap_servers is None:
