@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 __all__ = [
-    "FlamepipeError",
     "ConfigError",
     "DecodeError",
+    "FlamepipeError",
     "PipelineError",
     "ProtocolViolation",
     "StackError",
@@ -28,7 +28,7 @@ class PipelineError(FlamepipeError):
     """A pipeline graph is malformed, or a user function failed in fail-fast mode."""
 
 
-class ProtocolViolation(FlamepipeError):
+class ProtocolViolation(FlamepipeError):  # noqa: N818 - a violation, not an error of the caller
     """An exactly-once invariant was broken (bundle gap, duplicate, time going backwards)."""
 
 
