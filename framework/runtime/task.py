@@ -1,0 +1,326 @@
+"""One stage task: a batch of Kafka records of one partition in, everything to commit out.
+
+Pure with respect to I/O: the caller reads the records and commits the result in one Kafka
+transaction. Per task and batch:
+
+1. Decode each record. A source stage computes the global time from the record's own
+   coordinates (it is the front); a shuffle stage reads the meta and ack value from the
+   item header and acks the receipt. Undecodable user records become dead letters.
+2. Run the record through the stage's nodes in-process; items passed between nodes of one
+   task need no acks (the send and the receipt would cancel in the local acker).
+3. Every output leaving the stage gets a fresh random ack value, is acked as sent into the
+   segment of the node it travels to, and is written with the item header.
+4. A user function that raises turns the item it failed on into a dead letter (with the
+   stage input's coordinates and the traceback), or fails the task in fail-fast mode.
+5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
+   one record per shard, ending with this node's time, so the acks become visible exactly
+   when the outputs do.
+6. A grouping's changed buckets are appended to its changelog, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from framework.core.graph import Graph, Kind, Port
+from framework.core.grouping import Grouping
+from framework.core.local_acker import LocalAcker
+from framework.core.messages import Ack
+from framework.core.meta import Meta, Record
+from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
+from framework.core.physical import stateless_operation
+from framework.core.sharded import shard_of
+from framework.core.time import GlobalTime
+from framework.errors import DecodeError, PipelineError
+from framework.kafka.serde import Pickle, Serde
+from framework.kafka.wire import (
+    ITEM_HEADER,
+    dead_letter,
+    decode_item_header,
+    encode_ack_batch,
+    encode_item_header,
+)
+from framework.runtime.stages import ExitKind, Stage, Topics
+
+__all__ = [
+    "InRecord",
+    "OutRecord",
+    "StageProgram",
+    "StageSpec",
+    "TaskResult",
+    "apply_changelog",
+]
+
+_PICKLE = Pickle()
+
+
+class InRecord(NamedTuple):
+    """A Kafka record as a stage task reads it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class OutRecord(NamedTuple):
+    """A Kafka record a stage task writes (partition None: the producer's partitioner)."""
+
+    topic: str
+    partition: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """Everything static a task of ``stage`` needs; shipped to Spark executors once."""
+
+    graph: Graph
+    stage: Stage
+    partitions: Mapping[str, int]  # partition count of every topic the stage writes
+    shards: int
+    source_serde: Serde | None = None
+    fail_fast: bool = False
+
+    @property
+    def topics(self) -> Topics:
+        """The framework topic names of this pipeline."""
+        return Topics(self.graph.name)
+
+
+@dataclass
+class TaskResult:
+    """What one task produced, to be committed in one transaction, and its counts."""
+
+    records: list[OutRecord] = field(default_factory=list)
+    records_in: int = 0
+    items_out: int = 0
+    dead_letters: int = 0
+    tombstones: int = 0
+    last_offset: int = -1
+    max_timestamp_ms: int = -1
+
+
+class StageProgram:
+    """A stage compiled for execution: operations, routes inside the stage, exits."""
+
+    def __init__(self, spec: StageSpec) -> None:
+        self.spec = spec
+        graph = spec.graph
+        self._segment = graph.segments().of_node
+        self._kinds = {node.id: node.kind for node in graph.nodes}
+        consumers = graph.consumers()
+        self._ops: dict[str, Operation] = {}
+        self._routes: dict[str, list[str | None]] = {}
+        for node_id in spec.stage.nodes:
+            node = graph.node(node_id)
+            if node.kind not in (Kind.SOURCE, Kind.GROUP):
+                if node.kind is Kind.AGGREGATE:
+                    raise PipelineError(
+                        f"{node.describe()}: windowed aggregate is not supported on the Spark "
+                        "runner yet; use group() or run it in framework.testing"
+                    )
+                self._ops[node_id] = stateless_operation(graph.name, node)
+            self._routes[node_id] = [
+                None if Port(node_id, p) in spec.stage.exits else consumers[Port(node_id, p)].id
+                for p in range(node.ports)
+            ]
+        entry = graph.node(spec.stage.entry)
+        self.window = entry.window if entry.kind is Kind.GROUP else 0
+        self.group_op_id = op_id_of(graph.name, entry.id) if self.window else 0
+
+    def new_grouping(self) -> Grouping | None:
+        """A fresh grouping for one hash unit, if this stage starts with one."""
+        return Grouping(self.group_op_id, self.window) if self.window else None
+
+    def run(
+        self,
+        records: Iterable[InRecord],
+        grouping: Grouping | None,
+        node: int,
+        node_time: int,
+        rng: Callable[[], int] | None = None,
+    ) -> TaskResult:
+        """Process one partition's batch; see the module docstring for the steps."""
+        run = _TaskRun(self, grouping, rng or _ack_value)
+        for record in records:
+            run.result.records_in += 1
+            run.result.last_offset = max(run.result.last_offset, record.offset)
+            run.result.max_timestamp_ms = max(run.result.max_timestamp_ms, record.timestamp_ms)
+            run.take(record)
+        # Step 5
+        run.close(node, node_time)
+        # Step 6
+        if grouping is not None:
+            run.changelog(grouping, record_partition=run.partition)
+        return run.result
+
+
+def _ack_value() -> int:
+    # Never 0: a zero ack would leave the XOR unchanged and hide an item from the acker.
+    return random.getrandbits(64) | 1
+
+
+class _TaskRun:
+    """The mutable part of one task execution."""
+
+    def __init__(
+        self, program: StageProgram, grouping: Grouping | None, rng: Callable[[], int]
+    ) -> None:
+        self.program = program
+        self.spec = program.spec
+        self.grouping = grouping
+        self.rng = rng
+        self.acker = LocalAcker()
+        self.result = TaskResult()
+        self.partition = -1
+
+    def take(self, record: InRecord) -> None:
+        """Steps 1-4 for one input record."""
+        self.partition = record.partition
+        stage = self.spec.stage
+        try:
+            item = self._decode(record)
+        except DecodeError as exc:
+            self._dead(record, f"undecodable record: {exc}", exc)
+            return
+        try:
+            self._flow(stage.entry, item)
+        except PipelineError as exc:
+            self._dead(record, str(exc), exc.__cause__ or exc)
+
+    def _decode(self, record: InRecord) -> Record:
+        # Step 1
+        spec = self.spec
+        if spec.stage.is_source:
+            serde = spec.source_serde or _PICKLE
+            if record.value is None:
+                raise DecodeError("record has no value")
+            gt = GlobalTime.of_record(
+                record.timestamp_ms,
+                record.topic,
+                record.partition,
+                record.offset,
+                spec.graph.delta_ms,
+            )
+            return Record(Meta(gt), serde.loads(record.value))
+        header = next((v for k, v in record.headers if k == ITEM_HEADER), None)
+        if header is None or record.value is None:
+            raise PipelineError(
+                f"{record.topic}[{record.partition}]@{record.offset} has no {ITEM_HEADER} "
+                "header: only flamepipe may write to its internal topics"
+            )
+        meta, ack = decode_item_header(header)
+        segment = self.program._segment[spec.stage.entry]
+        self.acker.ack(segment, meta.gt.slot, ack)
+        return Record(meta, _PICKLE.loads(record.value))
+
+    def _flow(self, entry: str, first: Record) -> None:
+        """Step 2: depth-first through the stage, so outputs keep their causal order."""
+        work: list[tuple[str, Record]] = [(entry, first)]
+        while work:
+            node_id, record = work.pop()
+            outputs = self._apply(node_id, record)
+            routes = self.program._routes[node_id]
+            staged: list[tuple[str, Record]] = []
+            for index, out in enumerate(outputs):
+                port = index if len(routes) > 1 else 0
+                target = routes[port]
+                if target is None:
+                    self._emit(Port(node_id, port), out)
+                else:
+                    staged.append((target, out))
+            work.extend(reversed(staged))
+
+    def _apply(self, node_id: str, record: Record) -> list[Record]:
+        kind = self.program._kinds[node_id]
+        if kind is Kind.SOURCE:
+            return [record]
+        if kind is Kind.GROUP:
+            assert self.grouping is not None
+            outputs = self.grouping.push(record)
+            self.result.tombstones += sum(1 for o in outputs if o.meta.tombstone)
+            return outputs
+        return self.program._ops[node_id].apply(record)
+
+    def _emit(self, port: Port, record: Record) -> None:
+        # Step 3
+        spec = self.spec
+        exit_ = spec.stage.exits[port]
+        partitions = spec.partitions[exit_.topic]
+        meta = record.meta
+        ack = self.rng()
+        self.acker.ack(self.program._segment[exit_.target], meta.gt.slot, ack)
+        if exit_.kind is ExitKind.SHUFFLE:
+            keyed = record.value
+            if not isinstance(keyed, Keyed):
+                raise PipelineError(f"{port.node} must key its output before {exit_.target}")
+            partition, key = keyed.hash % partitions, key_bytes(keyed.key)
+        else:
+            partition, key = meta.gt.front % partitions, None
+        headers = ((ITEM_HEADER, encode_item_header(meta, ack)),)
+        value = _PICKLE.dumps(record.value)
+        self.result.records.append(OutRecord(exit_.topic, partition, key, value, headers))
+        self.result.items_out += 1
+
+    def _dead(self, record: InRecord, reason: str, exc: BaseException) -> None:
+        # Step 4
+        if self.spec.fail_fast:
+            raise PipelineError(
+                f"{reason} at {record.topic}[{record.partition}]@{record.offset} "
+                "(fail_fast is on; turn it off to send such records to the dead-letter topic)"
+            ) from exc
+        trace = "".join(traceback.format_exception(exc))
+        key, value, headers = dead_letter(
+            record.key,
+            record.value,
+            reason,
+            self.spec.stage.id,
+            record.topic,
+            record.partition,
+            record.offset,
+            trace,
+        )
+        topic = self.spec.topics.dlq
+        self.result.records.append(OutRecord(topic, None, key, value, tuple(headers)))
+        self.result.dead_letters += 1
+
+    def close(self, node: int, node_time: int) -> None:
+        """Step 5: one ack batch per shard, closed by this node's time."""
+        acks = [a for a in self.acker.flush() if isinstance(a, Ack)]
+        if not acks:
+            return
+        shards = self.spec.shards
+        by_shard: dict[int, list[Any]] = {shard: [] for shard in range(shards)}
+        for ack in acks:
+            by_shard[shard_of(ack.slot, shards)].append(ack)
+        topic = self.spec.topics.acks
+        for shard, shard_acks in by_shard.items():
+            value = encode_ack_batch(node, node_time, shard_acks, [])
+            self.result.records.append(OutRecord(topic, shard, None, value))
+
+    def changelog(self, grouping: Grouping, record_partition: int) -> None:
+        """Step 6: the new state of every changed bucket (None: deleted)."""
+        topic = self.spec.topics.state(self.spec.stage.entry)
+        for key in grouping.take_changed():
+            # The Kafka key is canonical (equal keys compact together); the value carries
+            # the key itself, and None for a deleted bucket, so replay needs nothing else.
+            value = _PICKLE.dumps((key, grouping.bucket_state(key)))
+            self.result.records.append(OutRecord(topic, record_partition, key_bytes(key), value))
+
+
+def apply_changelog(grouping: Grouping, values: Iterable[bytes | None]) -> None:
+    """Replay changelog record values, oldest first, into ``grouping`` (latest wins)."""
+    for value in values:
+        if value is not None:
+            key, state = _PICKLE.loads(value)
+            grouping.put_bucket(key, state)

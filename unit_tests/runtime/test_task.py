@@ -1,0 +1,170 @@
+"""A stage task, without Kafka: decoding, routing, acks that balance, dead letters, state."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import pytest
+
+from framework import Pipeline
+from framework.core.graph import Graph, Kind
+from framework.core.messages import Ack
+from framework.errors import PipelineError
+from framework.kafka.serde import Pickle, Utf8
+from framework.kafka.wire import ITEM_HEADER, decode_ack_batch, decode_item_header
+from framework.runtime import Topics, plan_stages
+from framework.runtime.task import InRecord, OutRecord, StageProgram, StageSpec, apply_changelog
+from framework.testing import ListSink, ListSource
+
+P = 3
+
+
+def wordcount(fail_on: str | None = None) -> Graph:
+    def split(line: str) -> list[str]:
+        if fail_on is not None and fail_on in line:
+            raise ValueError(f"cannot split {line!r}")
+        return line.split()
+
+    p = Pipeline("wc")
+    (
+        p.source(ListSource([], topic="lines"))
+        .flat_map(split)
+        .key_by(lambda w: w)
+        .group(2)
+        .map(lambda window: (window[-1], len(window)))
+        .sink(ListSink())
+    )
+    return p.graph()
+
+
+def programs(graph: Graph, fail_fast: bool = False) -> tuple[StageProgram, StageProgram]:
+    sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
+    first, second = plan_stages(graph, sources)
+    topics = {e.topic: 1 for stage in (first, second) for e in stage.exits.values()}
+    topics[second.topic] = P  # the shuffle topic
+
+    def spec(stage: object, serde: object) -> StageSpec:
+        return StageSpec(graph, stage, topics, shards=2, source_serde=serde, fail_fast=fail_fast)  # type: ignore[arg-type]
+
+    return StageProgram(spec(first, Utf8())), StageProgram(spec(second, None))
+
+
+def lines(*texts: bytes) -> list[InRecord]:
+    return [InRecord("lines", 0, i, 1_000 + 10 * i, None, t) for i, t in enumerate(texts)]
+
+
+def as_input(records: Iterable[OutRecord], topic: str) -> list[InRecord]:
+    out = [r for r in records if r.topic == topic]
+    return [
+        InRecord(r.topic, r.partition or 0, i, 0, r.key, r.value, r.headers)
+        for i, r in enumerate(out)
+    ]
+
+
+def xor_table(records: Iterable[OutRecord], acks_topic: str) -> dict[tuple[str, int], int]:
+    table: dict[tuple[str, int], int] = defaultdict(int)
+    for record in records:
+        if record.topic == acks_topic:
+            assert record.value is not None
+            for message in decode_ack_batch(record.value):
+                if isinstance(message, Ack):
+                    table[(message.segment, message.slot)] ^= message.value
+    return table
+
+
+def test_source_stage_computes_global_time_and_partitions_by_key() -> None:
+    graph = wordcount()
+    first, _ = programs(graph)
+    result = first.run(lines(b"a b", b"b"), None, node=1, node_time=1)
+    shuffle = [r for r in result.records if r.topic == Topics("wc").shuffle("3-group")]
+    assert result.records_in == 2 and result.items_out == 3 == len(shuffle)
+    payloads = [Pickle().loads(r.value or b"") for r in shuffle]
+    assert [k.key for k in payloads] == ["a", "b", "b"]
+    for record, keyed in zip(shuffle, payloads, strict=True):
+        assert record.partition == keyed.hash % P
+        meta, ack = decode_item_header(dict(record.headers)[ITEM_HEADER])
+        assert meta.gt.slot in (100, 101) and ack != 0
+
+
+def test_acks_of_both_stages_and_the_barrier_balance_to_zero() -> None:
+    graph = wordcount()
+    first, second = programs(graph)
+    topics = Topics("wc")
+    one = first.run(lines(b"a b a", b"b c", b"a"), None, node=1, node_time=1)
+    grouping = second.new_grouping()
+    two = second.run(as_input(one.records, topics.shuffle("3-group")), grouping, 2, 1)
+    pre = [r for r in two.records if r.topic == topics.pre("5-sink")]
+    assert len(pre) == 6  # one window per word occurrence
+    table = xor_table([*one.records, *two.records], topics.acks)
+    segment = graph.segments().of_node["5-sink"]
+    for record in pre:  # the barrier acks receipt of each pre-barrier item
+        meta, ack = decode_item_header(dict(record.headers)[ITEM_HEADER])
+        table[(segment, meta.gt.slot)] ^= ack
+    assert table and all(value == 0 for value in table.values())
+
+
+def test_every_shard_gets_the_node_time_that_closes_the_batch() -> None:
+    first, _ = programs(wordcount())
+    result = first.run(lines(b"a b c d e f"), None, node=9, node_time=4)
+    batches = [r for r in result.records if r.topic == Topics("wc").acks]
+    assert sorted(r.partition for r in batches) == [0, 1]
+    for record in batches:
+        assert record.value is not None
+        closing = decode_ack_batch(record.value)[-1]
+        assert (closing.node, closing.time) == (9, 4)  # type: ignore[union-attr]
+
+
+def test_late_item_repairs_with_tombstones_and_changelog_rebuilds_state() -> None:
+    graph = wordcount()
+    first, second = programs(graph)
+    topics = Topics("wc")
+    one = first.run(lines(b"a", b"a", b"a"), None, node=1, node_time=1)
+    shuffled = as_input(one.records, topics.shuffle("3-group"))
+    grouping = second.new_grouping()
+    assert grouping is not None
+    in_order = second.run(shuffled[::-1][:2][::-1], grouping, 2, 1)  # items 1 and 2 first
+    late = second.run(shuffled[:1], grouping, 2, 2)  # item 0 arrives late
+    assert in_order.tombstones == 0 and late.tombstones >= 1
+    rebuilt = second.new_grouping()
+    assert rebuilt is not None
+    changes = [
+        r.value for r in [*in_order.records, *late.records] if r.topic == topics.state("3-group")
+    ]
+    apply_changelog(rebuilt, changes)
+    assert rebuilt.bucket_state("a") == grouping.bucket_state("a")
+
+
+def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
+    first, _ = programs(wordcount(fail_on="boom"))
+    result = first.run(lines(b"\xff\xfe", b"boom x", b"ok"), None, node=1, node_time=1)
+    dead = [r for r in result.records if r.topic == Topics("wc").dlq]
+    assert result.dead_letters == 2 and len(dead) == 2
+    assert [r.value for r in dead] == [b"\xff\xfe", b"boom x"]  # original bytes kept
+    reasons = [dict(r.headers)["fp.dlq.reason"].decode() for r in dead]
+    assert "undecodable" in reasons[0] and "cannot split" in reasons[1]
+    assert "ValueError" in dict(dead[1].headers)["fp.dlq.traceback"].decode()
+    assert result.items_out == 1
+
+
+def test_fail_fast_raises_with_the_fix() -> None:
+    first, _ = programs(wordcount(fail_on="boom"), fail_fast=True)
+    with pytest.raises(PipelineError, match="fail_fast is on"):
+        first.run(lines(b"boom"), None, node=1, node_time=1)
+
+
+def test_aggregate_is_rejected_with_a_clear_message() -> None:
+    from framework import Tumbling
+
+    p = Pipeline("agg")
+    (
+        p.source(ListSource([], topic="t"))
+        .key_by(lambda v: v)
+        .aggregate(Tumbling(100), fold=lambda n, _: n + 1, initial=0)
+        .sink(ListSink())
+    )
+    graph = p.graph()
+    stages = plan_stages(graph, {"0-source": "t"})
+    spec = StageSpec(graph, stages[1], {"agg.3-sink.pre": 1}, shards=1)
+    with pytest.raises(PipelineError, match="not supported on the Spark runner"):
+        StageProgram(spec)
