@@ -1,0 +1,8 @@
+"""User-facing connectors: Kafka sources and sinks, and the serdes their payloads use."""
+
+from __future__ import annotations
+
+from connectors.kafka import KafkaSink, KafkaSource
+from framework.kafka.serde import AvroSerde, Bytes, Json, Serde, Utf8
+
+__all__ = ["AvroSerde", "Bytes", "Json", "KafkaSink", "KafkaSource", "Serde", "Utf8"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -47,22 +47,26 @@ from framework.errors import DecodeError
 __all__ = [
     "SCHEMA_NAMES",
     "decode_ack",
+    "decode_ack_batch",
     "decode_acker_input",
     "decode_bundle_header",
     "decode_envelope",
     "decode_global_time",
     "decode_heartbeat",
+    "decode_item_header",
     "decode_meta",
     "decode_min_time",
     "decode_node_time",
     "decode_snapshot_manifest",
     "decode_with",
     "encode_ack",
+    "encode_ack_batch",
     "encode_acker_input",
     "encode_bundle_header",
     "encode_envelope",
     "encode_global_time",
     "encode_heartbeat",
+    "encode_item_header",
     "encode_meta",
     "encode_min_time",
     "encode_node_time",
@@ -82,6 +86,8 @@ SCHEMA_NAMES = (
     "min_time",
     "bundle_header",
     "snapshot_manifest",
+    "item_header",
+    "ack_batch",
 )
 _U64 = 1 << 64
 _I64 = 1 << 63
@@ -357,3 +363,42 @@ def _manifest_in(r: dict[str, Any]) -> SnapshotManifest:
 def decode_snapshot_manifest(data: Buffer) -> SnapshotManifest:
     """Inverse of `encode_snapshot_manifest`."""
     return _build("snapshot_manifest", _manifest_in, _read("snapshot_manifest", data))
+
+
+# -- Kafka wire: item headers and ack batches -------------------------------------------
+
+
+def encode_item_header(meta: Meta, ack: int) -> bytes:
+    """Avro bytes of an item's header on an internal topic: its meta and its ack value."""
+    return _write("item_header", {"meta": _meta_out(meta), "ack": _u64_out(ack)})
+
+
+def decode_item_header(data: Buffer) -> tuple[Meta, int]:
+    """Inverse of `encode_item_header`: ``(meta, ack)``."""
+    record = _read("item_header", data)
+    return _build("item_header", lambda r: (_meta_in(r["meta"]), r["ack"] % _U64), record)
+
+
+def encode_ack_batch(
+    node: int, time: int, acks: Iterable[Ack], heartbeats: Iterable[Heartbeat]
+) -> bytes:
+    """Avro bytes of one sender batch for one shard, closed by ``NodeTime(node, time)``."""
+    record = {
+        "node": node,
+        "time": time,
+        "acks": [_ack_out(ack) for ack in acks],
+        "heartbeats": [{"front": beat.front, "slot": beat.slot} for beat in heartbeats],
+    }
+    return _write("ack_batch", record)
+
+
+def _ack_batch_in(r: dict[str, Any]) -> list[AckerInput]:
+    out: list[AckerInput] = [_ack_in(ack) for ack in r["acks"]]
+    out.extend(Heartbeat(beat["front"], beat["slot"]) for beat in r["heartbeats"])
+    out.append(NodeTime(r["node"], r["time"]))
+    return out
+
+
+def decode_ack_batch(data: Buffer) -> list[AckerInput]:
+    """Inverse of `encode_ack_batch`: acks, heartbeats, then the closing `NodeTime`."""
+    return _build("ack_batch", _ack_batch_in, _read("ack_batch", data))

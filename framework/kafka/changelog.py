@@ -1,0 +1,170 @@
+"""Catch-up reads of a compacted changelog partition, as of its committed end.
+
+A stateful task keeps its state per partition in the Python worker, with the changelog
+offset it reflects; before a batch it reads only what was committed since (read_committed:
+aborted writes of fenced attempts never show).
+
+Why the end must *settle*. ``commit_transaction`` returns before the broker has written
+the commit markers, so for a few milliseconds the last stable offset (the end a
+read_committed reader sees) still stops before the transaction just committed, and a
+reader stopping there would miss the previous batch's state. The reader therefore waits
+until the stable end reaches the high watermark (no transaction open), at most
+``settle_s``; a transaction still open by then belongs to a fenced attempt whose producer
+is gone, and its writes will never be committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from framework.errors import DecodeError, PipelineError
+from framework.kafka.cache import ProcessCache
+
+__all__ = ["ChangelogReader"]
+
+_TIMEOUT_S = 30.0
+_SETTLE_S = 5.0
+
+
+def _close(consumer: Consumer) -> None:
+    # Already closed: nothing left to release.
+    with contextlib.suppress(KafkaException, RuntimeError):
+        consumer.close()
+
+
+# One reading (read_committed) and one probing (read_uncommitted) consumer per bootstrap,
+# shared by every reader: each reader assigns its partition only while it reads.
+_consumers: ProcessCache[tuple[str, str], Consumer] = ProcessCache(_close)
+_readers: ProcessCache[tuple[str, str, int], ChangelogReader] = ProcessCache(
+    lambda reader: None, limit=4096
+)
+_lock = threading.Lock()
+
+
+def _consumer(bootstrap: str, isolation: str) -> Consumer:
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"flamepipe-changelog-{uuid.uuid4().hex}",  # never commits
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "isolation.level": isolation,
+    }
+    return _consumers.get((bootstrap, isolation), lambda: Consumer(config))
+
+
+class ChangelogReader:
+    """Reads one changelog partition incrementally: each `catch_up` returns what is new."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partition: int,
+        *,
+        settle_s: float = _SETTLE_S,
+        timeout_s: float = _TIMEOUT_S,
+    ) -> None:
+        """A reader of ``topic[partition]`` that has read nothing yet."""
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partition = partition
+        self.settle_s = settle_s
+        self.timeout_s = timeout_s
+        self.position: int | None = None
+        """Next offset to read; None: from the beginning of the partition."""
+
+    @classmethod
+    def cached(cls, bootstrap: str, topic: str, partition: int) -> ChangelogReader:
+        """This process's reader of ``topic[partition]`` (it remembers its position)."""
+        key = (bootstrap, topic, partition)
+        return _readers.get(key, lambda: cls(bootstrap, topic, partition))
+
+    @staticmethod
+    def close_cached() -> None:
+        """Forget every cached reader and close the shared consumers (tests, shutdown)."""
+        _readers.clear()
+        _consumers.clear()
+
+    def reset(self, position: int | None = None) -> None:
+        """Read from ``position`` next (None: from the beginning), e.g. after state loss."""
+        self.position = position
+
+    def catch_up(self) -> list[tuple[bytes, bytes | None]]:
+        """Committed ``(key, value)`` records since the last call, oldest first.
+
+        A None value is a deletion (tombstone). Raises `PipelineError` if Kafka fails or
+        the end is not reached within ``timeout_s``.
+        """
+        with _lock:
+            try:
+                low, end = self._settled_end()
+                start = low if self.position is None else max(self.position, low)
+                records = self._read(start, end) if start < end else []
+            except KafkaException as exc:
+                raise PipelineError(f"changelog {self._name}: {exc}") from exc
+            self.position = max(end, self.position or 0)
+            return records
+
+    @property
+    def _name(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+    def _settled_end(self) -> tuple[int, int]:
+        """``(low watermark, stable end)`` once no transaction is open, or after settle_s."""
+        tp = TopicPartition(self.topic, self.partition)
+        committed = _consumer(self.bootstrap, "read_committed")
+        uncommitted = _consumer(self.bootstrap, "read_uncommitted")
+        deadline = time.monotonic() + self.settle_s
+        while True:
+            low, stable = committed.get_watermark_offsets(tp, self.timeout_s, cached=False)
+            _, high = uncommitted.get_watermark_offsets(tp, self.timeout_s, cached=False)
+            if stable >= high or time.monotonic() >= deadline:
+                return low, stable
+            time.sleep(0.005)
+
+    def _read(self, start: int, end: int) -> list[tuple[bytes, bytes | None]]:
+        consumer = _consumer(self.bootstrap, "read_committed")
+        consumer.assign([TopicPartition(self.topic, self.partition, start)])
+        try:
+            return self._drain(consumer, end)
+        finally:
+            consumer.unassign()
+
+    def _drain(self, consumer: Consumer, end: int) -> list[tuple[bytes, bytes | None]]:
+        """Records below ``end``; stops at ``end`` or at the partition's end (EOF)."""
+        records: list[tuple[bytes, bytes | None]] = []
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.1)
+            if message is None or not self._mine(message):
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(error)
+                if (message.offset() or 0) >= end:
+                    return records
+                continue
+            offset = message.offset() or 0
+            if offset >= end:
+                return records
+            records.append((self._key(message), message.value()))
+            if offset + 1 >= end:
+                return records
+        raise PipelineError(f"changelog {self._name}: end offset {end} not reached in time")
+
+    def _mine(self, message: Message) -> bool:
+        # Messages of a previous assignment may still sit in the local queue.
+        return bool(message.topic() == self.topic and message.partition() == self.partition)
+
+    def _key(self, message: Message) -> bytes:
+        key = message.key()
+        if key is None:
+            raise DecodeError(f"changelog {self._name}@{message.offset()} has no key")
+        return bytes(key)

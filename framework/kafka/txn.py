@@ -1,0 +1,279 @@
+"""Exactly-once task commits: outputs, acks and a marker in one Kafka transaction.
+
+A stage task's transactional.id is stable across attempts (``<app>.<stage>.p<partition>``),
+so a retried attempt fences the earlier one, and the marker (its input position committed
+for the consumer group of the task) tells a re-executed batch that it is already done::
+
+    committer = TaskCommitter.cached(bootstrap, "app.s1.p0")
+    if committer.is_committed(group, topic, partition, end):
+        ...  # skip: outputs and acks of [first, end) are already visible
+    committer.commit(records, group, {(topic, partition): end})
+
+Committers, group consumers and changelog readers are cached per process (Spark reuses its
+Python workers). Only flamepipe's errors escape: `PipelineError` for a failed commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from framework.errors import PipelineError
+from framework.kafka.cache import ProcessCache
+from framework.kafka.changelog import ChangelogReader
+
+__all__ = ["ChangelogReader", "OutRecordLike", "TaskCommitter", "close_cached", "group_consumer"]
+
+_TIMEOUT_S = 30.0
+_PRODUCER_DEFAULTS: Mapping[str, Any] = {
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    # A task's outputs are produced in one burst before the commit; a full queue only
+    # means "poll and retry", but a larger one makes that rare.
+    "queue.buffering.max.messages": 1_000_000,
+}
+
+
+class OutRecordLike(Protocol):
+    """A record to produce; ``partition`` None lets the producer's partitioner choose."""
+
+    @property
+    def topic(self) -> str:
+        """Topic to write to."""
+
+    @property
+    def partition(self) -> int | None:
+        """Partition to write to, or None."""
+
+    @property
+    def key(self) -> bytes | None:
+        """Record key."""
+
+    @property
+    def value(self) -> bytes | None:
+        """Record value."""
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]:
+        """Record headers, in order."""
+
+
+def _close_consumer(consumer: Consumer) -> None:
+    # Already closed or broken: nothing left to release.
+    with contextlib.suppress(KafkaException, RuntimeError):
+        consumer.close()
+
+
+def _close_committer(committer: TaskCommitter) -> None:
+    committer.close()
+
+
+_consumers: ProcessCache[tuple[str, str], Consumer] = ProcessCache(_close_consumer)
+_committers: ProcessCache[tuple[str, str], TaskCommitter] = ProcessCache(_close_committer)
+
+
+def group_consumer(bootstrap: str, group: str) -> Consumer:
+    """A cached consumer of ``group`` that never subscribes: it reads committed offsets
+    (read_committed, so the broker answers only once pending transactions settled) and
+    provides the group metadata for `send_offsets_to_transaction`."""
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }
+    return _consumers.get((bootstrap, group), lambda: Consumer(config))
+
+
+def close_cached() -> None:
+    """Close every cached committer, consumer and changelog reader of this process."""
+    _committers.clear()
+    _consumers.clear()
+    ChangelogReader.close_cached()
+
+
+def _error(exc: KafkaException) -> KafkaError | None:
+    return exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+
+
+def _must_restart(exc: KafkaException) -> bool:
+    """Whether the producer is unusable after ``exc`` (fenced or fatal)."""
+    error = _error(exc)
+    if error is None:
+        return True
+    return error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+
+
+class TaskCommitter:
+    """The transactional producer of one transactional.id, initialised once, reused."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        transactional_id: str,
+        *,
+        config: Mapping[str, Any] | None = None,
+        timeout_s: float = _TIMEOUT_S,
+    ) -> None:
+        """A committer; its producer starts (and fences older ones) on first use."""
+        self.bootstrap = bootstrap
+        self.transactional_id = transactional_id
+        self.timeout_s = timeout_s
+        self._config = {
+            **_PRODUCER_DEFAULTS,
+            **(config or {}),
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+        }
+        self._producer: Producer | None = None
+
+    @classmethod
+    def cached(cls, bootstrap: str, transactional_id: str) -> TaskCommitter:
+        """This process's committer of ``transactional_id`` (created on first use)."""
+        return _committers.get(
+            (bootstrap, transactional_id), lambda: cls(bootstrap, transactional_id)
+        )
+
+    def committed_position(self, group: str, topic: str, partition: int) -> int | None:
+        """The offset ``group`` committed for ``topic[partition]``, None if none.
+
+        Sees every committed transaction: the consumer reads with read_committed, so the
+        broker holds the answer until pending transactional offsets are settled.
+        """
+        try:
+            (tp,) = group_consumer(self.bootstrap, group).committed(
+                [TopicPartition(topic, partition)], timeout=self.timeout_s
+            )
+        except KafkaException as exc:
+            raise PipelineError(
+                f"cannot read the committed offset of group {group!r} on "
+                f"{topic}[{partition}]: {exc}"
+            ) from exc
+        if tp.error is not None:
+            raise PipelineError(f"offset of {group!r} on {topic}[{partition}]: {tp.error}")
+        offset: int = tp.offset
+        return offset if offset >= 0 else None
+
+    def is_committed(self, group: str, topic: str, partition: int, end: int) -> bool:
+        """Whether the task that ends its input at ``end`` (exclusive) already committed."""
+        position = self.committed_position(group, topic, partition)
+        return position is not None and position >= end
+
+    def commit(
+        self,
+        records: Sequence[OutRecordLike],
+        group: str,
+        positions: Mapping[tuple[str, int], int],
+    ) -> None:
+        """Write ``records`` and commit ``positions`` for ``group``, all or nothing.
+
+        1. Begin a transaction (starting the producer first if needed: its
+           init_transactions fences every older producer of the transactional.id and
+           aborts their open transaction).
+        2. Produce every record, polling while the local queue is full.
+        3. Add ``positions`` ((topic, partition) -> next offset) for ``group``.
+        4. Commit, retrying while the error is retriable.
+
+        Any failure aborts the transaction (or, if the producer is fenced or broken,
+        drops it: the next commit starts a new one) and raises `PipelineError`.
+        """
+        producer = self._ready()
+        try:
+            # Step 1
+            producer.begin_transaction()
+            # Step 2
+            for record in records:
+                self._produce(producer, record)
+            # Step 3
+            offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+            metadata = group_consumer(self.bootstrap, group).consumer_group_metadata()
+            producer.send_offsets_to_transaction(offsets, metadata, self.timeout_s)
+            # Step 4
+            self._commit_transaction(producer)
+        except (KafkaException, BufferError) as exc:
+            self._abandon(producer, exc)
+            raise PipelineError(
+                f"transaction of {self.transactional_id!r} failed ({len(records)} records, "
+                f"group {group!r}): {exc}"
+            ) from exc
+
+    def close(self) -> None:
+        """Release the producer; an open transaction is aborted by the broker in time."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            _close_producer(producer)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _ready(self) -> Producer:
+        """The producer, started now if needed: init_transactions, retried once on a
+        fenced or fatal producer with a fresh one."""
+        if self._producer is not None:
+            return self._producer
+        for attempt in (1, 2):
+            producer = Producer(self._config)
+            try:
+                producer.init_transactions(self.timeout_s)
+            except KafkaException as exc:
+                _close_producer(producer)
+                if attempt == 2 or not _must_restart(exc):
+                    raise PipelineError(
+                        f"cannot start the transactional producer {self.transactional_id!r} "
+                        f"at {self.bootstrap}: {exc}"
+                    ) from exc
+                continue
+            self._producer = producer
+            return producer
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _produce(self, producer: Producer, record: OutRecordLike) -> None:
+        kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = list(record.headers)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                producer.produce(record.topic, **kwargs)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise
+                producer.poll(0.05)
+
+    def _commit_transaction(self, producer: Producer) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                producer.commit_transaction(self.timeout_s)
+                return
+            except KafkaException as exc:
+                error = _error(exc)
+                if error is None or not error.retriable() or time.monotonic() > deadline:
+                    raise
+
+    def _abandon(self, producer: Producer, exc: BaseException) -> None:
+        """After a failure: abort if the producer can, else drop it for a fresh start."""
+        if isinstance(exc, KafkaException) and _must_restart(exc):
+            self._drop(producer)
+            return
+        try:
+            producer.abort_transaction(self.timeout_s)
+        except KafkaException:
+            self._drop(producer)
+
+    def _drop(self, producer: Producer) -> None:
+        if self._producer is producer:
+            self._producer = None
+        _close_producer(producer)
+
+
+def _close_producer(producer: Producer) -> None:
+    # A fenced producer refuses to close cleanly; its handle is freed with the object.
+    with contextlib.suppress(KafkaException, RuntimeError):
+        producer.close()
