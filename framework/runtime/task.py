@@ -24,7 +24,7 @@ import random
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from framework.core.graph import Graph, Kind, Port
 from framework.core.grouping import Grouping
@@ -36,7 +36,7 @@ from framework.core.physical import stateless_operation
 from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, PipelineError
-from framework.kafka.serde import Pickle, Serde
+from framework.kafka.serde import Pickle
 from framework.kafka.wire import (
     ITEM_HEADER,
     dead_letter,
@@ -49,6 +49,7 @@ from framework.runtime.stages import ExitKind, Stage, Topics
 __all__ = [
     "InRecord",
     "OutRecord",
+    "SourceDecoder",
     "StageProgram",
     "StageSpec",
     "TaskResult",
@@ -80,6 +81,12 @@ class OutRecord(NamedTuple):
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+class SourceDecoder(Protocol):
+    """Turns an input record's key and value into a payload (`DecodeError` if it can't)."""
+
+    def decode(self, key: bytes | None, value: bytes | None) -> Any: ...
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """Everything static a task of ``stage`` needs; shipped to Spark executors once."""
@@ -88,7 +95,7 @@ class StageSpec:
     stage: Stage
     partitions: Mapping[str, int]  # partition count of every topic the stage writes
     shards: int
-    source_serde: Serde | None = None
+    source: SourceDecoder | None = None  # how a source stage decodes its input records
     fail_fast: bool = False
 
     @property
@@ -202,9 +209,8 @@ class _TaskRun:
         # Step 1
         spec = self.spec
         if spec.stage.is_source:
-            serde = spec.source_serde or _PICKLE
-            if record.value is None:
-                raise DecodeError("record has no value")
+            if spec.source is None:
+                raise PipelineError(f"source stage {spec.stage.id} has no decoder")
             gt = GlobalTime.of_record(
                 record.timestamp_ms,
                 record.topic,
@@ -212,7 +218,7 @@ class _TaskRun:
                 record.offset,
                 spec.graph.delta_ms,
             )
-            return Record(Meta(gt), serde.loads(record.value))
+            return Record(Meta(gt), spec.source.decode(record.key, record.value))
         header = next((v for k, v in record.headers if k == ITEM_HEADER), None)
         if header is None or record.value is None:
             raise PipelineError(

@@ -7,11 +7,12 @@ from collections.abc import Iterable
 
 import pytest
 
+from connectors import KafkaSource
 from framework import Pipeline
 from framework.core.graph import Graph, Kind
 from framework.core.messages import Ack
 from framework.errors import PipelineError
-from framework.kafka.serde import Pickle, Utf8
+from framework.kafka.serde import Pickle
 from framework.kafka.wire import ITEM_HEADER, decode_ack_batch, decode_item_header
 from framework.runtime import Topics, plan_stages
 from framework.runtime.task import InRecord, OutRecord, StageProgram, StageSpec, apply_changelog
@@ -44,10 +45,11 @@ def programs(graph: Graph, fail_fast: bool = False) -> tuple[StageProgram, Stage
     topics = {e.topic: 1 for stage in (first, second) for e in stage.exits.values()}
     topics[second.topic] = P  # the shuffle topic
 
-    def spec(stage: object, serde: object) -> StageSpec:
-        return StageSpec(graph, stage, topics, shards=2, source_serde=serde, fail_fast=fail_fast)  # type: ignore[arg-type]
-
-    return StageProgram(spec(first, Utf8())), StageProgram(spec(second, None))
+    source = KafkaSource("lines")
+    return (
+        StageProgram(StageSpec(graph, first, topics, 2, source, fail_fast)),
+        StageProgram(StageSpec(graph, second, topics, 2, None, fail_fast)),
+    )
 
 
 def lines(*texts: bytes) -> list[InRecord]:

@@ -1,0 +1,161 @@
+"""Executor side of a stage: one Spark task = one Kafka partition's batch = one transaction.
+
+Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and batch"):
+
+1. Read the task's rows (one Kafka partition's offset range of this micro-batch).
+2. If the stage's consumer group already committed a position at or past the range's
+   end, this batch was committed by an earlier attempt: do nothing.
+3. Bring the partition's grouping state up to date: this worker's cached copy plus what
+   the changelog gained since (another worker may have run the partition meanwhile).
+4. Run the stage program; prune the grouping with the min time the driver passed.
+5. Commit outputs, dead letters, acks, changelog and the new position in one transaction.
+   On failure drop the cached state, which may be ahead of what was committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from framework.core.grouping import Grouping
+from framework.kafka.cache import ProcessCache
+from framework.kafka.changelog import ChangelogReader
+from framework.kafka.txn import TaskCommitter
+from framework.runtime.task import InRecord, StageProgram, StageSpec, apply_changelog
+
+__all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
+
+SUMMARY_SCHEMA = (
+    "partition INT, records_in LONG, items_out LONG, dead_letters LONG, tombstones LONG, "
+    "skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG"
+)
+
+
+def _keep(_: object) -> None:
+    """Cached programs and states hold no resources of their own."""
+
+
+_programs: ProcessCache[tuple[str, str, str], StageProgram] = ProcessCache(_keep)
+_states: ProcessCache[tuple[str, str, int, str], tuple[Grouping, ChangelogReader]] = ProcessCache(
+    _keep, limit=1024
+)
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What the driver sends with every micro-batch of a stage."""
+
+    spec: StageSpec
+    bootstrap: str
+    run_id: str  # stable across restarts from the same checkpoint
+    batch_id: int
+    min_slot: int  # min time of the stage's entry segment, for pruning
+
+    @property
+    def group(self) -> str:
+        """Consumer group whose committed positions mark committed task batches."""
+        return f"{self.spec.graph.name}.{self.spec.stage.id}.{self.run_id}"
+
+
+def node_id(app: str, stage: str, partition: int, run_id: str) -> int:
+    """Stable 63-bit acker node id of a stage partition (its node time is the batch)."""
+    digest = hashlib.blake2b(f"{app}/{stage}/{partition}/{run_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") >> 1
+
+
+def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function Spark's ``mapInArrow`` runs for each partition of the batch."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        records = _records(batches)
+        summary = run_partition(ctx, records) if records else None
+        if summary is not None:
+            yield pa.RecordBatch.from_pylist([summary])
+
+    return run
+
+
+def _records(batches: Iterator[Any]) -> list[InRecord]:
+    # Step 1
+    out: list[InRecord] = []
+    for batch in batches:
+        columns = batch.to_pydict()
+        for i in range(batch.num_rows):
+            headers = columns["headers"][i] or ()
+            out.append(
+                InRecord(
+                    columns["topic"][i],
+                    columns["partition"][i],
+                    columns["offset"][i],
+                    columns["ts"][i],
+                    columns["key"][i],
+                    columns["value"][i],
+                    tuple((h["key"], h["value"] or b"") for h in headers),
+                )
+            )
+    return out
+
+
+def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
+    """Steps 2-5 for one partition; returns the summary row."""
+    spec = ctx.spec
+    app, stage = spec.graph.name, spec.stage.id
+    partition, topic = records[0].partition, records[0].topic
+    end = max(r.offset for r in records) + 1
+    committer = TaskCommitter.cached(ctx.bootstrap, f"{app}.{stage}.p{partition}")
+    # Step 2
+    if committer.is_committed(ctx.group, topic, partition, end):
+        return _summary(partition, records, skipped=True)
+    program = _programs.get((app, stage, ctx.run_id), lambda: StageProgram(spec))
+    state_key = (app, stage, partition, ctx.run_id)
+    grouping = _grouping(ctx, program, state_key, partition)
+    try:
+        # Step 4
+        if grouping is not None:
+            grouping.on_min_time(ctx.min_slot)
+        node = node_id(app, stage, partition, ctx.run_id)
+        result = program.run(records, grouping, node, ctx.batch_id + 1)
+        # Step 5
+        committer.commit(result.records, ctx.group, {(topic, partition): end})
+    except BaseException:
+        _states.discard(state_key)
+        raise
+    return {
+        **_summary(partition, records, skipped=False),
+        "items_out": result.items_out,
+        "dead_letters": result.dead_letters,
+        "tombstones": result.tombstones,
+    }
+
+
+def _grouping(
+    ctx: TaskContext, program: StageProgram, key: tuple[str, str, int, str], partition: int
+) -> Grouping | None:
+    # Step 3
+    fresh = program.new_grouping()
+    if fresh is None:
+        return None
+    topic = ctx.spec.topics.state(ctx.spec.stage.id)
+    grouping, reader = _states.get(
+        key, lambda: (fresh, ChangelogReader(ctx.bootstrap, topic, partition))
+    )
+    apply_changelog(grouping, [value for _, value in reader.catch_up()])
+    grouping.take_changed()  # replayed state is already in the changelog
+    return grouping
+
+
+def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str, Any]:
+    return {
+        "partition": partition,
+        "records_in": len(records),
+        "items_out": 0,
+        "dead_letters": 0,
+        "tombstones": 0,
+        "skipped": skipped,
+        "last_offset": max(r.offset for r in records),
+        "max_timestamp_ms": max(r.timestamp_ms for r in records),
+    }
