@@ -1,0 +1,105 @@
+"""Kafka source and sink descriptors: validation, payload decoding and encoding."""
+
+from __future__ import annotations
+
+import pytest
+
+import connectors
+from connectors import AvroSerde, Bytes, Json, KafkaSink, KafkaSource, Utf8
+from framework.core.graph import Kind, Sink, Source
+from framework.errors import DecodeError, PipelineError
+from framework.pipeline import Pipeline
+
+
+def test_exports() -> None:
+    assert set(connectors.__all__) >= {"KafkaSource", "KafkaSink", "Utf8", "Json", "Bytes"}
+    assert {"AvroSerde", "Serde"} <= set(connectors.__all__)
+
+
+def test_descriptors_build_a_pipeline() -> None:
+    source, sink = KafkaSource("words"), KafkaSink("counts")
+    graph = Pipeline("wc").source(source).map(str.upper).sink(sink).graph()
+    assert isinstance(source, Source)
+    assert isinstance(sink, Sink)
+    assert [n.endpoint for n in graph.nodes if n.kind in (Kind.SOURCE, Kind.SINK)] == [
+        source,
+        sink,
+    ]
+    assert (source.name, sink.name) == ("words", "counts")
+
+
+def test_defaults() -> None:
+    source, sink = KafkaSource("in"), KafkaSink("out")
+    assert (source.value, source.key, source.partitions, source.create) == (
+        Utf8(),
+        None,
+        None,
+        True,
+    )
+    assert (sink.value, sink.key, sink.partitions) == (Json(), None, 1)
+
+
+@pytest.mark.parametrize("topic", ["", ".", "..", "a b", "a/b", "x" * 250, "é"])
+def test_bad_topic_names(topic: str) -> None:
+    with pytest.raises(PipelineError, match="not a Kafka topic name"):
+        KafkaSource(topic)
+    with pytest.raises(PipelineError, match="not a Kafka topic name"):
+        KafkaSink(topic)
+
+
+def test_bad_settings() -> None:
+    with pytest.raises(PipelineError, match="value must be a serde"):
+        KafkaSource("t", value="utf8")  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="key must be a serde"):
+        KafkaSource("t", key=str)  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="partitions must be >= 1"):
+        KafkaSource("t", partitions=0)
+    with pytest.raises(PipelineError, match="partitions must be >= 1"):
+        KafkaSink("t", partitions=0)
+    with pytest.raises(PipelineError, match="key must be a function"):
+        KafkaSink("t", key=b"k")  # type: ignore[arg-type]
+
+
+def test_source_topic_spec_asks_for_log_append_time() -> None:
+    spec = KafkaSource("in", partitions=3).topic_spec()
+    assert (spec.name, spec.partitions) == ("in", 3)
+    assert spec.config["message.timestamp.type"] == "LogAppendTime"
+    assert KafkaSource("in").topic_spec().partitions == 1
+
+
+def test_source_decodes_value_or_key_and_value() -> None:
+    assert KafkaSource("t").decode(b"k", "héllo".encode()) == "héllo"
+    keyed = KafkaSource("t", value=Json(), key=Utf8())
+    assert keyed.decode(b"user", b'{"n":1}') == ("user", {"n": 1})
+
+
+def test_source_decode_errors_are_decode_errors() -> None:
+    with pytest.raises(DecodeError, match="no value"):
+        KafkaSource("t").decode(None, None)
+    with pytest.raises(DecodeError, match="not UTF-8"):
+        KafkaSource("t").decode(None, b"\xff")
+    with pytest.raises(DecodeError, match="no key"):
+        KafkaSource("t", key=Bytes()).decode(None, b"v")
+
+
+def test_sink_encodes_key_and_value() -> None:
+    assert KafkaSink("t").encode({"b": 1, "a": 2}) == (None, b'{"a":2,"b":1}')
+    by_user = KafkaSink("t", key=lambda p: p["user"])
+    assert by_user.encode({"user": "ü"}) == ("ü".encode(), b'{"user":"\\u00fc"}')
+    raw = KafkaSink("t", value=Bytes(), key=lambda p: p[:1])
+    assert raw.encode(b"xyz") == (b"x", b"xyz")
+
+
+def test_sink_encode_errors_are_pipeline_errors() -> None:
+    with pytest.raises(PipelineError, match="returned int"):
+        KafkaSink("t", key=lambda p: 1).encode("v")  # type: ignore[arg-type,return-value]
+    with pytest.raises(PipelineError, match="key function failed"):
+        KafkaSink("t", key=lambda p: p["missing"]).encode({})
+    with pytest.raises(PipelineError, match="Json cannot encode"):
+        KafkaSink("t").encode(float("nan"))
+
+
+def test_avro_source() -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
+    serde = AvroSerde(schema)
+    assert KafkaSource("t", value=serde).decode(None, serde.dumps({"n": 5})) == {"n": 5}
