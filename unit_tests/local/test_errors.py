@@ -59,3 +59,24 @@ def test_missing_maven_is_reported_before_any_download(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(StackError, match="Maven not found"):
         jar_bundle("kafka-broker", tmp_path / "empty-cache")
+
+
+def test_failed_jar_download_shows_maven_output_and_what_to_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from framework.errors import StackError
+    from framework.local.jars import jar_bundle
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    script = "#!/bin/sh\necho '[ERROR] Could not resolve org.apache.kafka'\nexit 1\n"
+    (fake / "mvn").write_text(script)
+    (fake / "mvn").chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake))
+    with pytest.raises(StackError) as failure:
+        jar_bundle("kafka-broker", tmp_path / "cache", quiet=True)
+    message = str(failure.value)
+    assert "downloading the kafka-broker jars failed (mvn exit 1)" in message
+    assert "check access to Maven Central" in message
+    assert "Could not resolve org.apache.kafka" in message
+    assert not list((tmp_path / "cache").glob("jars/*/.complete"))
