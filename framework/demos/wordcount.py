@@ -1,0 +1,61 @@
+"""The word-count pipelines of the demo and the integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectors import KafkaSink, KafkaSource
+from framework.pipeline import Pipeline
+
+__all__ = ["COUNT_WINDOW", "pair", "running_count", "tagged_words", "word_pairs", "wordcount"]
+
+COUNT_WINDOW = 1 << 30
+"""A grouping window larger than any word's count: the window is the word's whole history."""
+
+
+def _word(payload: Any) -> Any:
+    return payload if isinstance(payload, str) else payload[0]
+
+
+def running_count(window: tuple[str, ...]) -> list[Any]:
+    """``[word, n]``: the n-th occurrence of the word (the window is its whole history)."""
+    return [window[-1], len(window)]
+
+
+def wordcount(name: str, source: str, sink: str, partitions: int = 2) -> Pipeline:
+    """Lines -> words -> per-word running counts; the last count of a word is its total."""
+    p = Pipeline(name)
+    (
+        p.source(KafkaSource(source, partitions=partitions))
+        .flat_map(str.split)
+        .key_by(_word)
+        .group(window=COUNT_WINDOW)
+        .map(running_count)
+        .sink(KafkaSink(sink))
+    )
+    return p
+
+
+def tagged_words(line: str) -> list[list[str]]:
+    """``[word, line id]`` for every word of a line ``"<id> word word ..."``."""
+    line_id, *words = line.split()
+    return [[word, line_id] for word in words]
+
+
+def pair(window: tuple[list[str], ...]) -> list[Any]:
+    """``[word, [line ids of its previous and current occurrence]]``: order-sensitive."""
+    return [window[-1][0], [tag for _, tag in window]]
+
+
+def word_pairs(name: str, source: str, sink: str, partitions: int = 2) -> Pipeline:
+    """Which line each word occurred on just before: any reordering changes the output."""
+    p = Pipeline(name)
+    (
+        p.source(KafkaSource(source, partitions=partitions))
+        .flat_map(tagged_words)
+        .key_by(_word)
+        .group(window=2)
+        .map(pair)
+        .sink(KafkaSink(sink))
+    )
+    return p

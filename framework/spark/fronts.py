@@ -1,0 +1,123 @@
+"""Front heartbeats, sent by the driver for every source stage (docs/runtime.md).
+
+Every ``heartbeat_ms``, per source stage:
+
+1. Read the clock ``t0`` first, then the end offset (high watermark) of every input
+   partition. Not the last stable offset: records of a transaction still open were
+   appended (and stamped) before ``t0`` but become readable later, so a partition with an
+   open transaction must not heartbeat past them.
+2. Read the offsets the last finished micro-batch consumed (Spark's query progress).
+3. A partition whose consumed offset reached its end offset heartbeats
+   ``slot(t0 - delta)``: a record not consumed yet was appended after ``t0``, and input
+   topics use LogAppendTime, so its slot cannot be lower. ``delta`` absorbs clock skew
+   between this driver and the broker.
+4. If any front's heartbeat rose, send one AckBatch per acker shard (heartbeats only),
+   closed by this driver's next node time. The acks of the batches it covers were
+   committed before Spark reported their progress, so they precede it on every shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import Producer
+
+from framework.core.messages import Heartbeat
+from framework.core.time import front_id, slot_of
+from framework.kafka.admin import end_offsets
+from framework.kafka.wire import encode_ack_batch
+
+__all__ = ["FrontHeartbeats", "consumed_offsets"]
+
+
+def consumed_offsets(progress: Any, topic: str) -> dict[int, int]:
+    """Offsets of ``topic`` consumed by a query, from its last progress ({} if unknown)."""
+    if not progress:
+        return {}
+    for source in progress["sources"]:
+        end = source["endOffset"]
+        offsets = json.loads(end) if isinstance(end, str) else end
+        if isinstance(offsets, dict) and topic in offsets:
+            return {int(p): int(o) for p, o in offsets[topic].items()}
+    return {}
+
+
+class FrontHeartbeats:
+    """A daemon thread heartbeating the fronts of the given source topics."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        *,
+        acks_topic: str,
+        shards: int,
+        sources: Mapping[str, Callable[[], Any]],  # topic -> query progress getter
+        delta_ms: int,
+        interval_ms: int,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.acks_topic = acks_topic
+        self.shards = shards
+        self.sources = dict(sources)
+        self.delta_ms = delta_ms
+        self.interval_s = interval_ms / 1000
+        # A new node per driver start: its node time then only has to grow in this process.
+        nonce = f"{app}/fronts/{os.getpid()}/{time.time_ns()}".encode()
+        self.node = int.from_bytes(hashlib.blake2b(nonce, digest_size=8).digest(), "big") >> 1
+        self.time = 0
+        self.sent: dict[int, int] = {}
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="flamepipe-fronts", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        """Start heartbeating."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and flush what was sent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        self._producer.flush(10)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.beat()
+            except Exception as exc:  # surfaced by the runner's health check
+                self.error = exc
+                return
+
+    def beat(self) -> list[Heartbeat]:
+        """One round of steps 1-4; the heartbeats it sent."""
+        beats: list[Heartbeat] = []
+        for topic, progress in self.sources.items():
+            # Step 1
+            t0 = time.time_ns() // 1_000_000
+            ends = end_offsets(self.bootstrap, topic)
+            # Step 2
+            consumed = consumed_offsets(progress(), topic)
+            # Step 3
+            slot = slot_of(t0 - self.delta_ms, self.delta_ms)
+            for partition, end in ends.items():
+                front = front_id(topic, partition)
+                if consumed.get(partition, -1) >= end and slot > self.sent.get(front, -1):
+                    self.sent[front] = slot
+                    beats.append(Heartbeat(front, slot))
+        # Step 4
+        if beats:
+            self.time += 1
+            for shard in range(self.shards):
+                value = encode_ack_batch(self.node, self.time, [], beats)
+                self._producer.produce(self.acks_topic, value=value, partition=shard)
+            self._producer.poll(0)
+        return beats

@@ -1,0 +1,125 @@
+"""Driver side of a stage: one Structured Streaming query over the stage's input topic."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.runtime.task import StageSpec
+from framework.spark.executor import SUMMARY_SCHEMA, TaskContext, stage_task
+
+__all__ = ["StageQuery", "StageStats"]
+
+_COLUMNS = (
+    "key",
+    "value",
+    "topic",
+    "partition",
+    "offset",
+    "unix_millis(timestamp) AS ts",
+    "headers",
+)
+
+
+@dataclass
+class StageStats:
+    """Running totals of one stage, from its tasks' summaries."""
+
+    batches: int = 0
+    records_in: int = 0
+    items_out: int = 0
+    dead_letters: int = 0
+    tombstones: int = 0
+    skipped_tasks: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, rows: list[Any]) -> None:
+        """Fold one micro-batch's summary rows in."""
+        with self._lock:
+            self.batches += 1
+            for row in rows:
+                self.records_in += row["records_in"]
+                self.items_out += row["items_out"]
+                self.dead_letters += row["dead_letters"]
+                self.tombstones += row["tombstones"]
+                self.skipped_tasks += int(row["skipped"])
+
+
+class StageQuery:
+    """Starts and stops the streaming query of one stage."""
+
+    def __init__(
+        self,
+        spec: StageSpec,
+        bootstrap: str,
+        checkpoint: Path,
+        trigger_ms: int,
+        min_slot: Callable[[], int],
+    ) -> None:
+        self.spec = spec
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.trigger_ms = trigger_ms
+        self.min_slot = min_slot
+        self.stats = StageStats()
+        self.run_id = _run_id(checkpoint)
+        self.query: Any = None
+
+    def start(self, spark: Any) -> None:
+        """Start the query (it runs on Spark's own thread)."""
+        frame = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", self.spec.stage.topic)
+            .option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            # Internal topics are written in transactions; never read an aborted one.
+            .option("kafka.isolation.level", "read_committed")
+            .load()
+            .selectExpr(*_COLUMNS)
+        )
+        self.query = (
+            frame.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", str(self.checkpoint))
+            .queryName(f"{self.spec.graph.name}.{self.spec.stage.id}")
+            .trigger(processingTime=f"{self.trigger_ms} milliseconds")
+            .start()
+        )
+
+    def _batch(self, frame: Any, batch_id: int) -> None:
+        ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
+        rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
+        self.stats.add(rows)
+
+    def progress(self) -> Any:
+        """Spark's last progress report of the query (None before the first)."""
+        return None if self.query is None else self.query.lastProgress
+
+    def failure(self) -> str | None:
+        """Why the query died, or None while it is healthy."""
+        if self.query is None or self.query.isActive:
+            return None
+        exception = self.query.exception()
+        return str(exception) if exception is not None else "stopped"
+
+    def stop(self) -> None:
+        """Stop the query, waiting for its current batch to end."""
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+
+def _run_id(checkpoint: Path) -> str:
+    """An id kept in the checkpoint: restarts from it keep it, a new checkpoint gets a new one.
+
+    Commit markers are namespaced by it, so a replay from a fresh checkpoint never takes
+    its batch 0 for a batch an earlier run committed.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / "flamepipe-run-id"
+    if not path.exists():
+        path.write_text(uuid.uuid4().hex)
+    return path.read_text().strip()
