@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     IsolationLevel,
@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from framework.errors import ConfigError
+from framework.errors import ConfigError, FlamepipeError
 
 __all__ = [
     "LOG_APPEND_TIME",
@@ -47,6 +47,7 @@ __all__ = [
 LOG_APPEND_TIME = "LogAppendTime"
 _TIMESTAMP_TYPE = "message.timestamp.type"
 _TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 _clients: dict[str, AdminClient] = {}
 _clients_lock = threading.Lock()
@@ -85,54 +86,81 @@ def _admin(bootstrap: str) -> AdminClient:
         return client
 
 
-def _code(exc: BaseException) -> int | None:
+# Errors a just-created topic answers with until its partition leaders are ready.
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def _error(exc: BaseException) -> KafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        code: int = exc.args[0].code()
-        return code
+        return exc.args[0]
     return None
 
 
+def _code(exc: BaseException) -> int | None:
+    error = _error(exc)
+    return None if error is None else int(error.code())
+
+
 def _failed(bootstrap: str, what: str, exc: BaseException) -> ConfigError:
+    if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return ConfigError(f"Kafka at {bootstrap}: cannot {what}: no such topic")
     return ConfigError(f"Kafka at {bootstrap}: cannot {what}: {exc}")
 
 
-def _result(bootstrap: str, what: str, future: Any) -> Any:
-    """A future's result; Kafka errors become `ConfigError` naming ``what`` was asked."""
-    try:
-        return future.result(timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise ConfigError(f"Kafka at {bootstrap}: cannot {what}: no such topic") from exc
-        raise _failed(bootstrap, what, exc) from exc
-    except Exception as exc:  # timeouts and client errors of the future
-        raise _failed(bootstrap, what, exc) from exc
+def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
+    """``ask()``, asked again while Kafka's error is transient; else a `ConfigError`."""
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            return ask()
+        except KafkaException as exc:
+            error = _error(exc)
+            transient = error is not None and (error.retriable() or error.code() in _TRANSIENT)
+            if not transient or time.monotonic() > deadline:
+                raise _failed(bootstrap, what, exc) from exc
+        except FlamepipeError:
+            raise
+        except Exception as exc:  # the futures' own timeouts and client errors
+            raise _failed(bootstrap, what, exc) from exc
+        time.sleep(0.1)
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
     """The number of partitions of ``topic``; `ConfigError` if it does not exist."""
-    counts = _partition_counts(bootstrap, [topic])
-    if topic not in counts:
+    described = _describe(bootstrap, [topic])
+    if topic not in described:
         raise ConfigError(f"Kafka at {bootstrap}: topic {topic!r} does not exist")
-    return counts[topic]
+    return len(described[topic])
 
 
-def _partition_counts(bootstrap: str, topics: Iterable[str]) -> dict[str, int]:
-    """Partition counts of those ``topics`` that exist (describing never creates one)."""
+def _describe(bootstrap: str, topics: Iterable[str]) -> dict[str, list[Any]]:
+    """The partitions (with their leaders) of those ``topics`` that exist.
+
+    Describing never creates a topic, unlike a metadata request on a broker that
+    auto-creates topics.
+    """
     names = list(topics)
-    if not names:
-        return {}
-    try:
+
+    def ask() -> dict[str, list[Any]]:
         futures = _admin(bootstrap).describe_topics(TopicCollection(names))
-    except KafkaException as exc:
-        raise _failed(bootstrap, f"describe topics {names}", exc) from exc
-    counts: dict[str, int] = {}
-    for name, future in futures.items():
-        try:
-            counts[name] = len(future.result(timeout=_TIMEOUT_S).partitions)
-        except KafkaException as exc:
-            if _code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise _failed(bootstrap, f"describe topic {name!r}", exc) from exc
-    return counts
+        found: dict[str, list[Any]] = {}
+        for name, future in futures.items():
+            try:
+                found[name] = list(future.result(timeout=_TIMEOUT_S).partitions)
+            except KafkaException as exc:
+                if _code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+        return found
+
+    return _ask(bootstrap, f"describe topics {names}", ask) if names else {}
 
 
 def _check_partitions(spec: TopicSpec, actual: int) -> None:
@@ -151,55 +179,60 @@ def ensure_topics(bootstrap: str, specs: Iterable[TopicSpec]) -> None:
     configuration (check what matters, e.g. `require_log_append_time`).
     """
     wanted = {spec.name: spec for spec in specs}
-    existing = _partition_counts(bootstrap, wanted)
-    for name, actual in existing.items():
-        _check_partitions(wanted[name], actual)
+    existing = _describe(bootstrap, wanted)
+    for name, partitions in existing.items():
+        _check_partitions(wanted[name], len(partitions))
     missing = [spec for name, spec in wanted.items() if name not in existing]
     if missing:
         _create(bootstrap, missing)
-        _await_visible(bootstrap, missing)
+        _await_ready(bootstrap, missing)
 
 
 def _create(bootstrap: str, specs: list[TopicSpec]) -> None:
     new = [NewTopic(s.name, s.partitions, s.replication, config=dict(s.config)) for s in specs]
-    try:
-        futures = _admin(bootstrap).create_topics(new, request_timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise _failed(bootstrap, f"create topics {[s.name for s in specs]}", exc) from exc
     by_name = {spec.name: spec for spec in specs}
-    for name, future in futures.items():
-        try:
-            future.result(timeout=_TIMEOUT_S)
-        except KafkaException as exc:
-            if _code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
-                raise _failed(bootstrap, f"create topic {name!r}", exc) from exc
-            _check_partitions(by_name[name], partition_count(bootstrap, name))
+
+    def ask() -> None:
+        futures = _admin(bootstrap).create_topics(new, request_timeout=_TIMEOUT_S)
+        for name, future in futures.items():
+            try:
+                future.result(timeout=_TIMEOUT_S)
+            except KafkaException as exc:
+                if _code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                # A concurrent creator won: its topic must still be big enough.
+                _check_partitions(by_name[name], partition_count(bootstrap, name))
+
+    _ask(bootstrap, f"create topics {list(by_name)}", ask)
 
 
-def _await_visible(bootstrap: str, specs: list[TopicSpec]) -> None:
-    """Wait until the metadata shows every new topic (creation returns before it may)."""
+def _await_ready(bootstrap: str, specs: list[TopicSpec]) -> None:
+    """Wait until every new topic has all its partitions led: creation returns before."""
     deadline = time.monotonic() + _TIMEOUT_S
     names = [spec.name for spec in specs]
     while True:
-        counts = _partition_counts(bootstrap, names)
-        if all(counts.get(spec.name, 0) >= spec.partitions for spec in specs):
+        described = _describe(bootstrap, names)
+        if all(_led(described.get(spec.name, []), spec.partitions) for spec in specs):
             return
         if time.monotonic() > deadline:
-            raise ConfigError(f"Kafka at {bootstrap}: topics {names} did not appear in time")
+            raise ConfigError(f"Kafka at {bootstrap}: topics {names} did not become ready")
         time.sleep(0.05)
+
+
+def _led(partitions: list[Any], wanted: int) -> bool:
+    return len(partitions) >= wanted and all(p.leader is not None for p in partitions)
 
 
 def timestamp_type(bootstrap: str, topic: str) -> str:
     """The ``message.timestamp.type`` of ``topic``: ``CreateTime`` or ``LogAppendTime``."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    what = f"describe the configuration of topic {topic!r}"
-    try:
+
+    def ask() -> str:
         futures = _admin(bootstrap).describe_configs([resource], request_timeout=_TIMEOUT_S)
-    except KafkaException as exc:
-        raise _failed(bootstrap, what, exc) from exc
-    entries = _result(bootstrap, what, next(iter(futures.values())))
-    value: str = entries[_TIMESTAMP_TYPE].value
-    return value
+        entries = next(iter(futures.values())).result(timeout=_TIMEOUT_S)
+        return str(entries[_TIMESTAMP_TYPE].value)
+
+    return _ask(bootstrap, f"describe the configuration of topic {topic!r}", ask)
 
 
 def require_log_append_time(bootstrap: str, topic: str) -> None:
@@ -228,10 +261,11 @@ def end_offsets(bootstrap: str, topic: str, *, committed: bool = False) -> dict[
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     request = {TopicPartition(topic, p): latest for p in range(partitions)}
     what = f"list the end offsets of topic {topic!r}"
-    try:
+
+    def ask() -> dict[int, int]:
         futures = _admin(bootstrap).list_offsets(
             request, isolation_level=isolation, request_timeout=_TIMEOUT_S
         )
-    except KafkaException as exc:
-        raise _failed(bootstrap, what, exc) from exc
-    return {tp.partition: _result(bootstrap, what, f).offset for tp, f in futures.items()}
+        return {tp.partition: f.result(timeout=_TIMEOUT_S).offset for tp, f in futures.items()}
+
+    return _ask(bootstrap, what, ask)

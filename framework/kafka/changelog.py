@@ -54,6 +54,9 @@ def _consumer(bootstrap: str, isolation: str) -> Consumer:
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "isolation.level": isolation,
+        # A fetch still waiting for data on the previous assignment would delay the first
+        # fetch of the next one by up to this long (default 500 ms per catch-up).
+        "fetch.wait.max.ms": 10,
     }
     return _consumers.get((bootstrap, isolation), lambda: Consumer(config))
 

@@ -194,7 +194,7 @@ class TaskCommitter:
             producer.send_offsets_to_transaction(offsets, metadata, self.timeout_s)
             # Step 4
             self._commit_transaction(producer)
-        except (KafkaException, BufferError) as exc:
+        except Exception as exc:  # whatever failed (Kafka, a malformed record), abort
             self._abandon(producer, exc)
             raise PipelineError(
                 f"transaction of {self.transactional_id!r} failed ({len(records)} records, "

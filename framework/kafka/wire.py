@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,6 +30,7 @@ __all__ = [
     "DLQ_HEADERS",
     "ITEM_HEADER",
     "DeadLetter",
+    "HeaderValue",
     "MessageLike",
     "ack_batch_records",
     "dead_letter",
@@ -54,6 +55,7 @@ _MAX_REASON = 1_000
 _MAX_TRACEBACK = 8_000
 
 Headers = tuple[tuple[str, bytes], ...]
+HeaderValue = str | bytes | None
 
 
 def ack_batch_records(router_output: Iterable[tuple[int, AckerInput]]) -> list[tuple[int, bytes]]:
@@ -124,8 +126,8 @@ class MessageLike(Protocol):
     def value(self) -> bytes | None:
         """The record value."""
 
-    def headers(self) -> Sequence[tuple[str, bytes | None]] | None:
-        """The record headers, in order."""
+    def headers(self) -> Mapping[str, HeaderValue] | Sequence[tuple[str, HeaderValue]] | None:
+        """The record headers: pairs in order, or a mapping."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +144,19 @@ class DeadLetter:
     traceback: str
 
 
+def _text(name: str, raw: HeaderValue) -> str:
+    if raw is None or isinstance(raw, str):
+        return raw or ""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise DecodeError(f"dead-letter header {name} is not UTF-8: {exc}") from exc
+
+
 def _header_texts(message: MessageLike) -> dict[str, str]:
-    texts: dict[str, str] = {}
-    for name, raw in message.headers() or ():
-        if name in DLQ_HEADERS:
-            try:
-                texts[name] = (raw or b"").decode()
-            except UnicodeDecodeError as exc:
-                raise DecodeError(f"dead-letter header {name} is not UTF-8: {exc}") from exc
+    raw = message.headers() or ()
+    pairs = raw.items() if isinstance(raw, Mapping) else raw
+    texts = {name: _text(name, value) for name, value in pairs if name in DLQ_HEADERS}
     missing = [name for name in DLQ_HEADERS if name not in texts]
     if missing:
         raise DecodeError(f"not a dead letter: headers {', '.join(missing)} missing")

@@ -3,6 +3,7 @@ batches group a router's output per shard in order, dead letters keep the origin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +18,7 @@ from framework.errors import DecodeError
 from framework.kafka.wire import (
     DLQ_HEADERS,
     ITEM_HEADER,
+    HeaderValue,
     ack_batch_records,
     dead_letter,
     decode_ack_batch,
@@ -207,7 +209,7 @@ def test_empty_output_has_no_records() -> None:
 class FakeMessage:
     k: bytes | None
     v: bytes | None
-    h: list[tuple[str, bytes | None]] | None
+    h: Mapping[str, HeaderValue] | list[tuple[str, HeaderValue]] | None
 
     def key(self) -> bytes | None:
         return self.k
@@ -215,7 +217,7 @@ class FakeMessage:
     def value(self) -> bytes | None:
         return self.v
 
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
+    def headers(self) -> Mapping[str, HeaderValue] | list[tuple[str, HeaderValue]] | None:
         return self.h
 
 
@@ -278,3 +280,10 @@ def test_read_dead_letter_rejects_other_records() -> None:
     bad_text = [(n, b"\xff" if n == "fp.dlq.reason" else v) for n, v in headers]
     with pytest.raises(DecodeError, match="UTF-8"):
         read_dead_letter(FakeMessage(None, b"v", list(bad_text)))
+
+
+def test_read_dead_letter_takes_header_mappings_and_text() -> None:
+    _, _, headers = dead_letter(b"k", b"v", "why", "s", "t", 1, 2, "tb")
+    as_text = {name: value.decode() for name, value in headers}
+    letter = read_dead_letter(FakeMessage(b"k", b"v", as_text))
+    assert (letter.reason, letter.partition, letter.offset) == ("why", 1, 2)
