@@ -131,6 +131,7 @@ class AckerService(Service):
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self.published = 0
+        self.batches = 0
 
     @property
     def replaying(self) -> bool:
@@ -200,6 +201,7 @@ class AckerService(Service):
                     self._publish(notes)
         except ProtocolViolation as exc:
             raise ProtocolViolation(f"{at}: {exc}") from exc
+        self.batches += 1
 
     def _publish(self, notes: list[MinTimeNotification]) -> None:
         assert self._producer is not None

@@ -60,6 +60,7 @@ class MinTimeView(Service):
         self.segments = tuple(segments)
         self.poll_s = poll_s
         self.resets = 0
+        self.reports = 0
         self._listener = MinTimeListener(shards, self.segments)
         self._cond = threading.Condition()
         self._published: dict[str | None, int] = dict.fromkeys((*self.segments, None), 0)
@@ -150,7 +151,9 @@ class MinTimeView(Service):
         value = msg.value()
         if value is None:
             raise ProtocolViolation(f"{self.topic}[{partition}]@{offset} has no value")
-        self._publish(self._listener.receive(decode_min_time(value)))
+        published = self._listener.receive(decode_min_time(value))
+        self.reports += 1
+        self._publish(published)
 
     def _publish(self, notes: list[MinTimeNotification]) -> None:
         grown: list[MinTimeNotification] = []

@@ -20,7 +20,7 @@ bytes to the same partitions.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from framework.codec import decode_bundle_header, decode_meta, encode_bundle_header, encode_meta
@@ -49,7 +49,8 @@ META_HEADER = "fp.meta"
 BUNDLE_HEADER = "fp.bundle"
 """Header of the record that closes a bundle on a partition: Avro ``BundleHeader``."""
 
-Headers = Sequence[tuple[str, bytes | None]]
+Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
+"""Record headers as confluent_kafka returns them."""
 
 
 def output_partition(key: bytes | None, meta: Meta, partitions: int) -> int:
@@ -86,9 +87,10 @@ def bundle_records(
 
 def header_value(headers: Headers | None, name: str) -> bytes | None:
     """The value of the first header ``name``, None if absent."""
-    for key, value in headers or ():
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for key, value in pairs:
         if key == name:
-            return value if value is not None else b""
+            return value.encode() if isinstance(value, str) else value or b""
     return None
 
 

@@ -111,5 +111,5 @@ class PartitionLedger:
         return held[0][0] if held else self.position
 
     def mark(self, node_time: int, gt_last: GlobalTime | None) -> BarrierMark:
-        """The metadata to commit with this partition's ``P_rel``."""
-        return BarrierMark(self.acked, node_time, gt_last)
+        """The metadata to commit with ``P_rel``, once every record read so far is acked."""
+        return BarrierMark(max(self.acked, self.position), node_time, gt_last)

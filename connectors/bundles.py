@@ -1,0 +1,321 @@
+"""Reading a flamepipe output topic downstream: verified bundles, exactly once.
+
+`BundleConsumer` reads with read_committed, buffers each partition's items until the
+bundle header that closes them, checks the bundle rules (`BundleVerifier`: consecutive
+``seq``, increasing ``gt_last``, items inside their bundle, item count) and hands out whole
+bundles. A bundle counts as received when the next one is asked for (or on `close`): its
+position is committed then, with its ``seq`` and ``gt_last`` in the offset metadata, so a
+restarted consumer resumes after it and goes on verifying where it stopped.
+
+`last_bundle_header` is the other half of seed 002's contract: the consumer side hands
+the last bundle back to a restarting barrier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from framework.core.messages import BundleHeader
+from framework.core.meta import Meta
+from framework.core.time import GlobalTime
+from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
+from framework.kafka.admin import partition_count
+from framework.kafka.serde import Bytes, Json, Serde, Utf8
+from framework.services.common import close_quietly, is_eof, kafka_call, new_consumer, where
+from framework.services.output import BundleVerifier, read_bundle_header, read_meta
+from framework.services.positions import format_gt, parse_gt
+from framework.services.tail import last_bundle_header
+
+__all__ = [
+    "BundleConsumer",
+    "OutputItem",
+    "VerifiedBundle",
+    "consume_main",
+    "last_bundle_header",
+]
+
+_TIMEOUT_S = 30.0
+_VERSION = "fp1"
+
+
+@dataclass(frozen=True, slots=True)
+class OutputItem:
+    """One output record: its decoded payload, meta and coordinates."""
+
+    value: Any
+    meta: Meta
+    key: bytes | None
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedBundle:
+    """A whole bundle of one partition, checked against the bundle rules."""
+
+    partition: int
+    header: BundleHeader
+    items: tuple[OutputItem, ...]
+    offset: int
+
+
+def _mark(header: BundleHeader) -> str:
+    return f"{_VERSION} seq={header.seq} gt={format_gt(header.gt_last)}"
+
+
+def _unmark(text: str, where_: str) -> tuple[int, GlobalTime | None]:
+    try:
+        version, seq, gt = text.split(" ")
+        if version != _VERSION or not seq.startswith("seq=") or not gt.startswith("gt="):
+            raise ValueError(text)
+        return int(seq[4:]), parse_gt(gt[3:])
+    except ValueError as exc:
+        raise ProtocolViolation(
+            f"{where_}: committed offset metadata {text!r} was not written by a BundleConsumer"
+        ) from exc
+
+
+class BundleConsumer:
+    """Verified bundles of ``topic`` for consumer group ``group`` (see the module docstring).
+
+    ``serde`` decodes item values. Any broken rule raises `ProtocolViolation` naming the
+    partition, offset and rule; nothing of the broken bundle is handed out.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        serde: Serde | None = None,
+        *,
+        poll_s: float = 0.05,
+    ) -> None:
+        """A consumer of ``topic``; it connects on `open` (or entering ``with``)."""
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.group = group
+        self.serde: Serde = serde if serde is not None else Json()
+        self.poll_s = poll_s
+        self._consumer: Consumer | None = None
+        self._verifiers: dict[int, BundleVerifier] = {}
+        self._items: dict[int, list[OutputItem]] = {}
+        self._syncing: set[int] = set()
+        self._ready: deque[VerifiedBundle] = deque()
+        self._unacked: VerifiedBundle | None = None
+
+    def open(self) -> Self:
+        """Connect and resume after the last committed bundle of every partition."""
+        self._consumer = consumer = new_consumer(self.bootstrap, self.group)
+        try:
+            partitions = partition_count(self.bootstrap, self.topic)
+            asked = [TopicPartition(self.topic, p) for p in range(partitions)]
+            found = kafka_call(
+                f"cannot read the positions of {self.group!r}",
+                lambda: consumer.committed(asked, timeout=_TIMEOUT_S),
+            )
+            kafka_call(
+                f"cannot read {self.topic}",
+                lambda: consumer.assign([self._resume(consumer, tp) for tp in found]),
+            )
+        except FlamepipeError:
+            self.close()
+            raise
+        return self
+
+    def _resume(self, consumer: Consumer, tp: TopicPartition) -> TopicPartition:
+        p = tp.partition
+        at = f"{self.topic}[{p}]"
+        self._items[p] = []
+        if tp.offset >= 0:
+            seq, gt_last = _unmark(tp.metadata or "", f"group {self.group!r} on {at}")
+            self._verifiers[p] = BundleVerifier(at, seq + 1, gt_last)
+            return TopicPartition(self.topic, p, tp.offset)
+        low, _ = consumer.get_watermark_offsets(TopicPartition(self.topic, p), _TIMEOUT_S)
+        self._verifiers[p] = BundleVerifier(at, 0 if low == 0 else None)
+        if low > 0:  # retention cut the log: its first bundle may be partial
+            self._syncing.add(p)
+        return TopicPartition(self.topic, p, OFFSET_BEGINNING)
+
+    def poll(self, timeout: float) -> VerifiedBundle | None:
+        """The next verified bundle, None if none completes within ``timeout`` seconds.
+
+        Asking for the next bundle acknowledges (commits) the previous one.
+        """
+        self.commit()
+        deadline = time.monotonic() + timeout
+        while not self._ready:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._fill(min(left, self.poll_s))
+        self._unacked = self._ready.popleft()
+        return self._unacked
+
+    def bundles(self, idle_s: float | None = None) -> Iterator[VerifiedBundle]:
+        """Bundles as they come; stops after ``idle_s`` seconds without one (None: never)."""
+        while True:
+            bundle = self.poll(idle_s if idle_s is not None else 3600.0)
+            if bundle is None:
+                if idle_s is not None:
+                    return
+                continue
+            yield bundle
+
+    def commit(self) -> None:
+        """Acknowledge the last bundle handed out: commit its position and header."""
+        bundle, self._unacked = self._unacked, None
+        if bundle is None or self._consumer is None:
+            return
+        consumer = self._consumer
+        position = TopicPartition(
+            self.topic, bundle.partition, bundle.offset + 1, metadata=_mark(bundle.header)
+        )
+        kafka_call(
+            f"cannot commit the position of {self.group!r}",
+            lambda: consumer.commit(offsets=[position], asynchronous=False),
+        )
+
+    def _fill(self, timeout: float) -> None:
+        if self._consumer is None:
+            raise PipelineError("BundleConsumer is not open: call open() or use `with`")
+        for msg in self._consumer.consume(1000, timeout):
+            if is_eof(msg):
+                continue
+            if msg.error() is not None:
+                raise PipelineError(f"cannot read {self.topic}: {msg.error()}")
+            self._take(msg)
+
+    def _take(self, msg: Message) -> None:
+        partition, offset = where(msg)
+        header = read_bundle_header(msg.headers())
+        if partition in self._syncing:
+            if header is not None:  # verification starts after the first whole bundle
+                self._syncing.discard(partition)
+                self._verifiers[partition] = BundleVerifier(
+                    f"{self.topic}[{partition}]", header.seq + 1, header.gt_last
+                )
+            return
+        verifier = self._verifiers[partition]
+        if header is not None:
+            verifier.header(header, offset)
+            items, self._items[partition] = self._items[partition], []
+            self._ready.append(VerifiedBundle(partition, header, tuple(items), offset))
+            return
+        meta = verifier.item(msg.headers(), offset)
+        raw = msg.value()
+        value = self.serde.loads(raw) if raw is not None else None
+        self._items[partition].append(OutputItem(value, meta, msg.key(), partition, offset))
+
+    def close(self) -> None:
+        """Acknowledge the last bundle handed out and disconnect."""
+        try:
+            self.commit()
+        finally:
+            consumer, self._consumer = self._consumer, None
+            close_quietly(consumer)
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:  # a failed caller did not receive the last bundle: do not acknowledge it
+            self._unacked = None
+            self.close()
+
+
+_SERDES: dict[str, Serde] = {"json": Json(), "utf8": Utf8(), "bytes": Bytes()}
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="flamepipe consume", description="Print the items of a flamepipe output topic."
+    )
+    parser.add_argument("topic")
+    parser.add_argument("--verify", action="store_true", help="check every bundle (else: plain)")
+    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default: the settings)")
+    parser.add_argument("--group", help="consumer group that keeps the position (default: none)")
+    parser.add_argument("--serde", choices=sorted(_SERDES), default="json")
+    parser.add_argument("--meta", action="store_true", help="prefix each item with its time")
+    parser.add_argument("--idle", type=float, default=5.0, help="stop after S idle s (0: never)")
+    return parser.parse_args(argv)
+
+
+def _line(item: OutputItem, meta: bool) -> str:
+    value = item.value if isinstance(item.value, str) else json.dumps(item.value, default=repr)
+    return f"{format_gt(item.meta.gt)}\t{value}" if meta else value
+
+
+def _plain(bootstrap: str, args: argparse.Namespace, serde: Serde) -> int:
+    """Items of every partition as read_committed shows them, headers skipped, unchecked."""
+    consumer = new_consumer(bootstrap, args.group)
+    count = 0
+    try:
+        partitions = partition_count(bootstrap, args.topic)
+        assign = [TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(partitions)]
+        kafka_call(f"cannot read {args.topic}", lambda: consumer.assign(assign))
+        last = time.monotonic()
+        while not args.idle or time.monotonic() - last < args.idle:
+            for msg in consumer.consume(1000, 0.1):
+                if msg.error() is not None or read_bundle_header(msg.headers()) is not None:
+                    continue
+                raw = msg.value()
+                value = serde.loads(raw) if raw is not None else None
+                meta = read_meta(msg.headers()) or Meta(GlobalTime(-1, -1, -1))
+                partition, offset = where(msg)
+                print(_line(OutputItem(value, meta, msg.key(), partition, offset), args.meta))
+                count += 1
+                last = time.monotonic()
+    finally:
+        close_quietly(consumer)
+    return count
+
+
+def consume_main(argv: Sequence[str] | None = None) -> int:
+    """``flamepipe consume <topic> [--verify] ...``: print items; 1 on a protocol violation."""
+    args = _arguments(argv)
+    if args.bootstrap:
+        bootstrap: str = args.bootstrap
+    else:
+        from framework.config import Settings
+
+        bootstrap = Settings.load().kafka_bootstrap
+    serde = _SERDES[args.serde]
+    try:
+        if not args.verify:
+            count = _plain(bootstrap, args, serde)
+            print(f"{count} item(s), not verified", file=sys.stderr)
+            return 0
+        group = args.group or f"flamepipe-consume-{time.time_ns()}"
+        bundles = items = 0
+        with BundleConsumer(bootstrap, args.topic, group, serde) as consumer:
+            for bundle in consumer.bundles(args.idle or None):
+                for item in bundle.items:
+                    print(_line(item, args.meta))
+                bundles += 1
+                items += len(bundle.items)
+        print(f"{bundles} bundle(s), {items} item(s) verified", file=sys.stderr)
+        return 0
+    except ProtocolViolation as exc:
+        print(f"protocol violation: {exc}", file=sys.stderr)
+        return 1
+    except FlamepipeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

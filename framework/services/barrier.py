@@ -1,0 +1,327 @@
+"""The barrier service of one sink: buffers, acks receipt, releases bundles by min time.
+
+It reads ``<app>.<sink>.pre`` (read_committed, every partition), acks each record into the
+sink's segment as received, buffers it in the core `Barrier` and, whenever the min time of
+that segment grows, writes the released bundle to the sink's topic (format:
+`framework.services.output`). Receipt acks must not wait for a bundle (the min time that
+releases a bundle needs them), so every round with new records commits too.
+
+Positions (docs/decisions/barrier-positions.md): with every commit, per pre-barrier
+partition, the group offset is ``P_rel`` and the metadata holds ``P_ack``, the node time
+and ``GT_last`` (`framework.services.positions`). Start-up protocol:
+
+1. Start the writer: a transactional producer fences any older barrier of this sink and
+   aborts its open transaction.
+2. Read the committed positions and their metadata.
+3. Read the last bundle header of every output partition (read_committed, seed 002:
+   "the consumer returns the last bundle").
+4. Resume: ``GT_last`` is the later of the metadata's and the header's, the next bundle
+   follows the header's ``seq``; the node time continues past the metadata's.
+5. Seek every pre-barrier partition to ``P_rel``; records below ``P_ack`` are buffered
+   again but not acked again, records at or before ``GT_last`` are dropped as replays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from connectors.kafka import KafkaSink
+from framework.core.barrier import Barrier, Bundle
+from framework.core.graph import Graph
+from framework.core.messages import Ack
+from framework.core.meta import Record
+from framework.core.sharded import shard_of
+from framework.core.time import GlobalTime
+from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
+from framework.kafka.admin import partition_count
+from framework.kafka.serde import Pickle
+from framework.kafka.wire import ITEM_HEADER, decode_item_header, encode_ack_batch
+from framework.runtime.stages import Topics
+from framework.runtime.task import OutRecord
+from framework.services.common import (
+    Service,
+    close_quietly,
+    is_eof,
+    kafka_call,
+    new_consumer,
+    service_node_id,
+    where,
+)
+from framework.services.mintime import MinTimeView
+from framework.services.output import bundle_records, header_value
+from framework.services.positions import BarrierMark, PartitionLedger
+from framework.services.tail import last_bundle_header
+from framework.services.writer import OutputWriter, PlainWriter, TransactionalWriter
+
+__all__ = ["BarrierService", "BarrierStats"]
+
+_PICKLE = Pickle()
+
+
+@dataclass
+class BarrierStats:
+    """Counters of one barrier run."""
+
+    records_in: int = 0
+    items_out: int = 0
+    bundles: int = 0
+    commits: int = 0
+
+
+class BarrierService(Service):
+    """The barrier of sink node ``sink_node`` of ``app`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        sink_node: str,
+        segment: str,
+        sink: KafkaSink,
+        *,
+        shards: int,
+        view: MinTimeView | None = None,
+        segments: Iterable[str] = (),
+        exactly_once: bool = True,
+        poll_s: float = 0.005,
+        max_batch: int = 1000,
+        checkpoint_s: float = 1.0,
+    ) -> None:
+        """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
+
+        Without a ``view`` it runs its own `MinTimeView` over ``segments`` (all segment
+        names of the pipeline). ``exactly_once=False`` writes without transactions.
+        """
+        super().__init__(f"flamepipe-barrier-{app}-{sink_node}")
+        if view is None and not segments:
+            raise PipelineError("a barrier without a MinTimeView needs the pipeline's segments")
+        self.bootstrap = bootstrap
+        self.app = app
+        self.sink_node = sink_node
+        self.segment = segment
+        self.sink = sink
+        self.shards = shards
+        self.exactly_once = exactly_once
+        self.poll_s = poll_s
+        self.max_batch = max_batch
+        self.checkpoint_s = checkpoint_s
+        self.topics = Topics(app)
+        self.pre = self.topics.pre(sink_node)
+        self.group = f"{app}.{sink_node}.barrier"
+        self.node = service_node_id(app, sink_node, "barrier")
+        self.stats = BarrierStats()
+        self._view = view
+        self._own_view = view is None
+        self._segments = tuple(segments)
+        self._barrier = Barrier()
+        self._ledgers: dict[int, PartitionLedger] = {}
+        self._acks: dict[int, int] = {}
+        self._node_time = 0
+        self._min_seen = 0
+        self._released = 0
+        self._out_partitions = 1
+        self._dirty = False
+        self._last_commit = time.monotonic()
+        self._consumer: Consumer | None = None
+        self._writer: OutputWriter | None = None
+
+    @classmethod
+    def for_graph(
+        cls, bootstrap: str, graph: Graph, sink_node: str, shards: int, **options: object
+    ) -> BarrierService:
+        """The barrier of ``sink_node`` of ``graph``; ``options`` as for the constructor."""
+        endpoint = graph.node(sink_node).endpoint
+        if not isinstance(endpoint, KafkaSink):
+            raise PipelineError(f"sink {sink_node} writes to {endpoint!r}, not a KafkaSink")
+        segments = graph.segments()
+        return cls(
+            bootstrap,
+            graph.name,
+            sink_node,
+            segments.of_node[sink_node],
+            endpoint,
+            shards=shards,
+            segments=tuple(segments.inbound),
+            **options,  # type: ignore[arg-type]
+        )
+
+    @property
+    def gt_last(self) -> GlobalTime | None:
+        """The barrier's current ``GT_last`` (None before the first release)."""
+        return self._barrier.gt_last
+
+    @property
+    def next_seq(self) -> int:
+        """Sequence number of the next bundle."""
+        return self._barrier.next_seq
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """The start-up protocol of the module docstring."""
+        self._out_partitions = self.sink.prepare(self.bootstrap)
+        pre_partitions = partition_count(self.bootstrap, self.pre)
+        self._consumer = consumer = new_consumer(self.bootstrap, self.group)
+        # Step 1
+        self._writer = (
+            TransactionalWriter(self.bootstrap, consumer, self.group)
+            if self.exactly_once
+            else PlainWriter(self.bootstrap, consumer)
+        )
+        self._writer.open()
+        # Step 2
+        marks = self._committed(consumer, pre_partitions)
+        # Step 3
+        header = last_bundle_header(self.bootstrap, self.sink.topic)
+        # Step 4
+        gts = [mark.gt_last for _, mark in marks.values() if mark.gt_last is not None]
+        if header is not None:
+            gts.append(header.gt_last)
+        next_seq = header.seq + 1 if header is not None else 0
+        self._barrier = Barrier(max(gts) if gts else None, next_seq)
+        self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
+        # Step 5
+        assign: list[TopicPartition] = []
+        for p in range(pre_partitions):
+            start, mark = marks.get(p, (OFFSET_BEGINNING, BarrierMark(0, 0, None)))
+            self._ledgers[p] = PartitionLedger(max(start, 0), mark.acked)
+            assign.append(TopicPartition(self.pre, p, start))
+        kafka_call(f"cannot read {self.pre}", lambda: consumer.assign(assign))
+        if self._view is None:
+            self._view = MinTimeView(self.bootstrap, self.app, self.shards, self._segments)
+            self._view.start()
+
+    def _committed(self, consumer: Consumer, partitions: int) -> dict[int, tuple[int, BarrierMark]]:
+        asked = [TopicPartition(self.pre, p) for p in range(partitions)]
+        found = kafka_call(
+            f"cannot read the positions of group {self.group!r}",
+            lambda: consumer.committed(asked, timeout=30),
+        )
+        marks: dict[int, tuple[int, BarrierMark]] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise PipelineError(f"position of {self.group!r} on {self.pre}: {tp.error}")
+            if tp.offset >= 0:
+                at = f"group {self.group!r} on {self.pre}[{tp.partition}]"
+                marks[tp.partition] = (tp.offset, BarrierMark.decode(tp.metadata or "", at))
+        return marks
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        assert self._consumer is not None and self._view is not None
+        for msg in self._consumer.consume(self.max_batch, self.poll_s):
+            if is_eof(msg):
+                continue
+            if msg.error() is not None:
+                raise PipelineError(f"cannot read {self.pre}: {msg.error()}")
+            self._take(msg)
+        self._view.check()
+        bundle = None
+        min_time = self._view.min_time(self.segment)
+        if min_time > self._min_seen:
+            self._min_seen = min_time
+            bundle = self._barrier.on_min_time(min_time)
+            self._dirty = True
+        overdue = time.monotonic() - self._last_commit > self.checkpoint_s
+        if self._acks or bundle is not None or (self._dirty and overdue):
+            self._commit(bundle)
+        # Bundles are committed as soon as they exist: everything below is out or cancelled.
+        self._released = self._min_seen
+
+    def released_through(self) -> int:
+        """The min time last applied: every item in a lower slot is visible or cancelled."""
+        return self._released
+
+    def _take(self, msg: Message) -> None:
+        partition, offset = where(msg)
+        at = f"{self.pre}[{partition}]@{offset}"
+        raw = header_value(msg.headers(), ITEM_HEADER)
+        value = msg.value()
+        if raw is None or value is None:
+            raise ProtocolViolation(f"{at}: no {ITEM_HEADER} header or no value")
+        meta, ack = decode_item_header(raw)
+        ledger = self._ledgers[partition]
+        if ledger.needs_ack(offset):
+            slot = meta.gt.slot
+            self._acks[slot] = self._acks.get(slot, 0) ^ ack
+        ledger.read(offset, meta.gt)
+        self._barrier.push(Record(meta, _PICKLE.loads(value)))
+        self.stats.records_in += 1
+        self._dirty = True
+
+    def _commit(self, bundle: Bundle | None) -> None:
+        """Write a bundle, the receipt acks and the positions together.
+
+        1. The bundle's records: items, then a header on every output partition.
+        2. The receipt acks since the last commit: one ack batch per shard, closed by the
+           next node time of this barrier (every shard gets one, as from any sender).
+        3. Per pre-barrier partition ``P_rel`` with ``P_ack``, node time, ``GT_last``.
+        4. Write all of it at once (`OutputWriter.write`: one transaction when exactly once).
+        5. Only then take the acks as sent and the positions as committed.
+        """
+        assert self._writer is not None
+        # Step 1
+        records: list[OutRecord] = []
+        if bundle is not None:
+            records = bundle_records(
+                bundle, self.sink.topic, self._out_partitions, self.sink.encode
+            )
+        # Step 2
+        node_time = self._node_time
+        acks = {slot: value for slot, value in self._acks.items() if value}
+        if acks:
+            node_time = max(node_time + 1, time.time_ns() // 1000)
+            records.extend(self._ack_records(acks, node_time))
+        # Step 3
+        gt_last = self._barrier.gt_last
+        positions = [
+            TopicPartition(
+                self.pre,
+                p,
+                ledger.release_position(gt_last),
+                metadata=BarrierMark(
+                    max(ledger.acked, ledger.position), node_time, gt_last
+                ).encode(),
+            )
+            for p, ledger in self._ledgers.items()
+        ]
+        # Step 4
+        self._writer.write(records, positions)
+        # Step 5
+        for ledger in self._ledgers.values():
+            ledger.acked_all()
+        self._acks = {}
+        self._node_time = node_time
+        self._dirty = False
+        self._last_commit = time.monotonic()
+        self.stats.commits += 1
+        if bundle is not None:
+            self.stats.bundles += 1
+            self.stats.items_out += len(bundle.records)
+
+    def _ack_records(self, acks: Mapping[int, int], node_time: int) -> list[OutRecord]:
+        by_shard: dict[int, list[Ack]] = {shard: [] for shard in range(self.shards)}
+        for slot, value in sorted(acks.items()):
+            by_shard[shard_of(slot, self.shards)].append(Ack(self.segment, slot, value))
+        return [
+            OutRecord(self.topics.acks, shard, None, encode_ack_batch(self.node, node_time, a, []))
+            for shard, a in by_shard.items()
+        ]
+
+    def _close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        consumer, self._consumer = self._consumer, None
+        close_quietly(consumer)
+        view = self._view
+        if self._own_view and view is not None:
+            self._view = None
+            with contextlib.suppress(FlamepipeError):  # the barrier's own failure comes first
+                view.stop()
