@@ -232,10 +232,12 @@ def test_partitioner_chooses_when_partition_is_none(bootstrap: str) -> None:
 
 
 class _Interleaved(Sequence[Out]):
-    """Records whose iteration runs ``hook`` before record ``at``: a commit paused midway."""
+    """Records whose first iteration runs ``hook`` before record ``at``: a commit paused
+    midway."""
 
     def __init__(self, records: list[Out], at: int, hook: Callable[[], None]) -> None:
-        self._records, self._at, self._hook = records, at, hook
+        self._records, self._at = records, at
+        self._hook: Callable[[], None] | None = hook
 
     def __len__(self) -> int:
         return len(self._records)
@@ -249,8 +251,9 @@ class _Interleaved(Sequence[Out]):
 
     def __iter__(self) -> Iterator[Out]:
         for i, record in enumerate(self._records):
-            if i == self._at:
-                self._hook()
+            if i == self._at and self._hook is not None:
+                hook, self._hook = self._hook, None
+                hook()
             yield record
 
 
@@ -272,14 +275,15 @@ def test_a_new_attempt_fences_the_old_one_mid_transaction(
 
         def new_attempt_takes_over() -> None:
             # The old attempt's first records are in the log, uncommitted, when the new
-            # attempt starts (fencing the old producer and aborting its transaction).
+            # attempt of the same batch starts (fencing the old producer, aborting its
+            # transaction) and commits it.
             _await_uncommitted(bootstrap, sink, 3 + 4)
-            new.commit(_batch(sink, "new"), group, {(source, 0): 2})
+            new.commit(_batch(sink, "new"), group, {(source, 0): 5})
 
         zombie = _Interleaved(_batch(sink, "zombie", 8), 4, new_attempt_takes_over)
-        with pytest.raises(PipelineError, match="fenced"):
-            old.commit(zombie, group, {(source, 0): 99})
-        assert old.committed_position(group, source, 0) == 2
+        # The old attempt finds itself fenced, restarts, sees the batch committed: done.
+        old.commit(zombie, group, {(source, 0): 5})
+        assert old.committed_position(group, source, 0) == 5
     finally:
         old.close()
         new.close()
@@ -287,6 +291,28 @@ def test_a_new_attempt_fences_the_old_one_mid_transaction(
     assert committed == [b"first-0", b"first-1", b"first-2", b"new-0", b"new-1", b"new-2"]
     raw = _values(_read(bootstrap, sink, "read_uncommitted"))
     assert [v for v in raw if v.startswith(b"zombie")] == [b"zombie-%d" % i for i in range(4)]
+
+
+def test_workers_taking_turns_with_one_transactional_id(
+    bootstrap: str, io_topics: tuple[str, str]
+) -> None:
+    """Two Python workers serve the same partition in turn: each finds its cached
+    producer fenced by the other, restarts it and commits its own batch."""
+    source, sink = io_topics
+    group, transactional_id = _name("g"), _name("app.s1.p0")
+    workers = [TaskCommitter(bootstrap, transactional_id) for _ in range(2)]
+    try:
+        for batch in range(4):
+            worker = workers[batch % 2]
+            end = 2 * (batch + 1)
+            assert not worker.is_committed(group, source, 0, end)
+            worker.commit(_batch(sink, f"b{batch}", 2), group, {(source, 0): end})
+            assert worker.is_committed(group, source, 0, end)
+    finally:
+        for worker in workers:
+            worker.close()
+    committed = _values(_read(bootstrap, sink, "read_committed"))
+    assert committed == [b"b%d-%d" % (batch, i) for batch in range(4) for i in range(2)]
 
 
 def _failing(bootstrap: str, topic: str, tag: str, partition: int = 0) -> _Interleaved:

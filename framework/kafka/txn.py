@@ -10,7 +10,11 @@ for the consumer group of the task) tells a re-executed batch that it is already
     committer.commit(records, group, {(topic, partition): end})
 
 Committers, group consumers and changelog readers are cached per process (Spark reuses its
-Python workers). Only flamepipe's errors escape: `PipelineError` for a failed commit.
+Python workers). Workers of one pool take turns with a partition, so a cached producer is
+often fenced by a sibling: `TaskCommitter.commit` then starts a new one (fencing all
+others) and commits again unless the marker shows the batch committed meanwhile. That
+retry is safe because after the restart no other producer can commit, and markers only
+grow. Only flamepipe's errors escape: `PipelineError` for a failed commit.
 """
 
 from __future__ import annotations
@@ -175,12 +179,34 @@ class TaskCommitter:
            init_transactions fences every older producer of the transactional.id and
            aborts their open transaction).
         2. Produce every record, polling while the local queue is full.
-        3. Add ``positions`` ((topic, partition) -> next offset) for ``group``.
+        3. Add ``positions`` ((topic, partition) -> next offset) for ``group``: the marker.
         4. Commit, retrying while the error is retriable.
+        5. If the producer was fenced (another worker or attempt used the transactional.id
+           since) or broke, start a new one, which fences all others. If the marker now
+           covers ``positions``, another attempt committed this batch: done. Else steps
+           1-4 once more.
 
-        Any failure aborts the transaction (or, if the producer is fenced or broken,
-        drops it: the next commit starts a new one) and raises `PipelineError`.
+        Any other failure aborts the transaction and raises `PipelineError`, and so does
+        a second fencing.
         """
+        fenced = self._attempt(records, group, positions)
+        if fenced is None:
+            return
+        # Step 5
+        self._ready()
+        if positions and self._covered(group, positions):
+            return
+        again = self._attempt(records, group, positions)
+        if again is not None:
+            raise self._failed(len(records), group, again) from again
+
+    def _attempt(
+        self,
+        records: Sequence[OutRecordLike],
+        group: str,
+        positions: Mapping[tuple[str, int], int],
+    ) -> KafkaException | None:
+        """Steps 1-4; the error if the producer must restart, None if committed."""
         producer = self._ready()
         try:
             # Step 1
@@ -194,12 +220,29 @@ class TaskCommitter:
             producer.send_offsets_to_transaction(offsets, metadata, self.timeout_s)
             # Step 4
             self._commit_transaction(producer)
-        except Exception as exc:  # whatever failed (Kafka, a malformed record), abort
-            self._abandon(producer, exc)
-            raise PipelineError(
-                f"transaction of {self.transactional_id!r} failed ({len(records)} records, "
-                f"group {group!r}): {exc}"
-            ) from exc
+        except KafkaException as exc:
+            if _must_restart(exc):
+                self._drop(producer)
+                return exc
+            self._abort(producer)
+            raise self._failed(len(records), group, exc) from exc
+        except Exception as exc:  # a malformed record, a queue full for too long
+            self._abort(producer)
+            raise self._failed(len(records), group, exc) from exc
+        return None
+
+    def _covered(self, group: str, positions: Mapping[tuple[str, int], int]) -> bool:
+        """Whether ``group``'s committed offsets reach every one of ``positions``."""
+        return all(
+            (self.committed_position(group, topic, partition) or -1) >= offset
+            for (topic, partition), offset in positions.items()
+        )
+
+    def _failed(self, count: int, group: str, exc: BaseException) -> PipelineError:
+        return PipelineError(
+            f"transaction of {self.transactional_id!r} failed ({count} records, "
+            f"group {group!r}): {exc}"
+        )
 
     def close(self) -> None:
         """Release the producer; an open transaction is aborted by the broker in time."""
@@ -257,11 +300,8 @@ class TaskCommitter:
                 if error is None or not error.retriable() or time.monotonic() > deadline:
                     raise
 
-    def _abandon(self, producer: Producer, exc: BaseException) -> None:
-        """After a failure: abort if the producer can, else drop it for a fresh start."""
-        if isinstance(exc, KafkaException) and _must_restart(exc):
-            self._drop(producer)
-            return
+    def _abort(self, producer: Producer) -> None:
+        """Abort the open transaction; a producer that cannot is dropped for a fresh one."""
         try:
             producer.abort_transaction(self.timeout_s)
         except KafkaException:
