@@ -32,11 +32,15 @@ class ProcessCache(Generic[K, V]):
         self._pid = os.getpid()
         self._lock = threading.Lock()
         # A fork while another thread holds the lock would leave it held in the child.
-        renew = weakref.WeakMethod(self._renew_lock)
-        os.register_at_fork(after_in_child=lambda: (method := renew()) and method())
+        # The hook holds the cache weakly: a dropped cache must not live on in it.
+        ref = weakref.ref(self)
 
-    def _renew_lock(self) -> None:
-        self._lock = threading.Lock()
+        def renew_lock() -> None:
+            cache = ref()
+            if cache is not None:
+                cache._lock = threading.Lock()
+
+        os.register_at_fork(after_in_child=renew_lock)
 
     def get(self, key: K, create: Callable[[], V]) -> V:
         """The value of ``key``, made by ``create`` if this process has none yet."""

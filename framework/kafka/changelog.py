@@ -10,7 +10,8 @@ read_committed reader sees) still stops before the transaction just committed, a
 reader stopping there would miss the previous batch's state. The reader therefore waits
 until the stable end reaches the high watermark (no transaction open), at most
 ``settle_s``; a transaction still open by then belongs to a fenced attempt whose producer
-is gone, and its writes will never be committed.
+is gone, and its writes will never be committed. (Starting the task's committer first,
+`TaskCommitter.start`, aborts such a transaction at once.)
 """
 
 from __future__ import annotations

@@ -81,9 +81,12 @@ _committers: ProcessCache[tuple[str, str], TaskCommitter] = ProcessCache(_close_
 
 
 def group_consumer(bootstrap: str, group: str) -> Consumer:
-    """A cached consumer of ``group`` that never subscribes: it reads committed offsets
-    (read_committed, so the broker answers only once pending transactions settled) and
-    provides the group metadata for `send_offsets_to_transaction`."""
+    """This process's consumer of ``group``; it never subscribes.
+
+    It reads committed offsets (read_committed, so the broker answers only once pending
+    transactional offsets are settled) and provides the group metadata for
+    ``send_offsets_to_transaction``.
+    """
     config = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -113,7 +116,10 @@ def _must_restart(exc: KafkaException) -> bool:
 
 
 class TaskCommitter:
-    """The transactional producer of one transactional.id, initialised once, reused."""
+    """The transactional producer of one transactional.id, initialised once, reused.
+
+    Not thread-safe: one task at a time uses it, as a Python worker runs one at a time.
+    """
 
     def __init__(
         self,
@@ -141,6 +147,15 @@ class TaskCommitter:
         return _committers.get(
             (bootstrap, transactional_id), lambda: cls(bootstrap, transactional_id)
         )
+
+    def start(self) -> None:
+        """Start the producer now if it is not running (commit does it on first use).
+
+        Its init_transactions fences every older producer of the transactional.id and
+        aborts their open transaction; a task that reads a changelog first should start
+        its committer before, so no fenced attempt's transaction holds the changelog open.
+        """
+        self._ready()
 
     def committed_position(self, group: str, topic: str, partition: int) -> int | None:
         """The offset ``group`` committed for ``topic[partition]``, None if none.
@@ -253,8 +268,7 @@ class TaskCommitter:
     # -- internals ------------------------------------------------------------------------
 
     def _ready(self) -> Producer:
-        """The producer, started now if needed: init_transactions, retried once on a
-        fenced or fatal producer with a fresh one."""
+        """The producer, started if needed; a fenced or fatal init is retried once."""
         if self._producer is not None:
             return self._producer
         for attempt in (1, 2):
