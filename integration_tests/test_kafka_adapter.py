@@ -3,6 +3,7 @@ retries detected by the marker, and changelog catch-up that never shows aborted 
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +20,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from framework.errors import ConfigError, PipelineError
+from framework.kafka import admin
 from framework.kafka.admin import (
     TopicSpec,
     compacted_spec,
@@ -49,6 +51,9 @@ class Out(NamedTuple):
 def _close_cached() -> Iterator[None]:
     yield
     close_cached()
+    admin.close_cached()
+    # A producer dropped after fencing is freed by the cycle collector, not at once.
+    gc.collect()
 
 
 def _name(prefix: str) -> str:
@@ -119,6 +124,7 @@ def test_input_topics_use_log_append_time(
     for topic in (appended, created):
         producer.produce(topic, value=b"old", timestamp=OLD_MS)
     assert producer.flush(10) == 0
+    producer.close()
     (log_record,) = _read(bootstrap, appended, "read_uncommitted")
     (create_record,) = _read(bootstrap, created, "read_uncommitted")
     kind, stamp = log_record.timestamp()
@@ -145,8 +151,8 @@ def test_require_log_append_time_says_the_fix(
         incremental_operation=AlterConfigOpType.SET,
     )
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.incremental_alter_configs([resource]).values():
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    for future in client.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
     require_log_append_time(bootstrap, topic)
     with pytest.raises(ConfigError, match="no such topic"):
@@ -156,8 +162,8 @@ def test_require_log_append_time_says_the_fix(
 def test_compacted_spec_creates_a_compacted_topic(bootstrap: str) -> None:
     name = _name("cmp")
     ensure_topics(bootstrap, [compacted_spec(name, 1, {"min.cleanable.dirty.ratio": "0.2"})])
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    (future,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values()
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    (future,) = client.describe_configs([ConfigResource(ResourceType.TOPIC, name)]).values()
     configs = future.result(timeout=30)
     assert configs["cleanup.policy"].value == "compact"
     assert configs["min.cleanable.dirty.ratio"].value == "0.2"
@@ -170,6 +176,7 @@ def test_end_offsets_committed_stop_before_an_open_transaction(bootstrap: str) -
     for i in range(3):
         plain.produce(topic, value=b"%d" % i, partition=0)
     assert plain.flush(10) == 0
+    plain.close()
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": _name("tx")})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -421,6 +428,7 @@ def test_changelog_reset_rereads(bootstrap: str) -> None:
     for i in range(3):
         producer.produce(changelog, key=b"k%d" % i, value=b"v", partition=0)
     assert producer.flush(10) == 0
+    producer.close()
     reader = ChangelogReader(bootstrap, changelog, 0)
     assert len(reader.catch_up()) == 3
     assert reader.position == 3

@@ -7,7 +7,6 @@ the process. Failures raise `ConfigError` naming the topic and what to do; no
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,10 +30,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from framework.errors import ConfigError, FlamepipeError
+from framework.kafka.cache import ProcessCache
 
 __all__ = [
     "LOG_APPEND_TIME",
     "TopicSpec",
+    "close_cached",
     "compacted_spec",
     "end_offsets",
     "ensure_topics",
@@ -49,8 +50,8 @@ _TIMESTAMP_TYPE = "message.timestamp.type"
 _TIMEOUT_S = 30.0
 T = TypeVar("T")
 
-_clients: dict[str, AdminClient] = {}
-_clients_lock = threading.Lock()
+# An admin client has no close: dropping the last reference releases it.
+_clients: ProcessCache[str, AdminClient] = ProcessCache(lambda client: None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,12 @@ def compacted_spec(
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    with _clients_lock:
-        client = _clients.get(bootstrap)
-        if client is None:
-            client = _clients[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
-        return client
+    return _clients.get(bootstrap, lambda: AdminClient({"bootstrap.servers": bootstrap}))
+
+
+def close_cached() -> None:
+    """Release this process's admin clients (tests, shutdown)."""
+    _clients.clear()
 
 
 # Errors a just-created topic answers with until its partition leaders are ready.
