@@ -107,6 +107,20 @@ def _error(exc: KafkaException) -> KafkaError | None:
     return exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
 
 
+def _retriable_lookup(exc: KafkaException) -> bool:
+    """Whether an offset lookup failed only because the group coordinator is moving."""
+    error = _error(exc)
+    return error is not None and (
+        error.retriable()
+        or error.code()
+        in (
+            KafkaError.NOT_COORDINATOR,
+            KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            KafkaError.COORDINATOR_NOT_AVAILABLE,
+        )
+    )
+
+
 def _must_restart(exc: KafkaException) -> bool:
     """Whether the producer is unusable after ``exc`` (fenced or fatal)."""
     error = _error(exc)
@@ -163,15 +177,22 @@ class TaskCommitter:
         Sees every committed transaction: the consumer reads with read_committed, so the
         broker holds the answer until pending transactional offsets are settled.
         """
-        try:
-            (tp,) = group_consumer(self.bootstrap, group).committed(
-                [TopicPartition(topic, partition)], timeout=self.timeout_s
-            )
-        except KafkaException as exc:
-            raise PipelineError(
-                f"cannot read the committed offset of group {group!r} on "
-                f"{topic}[{partition}]: {exc}"
-            ) from exc
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                (tp,) = group_consumer(self.bootstrap, group).committed(
+                    [TopicPartition(topic, partition)], timeout=self.timeout_s
+                )
+                break
+            except KafkaException as exc:
+                # A group never used before has no coordinator loaded yet: ask again.
+                if _retriable_lookup(exc) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                raise PipelineError(
+                    f"cannot read the committed offset of group {group!r} on "
+                    f"{topic}[{partition}]: {exc}"
+                ) from exc
         if tp.error is not None:
             raise PipelineError(f"offset of {group!r} on {topic}[{partition}]: {tp.error}")
         offset: int = tp.offset

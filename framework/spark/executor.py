@@ -111,6 +111,8 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     if committer.is_committed(ctx.group, topic, partition, end):
         return _summary(partition, records, skipped=True)
     program = _programs.get((app, stage, ctx.run_id), lambda: StageProgram(spec))
+    # Fence a zombie attempt now: its open transaction would hold the changelog's end.
+    committer.start()
     state_key = (app, stage, partition, ctx.run_id)
     grouping = _grouping(ctx, program, state_key, partition)
     try:
