@@ -28,7 +28,7 @@ from framework.runtime.task import InRecord, StageProgram, StageSpec, apply_chan
 __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
 
 SUMMARY_SCHEMA = (
-    "partition INT, records_in LONG, items_out LONG, dead_letters LONG, tombstones LONG, "
+    "partition LONG, records_in LONG, items_out LONG, dead_letters LONG, tombstones LONG, "
     "skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG"
 )
 
