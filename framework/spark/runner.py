@@ -1,0 +1,233 @@
+"""`SparkRunner`: runs a pipeline graph on Spark, its acker and barriers beside it.
+
+Start-up protocol of `SparkRunner.start`:
+
+1. Plan the stages and check what the runner supports; every source must be a
+   `KafkaSource` and every sink a `KafkaSink`.
+2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
+   framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
+3. Start the acker service and one barrier service per sink, then the min-time view the
+   stages prune with.
+4. Start one streaming query per stage, then the front heartbeats.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from connectors.kafka import KafkaSink, KafkaSource
+from framework.config import Settings
+from framework.core.graph import Graph, Kind
+from framework.core.time import GlobalTime, front_id
+from framework.errors import PipelineError
+from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
+from framework.runtime.stages import ExitKind, Stage, Topics, plan_stages
+from framework.runtime.task import StageSpec
+from framework.spark.fronts import FrontHeartbeats
+from framework.spark.stages import StageQuery, StageStats
+
+__all__ = ["PipelineRun", "SparkRunner"]
+
+
+class SparkRunner:
+    """Runs pipelines on Spark against Kafka; ``pipeline.run(SparkRunner(settings))``."""
+
+    def __init__(self, settings: Settings | None = None, spark: Any = None) -> None:
+        self.settings = settings or Settings.load()
+        self._spark = spark
+
+    def start(self, graph: Graph) -> PipelineRun:
+        """Start the pipeline and return at once; see the module docstring."""
+        run = PipelineRun(self.settings, graph, self._session())
+        try:
+            run.start()
+        except BaseException:
+            run.stop()
+            raise
+        return run
+
+    def run(self, graph: Graph) -> PipelineRun:
+        """Start and run until interrupted (Ctrl-C) or a part fails."""
+        run = self.start(graph)
+        try:
+            while True:
+                run.check()
+                time.sleep(1)
+        except KeyboardInterrupt:
+            print("flamepipe: stopping", file=sys.stderr)
+        finally:
+            run.stop()
+        return run
+
+    def _session(self) -> Any:
+        if self._spark is None:
+            from framework.spark.session import spark_session
+
+            self._spark = spark_session(self.settings, "flamepipe")
+        return self._spark
+
+
+class PipelineRun:
+    """A running pipeline: its stage queries, services and counters."""
+
+    def __init__(self, settings: Settings, graph: Graph, spark: Any) -> None:
+        self.settings = settings
+        self.graph = graph.validate()
+        self.spark = spark
+        self.topics = Topics(graph.name)
+        self.bootstrap = settings.kafka_bootstrap
+        self.queries: dict[str, StageQuery] = {}
+        self.services: list[Any] = []
+        self.view: Any = None
+        self.fronts: FrontHeartbeats | None = None
+
+    @property
+    def stats(self) -> Mapping[str, StageStats]:
+        """Counters per stage id."""
+        return {stage: query.stats for stage, query in self.queries.items()}
+
+    def start(self) -> None:
+        """Steps 1-4 of the module docstring."""
+        # Step 1
+        sources = _sources(self.graph)
+        stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()})
+        # Step 2
+        partitions = self._prepare_topics(sources, stages)
+        # Step 3
+        self._start_services(sources, partitions)
+        # Step 4
+        for stage in stages:
+            self._start_stage(stage, sources, partitions)
+        progress = {
+            q.spec.stage.topic: q.progress for q in self.queries.values() if q.spec.stage.is_source
+        }
+        self.fronts = FrontHeartbeats(
+            self.bootstrap,
+            self.graph.name,
+            acks_topic=self.topics.acks,
+            shards=self.settings.acker_shards,
+            sources=progress,
+            delta_ms=self.graph.delta_ms,
+            interval_ms=self.settings.heartbeat_ms,
+        )
+        self.fronts.start()
+
+    def _prepare_topics(
+        self, sources: Mapping[str, KafkaSource], stages: tuple[Stage, ...]
+    ) -> dict[str, int]:
+        counts: dict[str, int] = {s.topic: s.prepare(self.bootstrap) for s in sources.values()}
+        for node in self.graph.by_kind(Kind.SINK):
+            sink = node.endpoint
+            if not isinstance(sink, KafkaSink):
+                raise PipelineError(f"{node.describe()}: the Spark runner needs a KafkaSink")
+            counts[sink.topic] = sink.prepare(self.bootstrap)
+        topics, parallelism = self.topics, self.settings.parallelism
+        specs = [
+            TopicSpec(topics.acks, self.settings.acker_shards),
+            TopicSpec(topics.mintime, 1),
+            TopicSpec(topics.dlq, 1),
+        ]
+        for stage in stages:
+            if not stage.is_source:
+                specs.append(TopicSpec(stage.topic, parallelism))
+                specs.append(compacted_spec(topics.state(stage.id), parallelism))
+            for exit_ in stage.exits.values():
+                if exit_.kind is ExitKind.SINK:
+                    specs.append(TopicSpec(exit_.topic, 1))
+        ensure_topics(self.bootstrap, specs)
+        counts.update({spec.name: spec.partitions for spec in specs})
+        return counts
+
+    def _start_services(
+        self, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
+    ) -> None:
+        from framework.spark.services import start_services
+
+        fronts = [
+            front_id(source.topic, p)
+            for source in sources.values()
+            for p in range(partitions[source.topic])
+        ]
+        self.view, self.services = start_services(self.settings, self.graph, fronts)
+
+    def _start_stage(
+        self, stage: Stage, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
+    ) -> None:
+        source = sources.get(stage.entry)
+        spec = StageSpec(
+            self.graph,
+            stage,
+            dict(partitions),
+            self.settings.acker_shards,
+            source,
+            self.settings.fail_fast,
+        )
+        segment = self.graph.segments().of_node[stage.entry]
+        view = self.view
+        query = StageQuery(
+            spec,
+            self.bootstrap,
+            self._checkpoints() / stage.id,
+            self.settings.trigger_ms,
+            (lambda: view.min_time(segment)) if view is not None else (lambda: 0),
+        )
+        query.start(self.spark)
+        self.queries[stage.id] = query
+
+    def _checkpoints(self) -> Path:
+        return self.settings.state_dir / "apps" / self.graph.name / "checkpoints"
+
+    def check(self) -> None:
+        """Raise `PipelineError` if a query or service died."""
+        for stage, query in self.queries.items():
+            reason = query.failure()
+            if reason is not None:
+                raise PipelineError(f"stage {stage} of {self.graph.name!r} failed: {reason}")
+        if self.fronts is not None and self.fronts.error is not None:
+            raise PipelineError(f"front heartbeats failed: {self.fronts.error}")
+        for service in self.services:
+            error = getattr(service, "error", None)
+            if error is not None:
+                raise PipelineError(f"{type(service).__name__} failed: {error}")
+
+    def wait_released(self, until_ms: int, timeout_s: float) -> None:
+        """Block until everything appended before ``until_ms`` went through the barriers."""
+        slot = GlobalTime.of_record(until_ms, "", 0, 0, self.graph.delta_ms).slot
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.check()
+            if all(b.released_through() >= slot for b in self.barriers()):
+                return
+            time.sleep(0.05)
+        raise PipelineError(f"nothing released through slot {slot} within {timeout_s:.0f} s")
+
+    def barriers(self) -> list[Any]:
+        """The barrier services of the sinks."""
+        return [s for s in self.services if hasattr(s, "released_through")]
+
+    def stop(self) -> None:
+        """Stop heartbeats, queries, then services (each waits for its current work)."""
+        if self.fronts is not None:
+            self.fronts.stop()
+        for query in self.queries.values():
+            query.stop()
+        for service in reversed(self.services):
+            service.stop()
+        if self.view is not None:
+            self.view.stop()
+
+
+def _sources(graph: Graph) -> dict[str, KafkaSource]:
+    sources: dict[str, KafkaSource] = {}
+    for node in graph.by_kind(Kind.SOURCE):
+        if not isinstance(node.endpoint, KafkaSource):
+            raise PipelineError(f"{node.describe()}: the Spark runner needs a KafkaSource")
+        sources[node.id] = node.endpoint
+    topics = [s.topic for s in sources.values()]
+    if len(set(topics)) != len(topics):
+        raise PipelineError("two sources read the same topic: read it once and broadcast")
+    return sources
