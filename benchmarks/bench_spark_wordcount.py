@@ -25,8 +25,8 @@ from framework.spark import SparkRunner, spark_session
 def main() -> None:
     lines_n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
     per_line = int(sys.argv[2]) if len(sys.argv) > 2 else 10
-    with provision() as settings:
-        settings = settings.with_(parallelism=2)
+    with provision() as stack:
+        settings = stack.with_(parallelism=2)
         spark = spark_session(settings, "bench-wordcount", {"spark.master": "local[2]"})
         app = f"bench{uuid.uuid4().hex[:6]}"
         source = f"{app}-lines"
