@@ -34,7 +34,8 @@ class Settings:
     flamepipe uses the embedded local stack on ``kafka_port`` / ``zookeeper_port``.
     ``parallelism`` is the partition count of the topics between stages (the hash units of
     groupings); ``acker_shards`` the partitions of the acks topic; ``trigger_ms`` Spark's
-    micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat; ``fail_fast`` fails
+    micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat;
+    ``max_batch_records`` caps the records a stage reads per micro-batch; ``fail_fast`` fails
     the run on the first bad record instead of sending it to the dead-letter topic.
     """
 
@@ -52,6 +53,7 @@ class Settings:
     acker_shards: int = 2
     trigger_ms: int = 0
     heartbeat_ms: int = 50
+    max_batch_records: int = 100_000
     fail_fast: bool = False
 
     def __post_init__(self) -> None:
@@ -106,7 +108,13 @@ class Settings:
             )
         if self.delta_ms <= 0:
             raise ConfigError(f"delta_ms={self.delta_ms} must be > 0 (10 is the default)")
-        for name, low in (("parallelism", 1), ("acker_shards", 1), ("heartbeat_ms", 1)):
+        minimums = (
+            ("parallelism", 1),
+            ("acker_shards", 1),
+            ("heartbeat_ms", 1),
+            ("max_batch_records", 1),
+        )
+        for name, low in minimums:
             if getattr(self, name) < low:
                 raise ConfigError(f"{name}={getattr(self, name)} must be >= {low}")
         if self.trigger_ms < 0:

@@ -39,6 +39,9 @@ _PRODUCER_DEFAULTS: Mapping[str, Any] = {
     # A task's outputs are produced in one burst before the commit; a full queue only
     # means "poll and retry", but a larger one makes that rare.
     "queue.buffering.max.messages": 1_000_000,
+    # A grouping bucket is one changelog record; it may outgrow Kafka's 1 MB default
+    # while min time lags (changelog topics allow the same, see MAX_RECORD_BYTES).
+    "message.max.bytes": 16 * 1024 * 1024,
 }
 
 

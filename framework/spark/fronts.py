@@ -2,15 +2,17 @@
 
 Every ``heartbeat_ms``, per source stage:
 
-1. Read the clock ``t0`` first, then the end offset (high watermark) of every input
-   partition. Not the last stable offset: records of a transaction still open were
-   appended (and stamped) before ``t0`` but become readable later, so a partition with an
-   open transaction must not heartbeat past them.
-2. Read the offsets the last finished micro-batch consumed (Spark's query progress).
+1. Read the last timestamp consumed per partition and Spark's last progress (the offsets
+   the last finished micro-batch consumed), then the clock ``t0``, then the end offset
+   (high watermark) of every input partition. Not the last stable offset: records of a
+   transaction still open were appended (and stamped) before ``t0`` but become readable
+   later, so a partition with an open transaction must not heartbeat past them.
+2. Any partition heartbeats the slot of its last consumed timestamp: LogAppendTime grows
+   with offsets, so no record not yet consumed has a lower slot. This keeps min time
+   moving while a stage works through a backlog.
 3. A partition whose consumed offset reached its end offset heartbeats
-   ``slot(t0 - delta)``: a record not consumed yet was appended after ``t0``, and input
-   topics use LogAppendTime, so its slot cannot be lower. ``delta`` absorbs clock skew
-   between this driver and the broker.
+   ``slot(t0 - delta)``: a record not consumed yet was appended after ``t0``, so its slot
+   cannot be lower. ``delta`` absorbs clock skew between this driver and the broker.
 4. If any front's heartbeat rose, send one AckBatch per acker shard (heartbeats only),
    closed by this driver's next node time. The acks of the batches it covers were
    committed before Spark reported their progress, so they precede it on every shard.
@@ -23,8 +25,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
@@ -33,7 +35,15 @@ from framework.core.time import front_id, slot_of
 from framework.kafka.admin import end_offsets
 from framework.kafka.wire import encode_ack_batch
 
-__all__ = ["FrontHeartbeats", "consumed_offsets"]
+__all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
+
+
+class Consumption(Protocol):
+    """What a source stage has consumed, as far as committed batches tell."""
+
+    def consumed(self) -> tuple[Any, dict[int, int]]:
+        """Spark's last progress and the last timestamp read per partition."""
+        ...
 
 
 def consumed_offsets(progress: Any, topic: str) -> dict[int, int]:
@@ -58,7 +68,7 @@ class FrontHeartbeats:
         *,
         acks_topic: str,
         shards: int,
-        sources: Mapping[str, Callable[[], Any]],  # topic -> query progress getter
+        sources: Mapping[str, Consumption],  # topic -> what its stage consumed
         delta_ms: int,
         interval_ms: int,
     ) -> None:
@@ -100,17 +110,21 @@ class FrontHeartbeats:
     def beat(self) -> list[Heartbeat]:
         """One round of steps 1-4; the heartbeats it sent."""
         beats: list[Heartbeat] = []
-        for topic, progress in self.sources.items():
+        for topic, stage in self.sources.items():
             # Step 1
+            progress, stamps = stage.consumed()
+            consumed = consumed_offsets(progress, topic)
             t0 = time.time_ns() // 1_000_000
             ends = end_offsets(self.bootstrap, topic)
-            # Step 2
-            consumed = consumed_offsets(progress(), topic)
-            # Step 3
-            slot = slot_of(t0 - self.delta_ms, self.delta_ms)
+            caught_up = slot_of(t0 - self.delta_ms, self.delta_ms)
             for partition, end in ends.items():
+                # Step 2
+                slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1
+                # Step 3
+                if consumed.get(partition, -1) >= end:
+                    slot = max(slot, caught_up)
                 front = front_id(topic, partition)
-                if consumed.get(partition, -1) >= end and slot > self.sent.get(front, -1):
+                if slot > self.sent.get(front, -1):
                     self.sent[front] = slot
                     beats.append(Heartbeat(front, slot))
         # Step 4

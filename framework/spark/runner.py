@@ -102,9 +102,7 @@ class PipelineRun:
         # Step 4
         for stage in stages:
             self._start_stage(stage, sources, partitions)
-        progress = {
-            q.spec.stage.topic: q.progress for q in self.queries.values() if q.spec.stage.is_source
-        }
+        progress = {q.spec.stage.topic: q for q in self.queries.values() if q.spec.stage.is_source}
         self.fronts = FrontHeartbeats(
             self.bootstrap,
             self.graph.name,
@@ -134,7 +132,8 @@ class PipelineRun:
         for stage in stages:
             if not stage.is_source:
                 specs.append(TopicSpec(stage.topic, parallelism))
-                specs.append(compacted_spec(topics.state(stage.id), parallelism))
+                changelog = {"max.message.bytes": str(16 * 1024 * 1024)}
+                specs.append(compacted_spec(topics.state(stage.id), parallelism, changelog))
             for exit_ in stage.exits.values():
                 if exit_.kind is ExitKind.SINK:
                     specs.append(TopicSpec(exit_.topic, 1))
@@ -172,7 +171,7 @@ class PipelineRun:
             spec,
             self.bootstrap,
             self._checkpoints() / stage.id,
-            self.settings.trigger_ms,
+            self.settings,
             (lambda: view.min_time(segment)) if view is not None else (lambda: 0),
         )
         query.start(self.spark)

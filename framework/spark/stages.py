@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from framework.config import Settings
 from framework.runtime.task import StageSpec
 from framework.spark.executor import SUMMARY_SCHEMA, TaskContext, stage_task
 
@@ -35,6 +36,7 @@ class StageStats:
     dead_letters: int = 0
     tombstones: int = 0
     skipped_tasks: int = 0
+    last_timestamp_ms: dict[int, int] = field(default_factory=dict)  # per input partition
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, rows: list[Any]) -> None:
@@ -47,6 +49,9 @@ class StageStats:
                 self.dead_letters += row["dead_letters"]
                 self.tombstones += row["tombstones"]
                 self.skipped_tasks += int(row["skipped"])
+                partition, stamp = row["partition"], row["max_timestamp_ms"]
+                if stamp > self.last_timestamp_ms.get(partition, -1):
+                    self.last_timestamp_ms[partition] = stamp
 
 
 class StageQuery:
@@ -57,13 +62,14 @@ class StageQuery:
         spec: StageSpec,
         bootstrap: str,
         checkpoint: Path,
-        trigger_ms: int,
+        settings: Settings,
         min_slot: Callable[[], int],
     ) -> None:
         self.spec = spec
         self.bootstrap = bootstrap
         self.checkpoint = checkpoint
-        self.trigger_ms = trigger_ms
+        self.trigger_ms = settings.trigger_ms
+        self.max_batch_records = settings.max_batch_records
         self.min_slot = min_slot
         self.stats = StageStats()
         self.run_id = _run_id(checkpoint)
@@ -79,6 +85,8 @@ class StageQuery:
             .option("includeHeaders", "true")
             # Internal topics are written in transactions; never read an aborted one.
             .option("kafka.isolation.level", "read_committed")
+            # Bounded batches keep min time moving (so state is pruned) under a backlog.
+            .option("maxOffsetsPerTrigger", str(self.max_batch_records))
             .load()
             .selectExpr(*_COLUMNS)
         )
@@ -94,6 +102,16 @@ class StageQuery:
         ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         self.stats.add(rows)
+
+    def consumed(self) -> tuple[Any, dict[int, int]]:
+        """Spark's last progress report and the last timestamp read per partition.
+
+        Read the timestamps first: they only grow, and every batch they cover was
+        committed before it was reported.
+        """
+        with self.stats._lock:
+            stamps = dict(self.stats.last_timestamp_ms)
+        return self.progress(), stamps
 
     def progress(self) -> Any:
         """Spark's last progress report of the query (None before the first)."""
