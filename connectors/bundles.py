@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework.core.messages import BundleHeader
 from framework.core.meta import Meta
@@ -31,7 +31,15 @@ from framework.core.time import GlobalTime
 from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
 from framework.kafka.admin import partition_count
 from framework.kafka.serde import Bytes, Json, Serde, Utf8
-from framework.services.common import close_quietly, is_eof, kafka_call, new_consumer, where
+from framework.services.common import (
+    assign,
+    close_quietly,
+    is_record,
+    kafka_call,
+    kafka_retry,
+    new_consumer,
+    where,
+)
 from framework.services.output import BundleVerifier, read_bundle_header, read_meta
 from framework.services.positions import format_gt, parse_gt
 from framework.services.tail import last_bundle_header
@@ -113,6 +121,7 @@ class BundleConsumer:
         self._syncing: set[int] = set()
         self._ready: deque[VerifiedBundle] = deque()
         self._unacked: VerifiedBundle | None = None
+        self._violation: ProtocolViolation | None = None
 
     def open(self) -> Self:
         """Connect and resume after the last committed bundle of every partition."""
@@ -120,32 +129,34 @@ class BundleConsumer:
         try:
             partitions = partition_count(self.bootstrap, self.topic)
             asked = [TopicPartition(self.topic, p) for p in range(partitions)]
-            found = kafka_call(
+            found = kafka_retry(
                 f"cannot read the positions of {self.group!r}",
                 lambda: consumer.committed(asked, timeout=_TIMEOUT_S),
             )
-            kafka_call(
-                f"cannot read {self.topic}",
-                lambda: consumer.assign([self._resume(consumer, tp) for tp in found]),
-            )
+            starts = {tp.partition: self._resume(consumer, tp) for tp in found}
+            assign(consumer, self.topic, starts)
         except FlamepipeError:
             self.close()
             raise
         return self
 
-    def _resume(self, consumer: Consumer, tp: TopicPartition) -> TopicPartition:
+    def _resume(self, consumer: Consumer, tp: TopicPartition) -> int | None:
+        """Where to read partition ``tp`` from, and how to verify what comes."""
         p = tp.partition
         at = f"{self.topic}[{p}]"
         self._items[p] = []
         if tp.offset >= 0:
             seq, gt_last = _unmark(tp.metadata or "", f"group {self.group!r} on {at}")
             self._verifiers[p] = BundleVerifier(at, seq + 1, gt_last)
-            return TopicPartition(self.topic, p, tp.offset)
-        low, _ = consumer.get_watermark_offsets(TopicPartition(self.topic, p), _TIMEOUT_S)
+            return int(tp.offset)
+        low, _ = kafka_retry(
+            f"cannot read the offsets of {at}",
+            lambda: consumer.get_watermark_offsets(TopicPartition(self.topic, p), _TIMEOUT_S),
+        )
         self._verifiers[p] = BundleVerifier(at, 0 if low == 0 else None)
         if low > 0:  # retention cut the log: its first bundle may be partial
             self._syncing.add(p)
-        return TopicPartition(self.topic, p, OFFSET_BEGINNING)
+        return None
 
     def poll(self, timeout: float) -> VerifiedBundle | None:
         """The next verified bundle, None if none completes within ``timeout`` seconds.
@@ -154,11 +165,13 @@ class BundleConsumer:
         """
         self.commit()
         deadline = time.monotonic() + timeout
-        while not self._ready:
+        while not self._ready and self._violation is None:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             self._fill(min(left, self.poll_s))
+        if not self._ready and self._violation is not None:
+            raise self._violation
         self._unacked = self._ready.popleft()
         return self._unacked
 
@@ -190,11 +203,14 @@ class BundleConsumer:
         if self._consumer is None:
             raise PipelineError("BundleConsumer is not open: call open() or use `with`")
         for msg in self._consumer.consume(1000, timeout):
-            if is_eof(msg):
+            if not is_record(msg, self.topic):
                 continue
-            if msg.error() is not None:
-                raise PipelineError(f"cannot read {self.topic}: {msg.error()}")
-            self._take(msg)
+            try:
+                self._take(msg)
+            except ProtocolViolation as exc:
+                # Bundles verified before the violation are still handed out first.
+                self._violation = exc
+                return
 
     def _take(self, msg: Message) -> None:
         partition, offset = where(msg)
@@ -269,12 +285,11 @@ def _plain(bootstrap: str, args: argparse.Namespace, serde: Serde) -> int:
     count = 0
     try:
         partitions = partition_count(bootstrap, args.topic)
-        assign = [TopicPartition(args.topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        kafka_call(f"cannot read {args.topic}", lambda: consumer.assign(assign))
+        assign(consumer, args.topic, dict.fromkeys(range(partitions)))
         last = time.monotonic()
         while not args.idle or time.monotonic() - last < args.idle:
             for msg in consumer.consume(1000, 0.1):
-                if msg.error() is not None or read_bundle_header(msg.headers()) is not None:
+                if not is_record(msg, args.topic) or read_bundle_header(msg.headers()):
                     continue
                 raw = msg.value()
                 value = serde.loads(raw) if raw is not None else None

@@ -6,18 +6,32 @@ acks and heartbeats go to the acks topic as `AckBatch` records, as a Spark stage
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 
-from framework.core.messages import Ack, Heartbeat
-from framework.kafka.wire import encode_ack_batch
+from connectors.bundles import BundleConsumer, VerifiedBundle, consume_main
+from connectors.kafka import KafkaSink
+from framework.codec import encode_bundle_header, encode_meta
+from framework.core.messages import Ack, BundleHeader, Heartbeat
+from framework.core.meta import Meta
+from framework.core.sharded import shard_of
+from framework.core.time import GlobalTime
+from framework.errors import PipelineError, ProtocolViolation
+from framework.kafka.admin import TopicSpec, ensure_topics
+from framework.kafka.serde import Pickle, Utf8
+from framework.kafka.wire import ITEM_HEADER, encode_ack_batch, encode_item_header
 from framework.runtime.stages import Topics
-from framework.services import AckerService, MinTimeView
+from framework.services import AckerService, BarrierService, MinTimeView
+from framework.services.common import is_eof, new_consumer
+from framework.services.output import BUNDLE_HEADER, META_HEADER, read_bundle_header
+from framework.services.writer import TransactionalWriter
 
 SEGMENT = "s"
 SEGMENTS = {SEGMENT: ()}
@@ -156,3 +170,257 @@ def test_acker_instances_split_the_shards(bootstrap: str, app: str, producer: Pr
         assert view.wait_for(None, 2, TIMEOUT)
         front.batch({0: [Ack(SEGMENT, 2, 5)], 1: [Ack(SEGMENT, 3, 6)]})
         assert view.wait_for(None, 8, TIMEOUT)
+
+
+# -- the barrier -------------------------------------------------------------------------
+
+SINK_NODE = "9-sink"
+
+
+@dataclass
+class Stage:
+    """The last stage, played by hand: items to the pre-barrier topic, then their sent-acks."""
+
+    app: str
+    producer: Producer
+    node: Node
+
+    def send(self, items: list[tuple[Meta, str]]) -> None:
+        acks: dict[int, list[Ack]] = {}
+        for meta, payload in items:
+            ack = random.getrandbits(64) | 1
+            headers = [(ITEM_HEADER, encode_item_header(meta, ack))]
+            pre = Topics(self.app).pre(SINK_NODE)
+            self.producer.produce(pre, Pickle().dumps(payload), partition=0, headers=headers)
+            slot = meta.gt.slot
+            acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
+        self.producer.flush(TIMEOUT)
+        self.node.batch(acks)
+
+
+@dataclass
+class Rig:
+    """An app with an acker, a min-time view, a hand-played stage and front, and a sink."""
+
+    bootstrap: str
+    app: str
+    view: MinTimeView
+    stage: Stage
+    front: Node
+    sink: KafkaSink
+
+    def barrier(self, **options: Any) -> BarrierService:
+        return BarrierService(
+            self.bootstrap,
+            self.app,
+            SINK_NODE,
+            SEGMENT,
+            self.sink,
+            shards=SHARDS,
+            view=self.view,
+            **options,
+        )
+
+    def heartbeat(self, slot: int) -> None:
+        self.front.batch({}, [Heartbeat(FRONT, slot)])
+
+
+@pytest.fixture
+def rig(bootstrap: str, app: str, producer: Producer) -> Iterator[Rig]:
+    ensure_topics(bootstrap, [TopicSpec(Topics(app).pre(SINK_NODE), 1)])
+    sink = KafkaSink(f"{app}.out", value=Utf8())
+    sink.prepare(bootstrap)
+    with (
+        AckerService(bootstrap, app, SEGMENTS, [FRONT], SHARDS),
+        MinTimeView(bootstrap, app, SHARDS, SEGMENTS) as view,
+    ):
+        stage = Stage(app, producer, Node(app, producer, WORKER))
+        yield Rig(bootstrap, app, view, stage, Node(app, producer, FRONT_NODE), sink)
+
+
+def meta(slot: int, offset: int, trace: int = 0) -> Meta:
+    return Meta(GlobalTime(slot, FRONT, offset), (), trace)
+
+
+FIRST = [
+    (meta(11, 5), "d"),
+    (meta(10, 3), "b"),
+    (meta(10, 1), "a"),
+    (meta(10, 2), "x"),
+    (meta(10, 2).as_tombstone(), "x"),
+]
+
+
+def read_output(bootstrap: str, topic: str) -> list[tuple[str | None, bool]]:
+    """Every committed record now: ``(value, is a bundle header)``."""
+    consumer = new_consumer(bootstrap)
+    out: list[tuple[str | None, bool]] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.05):
+                if is_eof(msg):
+                    return out
+                raw = msg.value()
+                header = read_bundle_header(msg.headers()) is not None
+                out.append((raw.decode() if raw is not None else None, header))
+        raise AssertionError("no end-of-partition event")
+    finally:
+        consumer.close()
+
+
+def bundles(consumer: BundleConsumer, count: int) -> list[VerifiedBundle]:
+    out: list[VerifiedBundle] = []
+    while len(out) < count:
+        bundle = consumer.poll(TIMEOUT)
+        assert bundle is not None, f"bundle {len(out)} did not come"
+        out.append(bundle)
+    return out
+
+
+def values(bundle: VerifiedBundle) -> list[Any]:
+    return [item.value for item in bundle.items]
+
+
+def test_barrier_releases_bundles_past_min_time_in_meta_order(rig: Rig) -> None:
+    rig.stage.send(FIRST)
+    rig.heartbeat(11)
+    group = f"{rig.app}.reader"
+    with (
+        rig.barrier() as barrier,
+        BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out,
+    ):
+        (first,) = bundles(out, 1)
+        assert (first.header.seq, values(first)) == (0, ["a", "b"])  # x and its tombstone cancel
+        assert first.header.gt_last == GlobalTime.slot_end(10)
+        assert out.poll(0.5) is None  # slot 11 waits for the min time
+        rig.heartbeat(12)
+        (second,) = bundles(out, 1)
+        assert (second.header.seq, values(second)) == (1, ["d"])
+        wait_until(lambda: barrier.released_through() >= 12, "release through 12")
+        assert barrier.stats.bundles == 2
+    assert read_output(rig.bootstrap, rig.sink.topic) == [
+        ("a", False),
+        ("b", False),
+        (None, True),
+        ("d", False),
+        (None, True),
+    ]
+
+
+def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rig.stage.send(FIRST)
+    crashing = rig.barrier().start()
+    wait_until(
+        lambda: (
+            (crashing.stats.records_in == 5 and crashing.stats.commits >= 1) or not crashing.running
+        ),
+        "receipt",
+    )
+    crashing.check()
+
+    def crash(self: TransactionalWriter, producer: Producer) -> None:
+        raise PipelineError("simulated crash before the commit")
+
+    monkeypatch.setattr(TransactionalWriter, "_commit", crash)
+    rig.heartbeat(11)  # the release of a and b now dies with its transaction open
+    wait_until(lambda: not crashing.running, "the crash")
+    with pytest.raises(PipelineError, match="simulated crash"):
+        crashing.stop()
+    assert read_output(rig.bootstrap, rig.sink.topic) == []
+    monkeypatch.undo()
+    group = f"{rig.app}.reader"
+    with (
+        rig.barrier() as barrier,
+        BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out,
+    ):
+        (first,) = bundles(out, 1)
+        assert (first.header.seq, values(first)) == (0, ["a", "b"])
+        rig.heartbeat(12)  # reaches 12 only if no receipt was acked twice
+        (second,) = bundles(out, 1)
+        assert (second.header.seq, values(second)) == (1, ["d"])
+        assert rig.view.min_time(SEGMENT) == 12
+        assert barrier.stats.records_in == 5  # read again from P_rel = 0
+    items = [value for value, header in read_output(rig.bootstrap, rig.sink.topic) if not header]
+    assert items == ["a", "b", "d"]
+
+
+def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
+    rig.stage.send(FIRST)
+    rig.heartbeat(12)
+    group = f"{rig.app}.reader"
+    with rig.barrier() as barrier:
+        wait_until(lambda: barrier.released_through() >= 12, "release through 12")
+    with BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out:
+        (first,) = bundles(out, 1)  # one bundle: a and b and d were released together
+        assert values(first) == ["a", "b", "d"]
+    with rig.barrier() as barrier:
+        barrier.wait_ready()
+        assert barrier.next_seq == 1
+        assert barrier.gt_last == GlobalTime.slot_end(11)
+        # A replay (input re-read after a restore) re-sends old items, then new ones.
+        rig.stage.send([*FIRST, (meta(12, 8), "e"), (meta(13, 9), "f")])
+        rig.heartbeat(14)
+        wait_until(lambda: barrier.released_through() >= 14, "release through 14")
+    with BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out:
+        (second,) = bundles(out, 1)  # resumes after bundle 0, expecting bundle 1
+        assert (second.header.seq, values(second)) == (1, ["e", "f"])
+
+
+def test_at_least_once_mode_writes_verifiable_bundles(rig: Rig) -> None:
+    rig.stage.send(FIRST)
+    rig.heartbeat(11)
+    group = f"{rig.app}.reader"
+    with (
+        rig.barrier(exactly_once=False),
+        BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out,
+    ):
+        (first,) = bundles(out, 1)
+        assert values(first) == ["a", "b"]
+        rig.heartbeat(12)
+        (second,) = bundles(out, 1)
+        assert (second.header.seq, values(second)) == (1, ["d"])
+    with rig.barrier(exactly_once=False) as again:
+        again.wait_ready()
+        assert (again.next_seq, again.gt_last) == (2, GlobalTime.slot_end(11))
+
+
+# -- the bundle consumer on hand-made bundles --------------------------------------------
+
+
+def write_bundles(bootstrap: str, topic: str, bundles: list[tuple[int, int, list[int]]]) -> None:
+    """Bundles ``(seq, gt_last slot, item slots)`` written as a barrier would."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for seq, last, slots in bundles:
+        for i, slot in enumerate(slots):
+            headers = [(META_HEADER, encode_meta(meta(slot, i)))]
+            producer.produce(topic, f"{seq}.{i}".encode(), partition=0, headers=headers)
+        header = BundleHeader(seq, GlobalTime.slot_end(last), len(slots))
+        producer.produce(
+            topic, None, partition=0, headers=[(BUNDLE_HEADER, encode_bundle_header(header))]
+        )
+    producer.flush(TIMEOUT)
+
+
+def test_consumer_resumes_verification_after_its_committed_bundle(
+    bootstrap: str, new_topics: Callable[..., list[str]]
+) -> None:
+    (topic,) = new_topics("bundles")
+    write_bundles(bootstrap, topic, [(0, 3, [1, 2]), (1, 5, [4])])
+    group = f"g-{topic}"
+    with BundleConsumer(bootstrap, topic, group, Utf8()) as out:
+        assert [b.header.seq for b in bundles(out, 2)] == [0, 1]
+    write_bundles(bootstrap, topic, [(2, 7, [6]), (4, 9, [8])])  # bundle 3 is missing
+    with BundleConsumer(bootstrap, topic, group, Utf8()) as out:
+        (third,) = bundles(out, 1)
+        assert values(third) == ["2.0"]
+        with pytest.raises(ProtocolViolation, match="expected bundle 3 \\(gap\\)"):
+            out.poll(TIMEOUT)
+    code = consume_main(
+        [topic, "--verify", "--bootstrap", bootstrap, "--serde", "utf8", "--idle", "1"]
+    )
+    assert code == 1
+    assert consume_main([topic, "--bootstrap", bootstrap, "--serde", "utf8", "--idle", "1"]) == 0

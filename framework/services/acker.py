@@ -23,12 +23,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     Message,
     Producer,
-    TopicPartition,
 )
 
 from framework.codec import decode_min_time, encode_min_time
@@ -41,9 +39,10 @@ from framework.runtime.stages import Topics
 from framework.services.common import (
     Service,
     acks_topic_spec,
+    assign,
     close_quietly,
     is_eof,
-    kafka_call,
+    is_record,
     mintime_topic_spec,
     new_consumer,
     new_producer,
@@ -147,10 +146,9 @@ class AckerService(Service):
         last = self._last_published()
         self._gates = {p: ReplayGate(last.get(p, {})) for p in self.partitions}
         self._replaying = set(self.partitions)
-        self._producer = new_producer(self.bootstrap, **{"linger.ms": 1})
+        self._producer = new_producer(self.bootstrap, {"linger.ms": 1})
         self._consumer = consumer = new_consumer(self.bootstrap)
-        assign = [TopicPartition(self.topics.acks, p, OFFSET_BEGINNING) for p in self.partitions]
-        kafka_call(f"cannot read {self.topics.acks}", lambda: consumer.assign(assign))
+        assign(consumer, self.topics.acks, dict.fromkeys(self.partitions))
 
     def _last_published(self) -> dict[int, Vector]:
         """The vector of each owned shard's latest global report on the mintime topic."""
@@ -169,9 +167,7 @@ class AckerService(Service):
         for msg in self._consumer.consume(self.max_batch, self.poll_s):
             if is_eof(msg):
                 self._replayed(where(msg)[0])
-            elif msg.error() is not None:
-                raise PipelineError(f"cannot read {self.topics.acks}: {msg.error()}")
-            else:
+            elif is_record(msg, self.topics.acks):
                 self._apply(msg)
         self._producer.poll(0)
         if self._failures:

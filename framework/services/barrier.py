@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from connectors.kafka import KafkaSink
 from framework.core.barrier import Barrier, Bundle
@@ -45,9 +45,10 @@ from framework.runtime.stages import Topics
 from framework.runtime.task import OutRecord
 from framework.services.common import (
     Service,
+    assign,
     close_quietly,
-    is_eof,
-    kafka_call,
+    is_record,
+    kafka_retry,
     new_consumer,
     service_node_id,
     where,
@@ -186,23 +187,25 @@ class BarrierService(Service):
         self._barrier = Barrier(max(gts) if gts else None, next_seq)
         self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
         # Step 5
-        assign: list[TopicPartition] = []
+        starts: dict[int, int | None] = {}
         for p in range(pre_partitions):
-            start, mark = marks.get(p, (OFFSET_BEGINNING, BarrierMark(0, 0, None)))
-            self._ledgers[p] = PartitionLedger(max(start, 0), mark.acked)
-            assign.append(TopicPartition(self.pre, p, start))
-        kafka_call(f"cannot read {self.pre}", lambda: consumer.assign(assign))
+            start, mark = marks.get(p, (None, BarrierMark(0, 0, None)))
+            starts[p] = start
+            self._ledgers[p] = PartitionLedger(start or 0, mark.acked)
+        assign(consumer, self.pre, starts)
         if self._view is None:
             self._view = MinTimeView(self.bootstrap, self.app, self.shards, self._segments)
             self._view.start()
 
-    def _committed(self, consumer: Consumer, partitions: int) -> dict[int, tuple[int, BarrierMark]]:
+    def _committed(
+        self, consumer: Consumer, partitions: int
+    ) -> dict[int, tuple[int | None, BarrierMark]]:
         asked = [TopicPartition(self.pre, p) for p in range(partitions)]
-        found = kafka_call(
+        found = kafka_retry(
             f"cannot read the positions of group {self.group!r}",
             lambda: consumer.committed(asked, timeout=30),
         )
-        marks: dict[int, tuple[int, BarrierMark]] = {}
+        marks: dict[int, tuple[int | None, BarrierMark]] = {}
         for tp in found:
             if tp.error is not None:
                 raise PipelineError(f"position of {self.group!r} on {self.pre}: {tp.error}")
@@ -216,15 +219,13 @@ class BarrierService(Service):
     def _step(self) -> None:
         assert self._consumer is not None and self._view is not None
         for msg in self._consumer.consume(self.max_batch, self.poll_s):
-            if is_eof(msg):
-                continue
-            if msg.error() is not None:
-                raise PipelineError(f"cannot read {self.pre}: {msg.error()}")
-            self._take(msg)
+            if is_record(msg, self.pre):
+                self._take(msg)
         self._view.check()
         bundle = None
         min_time = self._view.min_time(self.segment)
-        if min_time > self._min_seen:
+        replaying = any(ledger.replaying for ledger in self._ledgers.values())
+        if min_time > self._min_seen and not replaying:
             self._min_seen = min_time
             bundle = self._barrier.on_min_time(min_time)
             self._dirty = True

@@ -8,12 +8,11 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -27,11 +26,15 @@ from framework.kafka.admin import TopicSpec, compacted_spec
 from framework.runtime.stages import Topics
 
 __all__ = [
+    "QUICK_END",
     "Service",
     "acks_topic_spec",
+    "assign",
     "close_quietly",
     "is_eof",
+    "is_record",
     "kafka_call",
+    "kafka_retry",
     "mintime_topic_spec",
     "new_consumer",
     "new_producer",
@@ -42,6 +45,11 @@ __all__ = [
 
 T = TypeVar("T")
 _TIMEOUT_S = 30.0
+# How long the broker holds a fetch with no new records. Also how long a reader at the end
+# of a partition waits for the end-of-partition event: short, so start-up replays are quick.
+_FETCH_MS = 50
+QUICK_END: Mapping[str, Any] = {"fetch.wait.max.ms": 10}
+"""Consumer settings of a reader that stops at the end: it learns of the end sooner."""
 
 
 def service_node_id(app: str, *parts: str) -> int:
@@ -69,7 +77,38 @@ def kafka_call(what: str, call: Callable[[], T]) -> T:
         raise PipelineError(f"{what}: {exc}") from exc
 
 
-def new_consumer(bootstrap: str, group: str | None = None, **config: Any) -> Consumer:
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def kafka_retry(what: str, call: Callable[[], T], timeout: float = _TIMEOUT_S) -> T:
+    """Like `kafka_call`, retrying errors that pass, e.g. of a partition whose topic was
+    created a moment ago and has no leader yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            code = error.code() if isinstance(error, KafkaError) else None
+            if code not in _TRANSIENT or time.monotonic() > deadline:
+                raise PipelineError(f"{what}: {exc}") from exc
+            time.sleep(0.05)
+
+
+def new_consumer(
+    bootstrap: str, group: str | None = None, config: Mapping[str, Any] | None = None
+) -> Consumer:
     """A read_committed consumer that never auto-commits (group None: a throwaway id)."""
     settings = {
         "bootstrap.servers": bootstrap,
@@ -77,25 +116,48 @@ def new_consumer(bootstrap: str, group: str | None = None, **config: Any) -> Con
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "enable.partition.eof": True,
-        **config,
+        "fetch.wait.max.ms": _FETCH_MS,
+        **(config or {}),
     }
     return kafka_call(f"cannot create a consumer for {bootstrap}", lambda: Consumer(settings))
 
 
-def new_producer(bootstrap: str, **config: Any) -> Producer:
-    """An idempotent producer (pass ``transactional_id`` as ``**{"transactional.id": ...}``)."""
-    settings = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **config}
+def new_producer(bootstrap: str, config: Mapping[str, Any] | None = None) -> Producer:
+    """An idempotent producer; ``config`` adds to or overrides its settings."""
+    settings = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **(config or {})}
     return kafka_call(f"cannot create a producer for {bootstrap}", lambda: Producer(settings))
+
+
+def _first_offset(consumer: Consumer, topic: str, partition: int) -> int:
+    tp = TopicPartition(topic, partition)
+    low, _ = kafka_retry(
+        f"cannot read the offsets of {topic}[{partition}]",
+        lambda: consumer.get_watermark_offsets(tp, _TIMEOUT_S, cached=False),
+    )
+    return int(low)
+
+
+def assign(consumer: Consumer, topic: str, starts: Mapping[int, int | None]) -> None:
+    """Read ``topic`` from ``starts`` (partition -> offset, None: its first kept record).
+
+    Offsets are resolved here rather than passed as ``OFFSET_BEGINNING``: librdkafka
+    resolves a logical offset given before it knows the partition's leader only on a
+    500 ms retry timer.
+    """
+    tps = [
+        TopicPartition(topic, p, _first_offset(consumer, topic, p) if start is None else start)
+        for p, start in starts.items()
+    ]
+    kafka_call(f"cannot read {topic}", lambda: consumer.assign(tps))
 
 
 def read_to_end(
     bootstrap: str, topic: str, partitions: int, timeout: float = _TIMEOUT_S
 ) -> list[Message]:
     """Every committed record of ``topic`` now, partition by partition in offset order."""
-    consumer = new_consumer(bootstrap)
+    consumer = new_consumer(bootstrap, config=QUICK_END)
     try:
-        assign = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        kafka_call(f"cannot read {topic}", lambda: consumer.assign(assign))
+        assign(consumer, topic, dict.fromkeys(range(partitions)))
         waiting = set(range(partitions))
         out: list[Message] = []
         deadline = time.monotonic() + timeout
@@ -103,13 +165,10 @@ def read_to_end(
             if time.monotonic() > deadline:
                 raise PipelineError(f"reading {topic} to its end took over {timeout} s")
             for msg in consumer.consume(1000, 0.1):
-                error = msg.error()
-                if error is None:
-                    out.append(msg)
-                elif error.code() == KafkaError._PARTITION_EOF:
+                if is_eof(msg):
                     waiting.discard(where(msg)[0])
-                else:
-                    raise PipelineError(f"cannot read {topic}: {error}")
+                elif is_record(msg, topic):
+                    out.append(msg)
         return out
     finally:
         close_quietly(consumer)
@@ -127,6 +186,20 @@ def is_eof(msg: Message) -> bool:
     """Whether ``msg`` is the end-of-partition event, not a record."""
     error = msg.error()
     return error is not None and error.code() == KafkaError._PARTITION_EOF
+
+
+def is_record(msg: Message, topic: str) -> bool:
+    """Whether ``msg`` is a record: False for events (end of partition, errors the client
+    retries by itself); `PipelineError` for an error it cannot get over."""
+    error = msg.error()
+    if error is None:
+        return True
+    code = error.code()
+    if error.fatal() or not (
+        code == KafkaError._PARTITION_EOF or error.retriable() or code in _TRANSIENT
+    ):
+        raise PipelineError(f"cannot read {topic}: {error}")
+    return False
 
 
 def close_quietly(client: Consumer | Producer | None) -> None:

@@ -16,19 +16,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, Message
 
 from framework.codec import decode_min_time
 from framework.core.messages import MinTimeNotification
 from framework.core.sharded import MinTimeListener
-from framework.errors import PipelineError, ProtocolViolation
+from framework.errors import ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.runtime.stages import Topics
 from framework.services.common import (
     Service,
+    assign,
     close_quietly,
     is_eof,
-    kafka_call,
+    is_record,
     mintime_topic_spec,
     new_consumer,
     where,
@@ -119,8 +120,7 @@ class MinTimeView(Service):
         ensure_topics(self.bootstrap, [mintime_topic_spec(self.app)])
         partitions = partition_count(self.bootstrap, self.topic)
         self._consumer = consumer = new_consumer(self.bootstrap)
-        assign = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(partitions)]
-        kafka_call(f"cannot read {self.topic}", lambda: consumer.assign(assign))
+        assign(consumer, self.topic, dict.fromkeys(range(partitions)))
         with self._cond:
             self._behind = set(range(partitions))
 
@@ -129,9 +129,7 @@ class MinTimeView(Service):
         for msg in self._consumer.consume(1000, self.poll_s):
             if is_eof(msg):
                 self._caught_up(where(msg)[0])
-            elif msg.error() is not None:
-                raise PipelineError(f"cannot read {self.topic}: {msg.error()}")
-            else:
+            elif is_record(msg, self.topic):
                 self._take(msg)
 
     def _caught_up(self, partition: int) -> None:

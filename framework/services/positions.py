@@ -83,6 +83,15 @@ class PartitionLedger:
         self.acked = max(acked, start)
         self._held: deque[tuple[int, GlobalTime]] = deque()
 
+    @property
+    def replaying(self) -> bool:
+        """Whether records acked before a restart are still to be read again.
+
+        A min time may count on them (their receipt was acked), so it must not be applied
+        to the barrier before they are buffered again.
+        """
+        return self.position < self.acked
+
     def needs_ack(self, offset: int) -> bool:
         """Whether the record at ``offset`` has not been acked yet."""
         return offset >= self.acked

@@ -14,7 +14,16 @@ from confluent_kafka import Consumer, TopicPartition
 from framework.core.messages import BundleHeader
 from framework.errors import PipelineError
 from framework.kafka.admin import partition_count
-from framework.services.common import close_quietly, is_eof, kafka_call, new_consumer, where
+from framework.services.common import (
+    QUICK_END,
+    close_quietly,
+    is_eof,
+    is_record,
+    kafka_call,
+    kafka_retry,
+    new_consumer,
+    where,
+)
 from framework.services.output import Headers, last_header
 
 __all__ = ["last_bundle_header"]
@@ -35,8 +44,8 @@ def _read_range(
         for msg in consumer.consume(1000, 0.1):
             if is_eof(msg):
                 return headers
-            if msg.error() is not None:
-                raise PipelineError(f"cannot read {topic}: {msg.error()}")
+            if not is_record(msg, topic):
+                continue
             headers.append(msg.headers())
             if where(msg)[1] >= end - 1:
                 return headers
@@ -45,7 +54,7 @@ def _read_range(
 
 def _last_in_partition(consumer: Consumer, topic: str, partition: int) -> BundleHeader | None:
     tp = TopicPartition(topic, partition)
-    low, end = kafka_call(
+    low, end = kafka_retry(
         f"cannot read the offsets of {topic}",
         lambda: consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False),
     )
@@ -68,7 +77,7 @@ def last_bundle_header(bootstrap: str, topic: str) -> BundleHeader | None:
     Reads the tail of each partition with read_committed; every bundle closes every
     partition, so the headers agree, and the highest ``seq`` is taken if they do not.
     """
-    consumer = new_consumer(bootstrap)
+    consumer = new_consumer(bootstrap, config=QUICK_END)
     try:
         headers = [
             _last_in_partition(consumer, topic, p) for p in range(partition_count(bootstrap, topic))

@@ -74,7 +74,7 @@ class TransactionalWriter(OutputWriter):
     def open(self) -> None:
         """Start the producer: init_transactions fences older producers of the id."""
         producer = new_producer(
-            self.bootstrap, **{"transactional.id": self.transactional_id, "linger.ms": 0}
+            self.bootstrap, {"transactional.id": self.transactional_id, "linger.ms": 0}
         )
         what = f"cannot start the transactional producer {self.transactional_id!r}"
         try:
@@ -139,7 +139,7 @@ class PlainWriter(OutputWriter):
 
     def open(self) -> None:
         """Start an idempotent producer."""
-        self._producer = new_producer(self.bootstrap, **{"linger.ms": 0})
+        self._producer = new_producer(self.bootstrap, {"linger.ms": 0})
 
     def write(self, records: Sequence[OutRecordLike], positions: list[TopicPartition]) -> None:
         """Produce and flush ``records``, then commit ``positions`` synchronously."""
