@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+from connectors.bundles import BundleConsumer
 from connectors.kafka import KafkaSink, KafkaSource
 from framework.kafka.serde import AvroSerde, Bytes, Json, Serde, Utf8
 
-__all__ = ["AvroSerde", "Bytes", "Json", "KafkaSink", "KafkaSource", "Serde", "Utf8"]
+__all__ = [
+    "AvroSerde",
+    "BundleConsumer",
+    "Bytes",
+    "Json",
+    "KafkaSink",
+    "KafkaSource",
+    "Serde",
+    "Utf8",
+]
