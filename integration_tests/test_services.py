@@ -209,13 +209,13 @@ class Rig:
     front: Node
     sink: KafkaSink
 
-    def barrier(self, **options: Any) -> BarrierService:
+    def barrier(self, sink: KafkaSink | None = None, **options: Any) -> BarrierService:
         return BarrierService(
             self.bootstrap,
             self.app,
             SINK_NODE,
             SEGMENT,
-            self.sink,
+            sink or self.sink,
             shards=SHARDS,
             view=self.view,
             **options,
@@ -386,6 +386,24 @@ def test_at_least_once_mode_writes_verifiable_bundles(rig: Rig) -> None:
     with rig.barrier(exactly_once=False) as again:
         again.wait_ready()
         assert (again.next_seq, again.gt_last) == (2, GlobalTime.slot_end(11))
+
+
+def test_every_output_partition_gets_every_bundle(rig: Rig) -> None:
+    sink = KafkaSink(f"{rig.app}.keyed", value=Utf8(), key=lambda text: text, partitions=2)
+    sink.prepare(rig.bootstrap)
+    rig.stage.send([(meta(10, i), f"k{i}") for i in range(8)])
+    rig.heartbeat(11)
+    group = f"{rig.app}.reader"
+    with rig.barrier(sink), BundleConsumer(rig.bootstrap, sink.topic, group, Utf8()) as out:
+        got = {bundle.partition: bundle for bundle in bundles(out, 2)}
+        rig.heartbeat(12)  # an empty release writes no bundle
+        assert out.poll(0.3) is None
+    assert sorted(got) == [0, 1]
+    assert {b.header.seq for b in got.values()} == {0}
+    items = [item for bundle in got.values() for item in bundle.items]
+    assert sorted(item.value for item in items) == [f"k{i}" for i in range(8)]
+    assert all(item.key == item.value.encode() for item in items)
+    assert all(b.header.item_count == len(b.items) for b in got.values())
 
 
 # -- the bundle consumer on hand-made bundles --------------------------------------------

@@ -97,7 +97,10 @@ class ReplayGate:
 
 
 class AckerService(Service):
-    """Shards ``partitions`` (all by default) of ``app``'s acker (see the module docstring)."""
+    """Shards ``partitions`` (all by default) of ``app``'s acker (see the module docstring).
+
+    ``batches`` counts the ack batches applied, ``published`` the reports written.
+    """
 
     def __init__(
         self,

@@ -133,9 +133,16 @@ class BarrierService(Service):
 
     @classmethod
     def for_graph(
-        cls, bootstrap: str, graph: Graph, sink_node: str, shards: int, **options: object
+        cls,
+        bootstrap: str,
+        graph: Graph,
+        sink_node: str,
+        shards: int,
+        *,
+        view: MinTimeView | None = None,
+        exactly_once: bool = True,
     ) -> BarrierService:
-        """The barrier of ``sink_node`` of ``graph``; ``options`` as for the constructor."""
+        """The barrier of ``sink_node`` of ``graph`` (a `KafkaSink`), as the constructor."""
         endpoint = graph.node(sink_node).endpoint
         if not isinstance(endpoint, KafkaSink):
             raise PipelineError(f"sink {sink_node} writes to {endpoint!r}, not a KafkaSink")
@@ -147,8 +154,9 @@ class BarrierService(Service):
             segments.of_node[sink_node],
             endpoint,
             shards=shards,
+            view=view,
             segments=tuple(segments.inbound),
-            **options,  # type: ignore[arg-type]
+            exactly_once=exactly_once,
         )
 
     @property
@@ -227,8 +235,9 @@ class BarrierService(Service):
         replaying = any(ledger.replaying for ledger in self._ledgers.values())
         if min_time > self._min_seen and not replaying:
             self._min_seen = min_time
+            before = self._barrier.gt_last
             bundle = self._barrier.on_min_time(min_time)
-            self._dirty = True
+            self._dirty = self._dirty or self._barrier.gt_last != before
         overdue = time.monotonic() - self._last_commit > self.checkpoint_s
         if self._acks or bundle is not None or (self._dirty and overdue):
             self._commit(bundle)
@@ -286,9 +295,7 @@ class BarrierService(Service):
                 self.pre,
                 p,
                 ledger.release_position(gt_last),
-                metadata=BarrierMark(
-                    max(ledger.acked, ledger.position), node_time, gt_last
-                ).encode(),
+                metadata=ledger.mark(node_time, gt_last).encode(),
             )
             for p, ledger in self._ledgers.items()
         ]

@@ -41,7 +41,10 @@ MinTimeCallback = Callable[[MinTimeNotification], None]
 
 
 class MinTimeView(Service):
-    """Min times of ``app`` as its sharded acker publishes them (see the module docstring)."""
+    """Min times of ``app`` as its sharded acker publishes them (see the module docstring).
+
+    ``reports`` counts the shard reports read, ``resets`` the fresh starts after gaps.
+    """
 
     def __init__(
         self,
