@@ -304,8 +304,14 @@ def _plain(bootstrap: str, args: argparse.Namespace, serde: Serde) -> int:
 
 
 def consume_main(argv: Sequence[str] | None = None) -> int:
-    """``flamepipe consume <topic> [--verify] ...``: print items; 1 on a protocol violation."""
-    args = _arguments(argv)
+    """``flamepipe consume <topic> [--verify] ...``: print items, one per line.
+
+    Exit status: 0 done, 1 a protocol violation, 2 bad arguments or another error.
+    """
+    try:
+        args = _arguments(argv)
+    except SystemExit as exc:  # argparse has printed the usage or the help
+        return exc.code if isinstance(exc.code, int) else 2
     if args.bootstrap:
         bootstrap: str = args.bootstrap
     else:
