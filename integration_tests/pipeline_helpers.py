@@ -16,11 +16,16 @@ from framework.pipeline import Pipeline
 from framework.spark import PipelineRun, SparkRunner
 
 
-def produce_lines(bootstrap: str, topic: str, lines: list[str], partitions: int) -> int:
-    """Produce ``lines`` round-robin over partitions; the wall-clock ms after the last ack."""
+def produce_lines(
+    bootstrap: str, topic: str, lines: list[str], partitions: int, first: int = 0
+) -> int:
+    """Produce ``lines`` round-robin over partitions ``first..first+partitions-1``.
+
+    Returns the wall-clock ms after the last ack: everything produced is stamped before it.
+    """
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     for i, line in enumerate(lines):
-        producer.produce(topic, value=line.encode(), partition=i % partitions)
+        producer.produce(topic, value=line.encode(), partition=first + i % partitions)
         if i % 5000 == 0:
             producer.poll(0)
     producer.flush(60)

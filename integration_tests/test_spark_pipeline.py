@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections import Counter
 from typing import Any
 
 from framework.config import Settings
 from framework.demos.text import generate_lines, word_counts
-from framework.demos.wordcount import wordcount
+from framework.demos.wordcount import word_pairs, wordcount
 from integration_tests.pipeline_helpers import produce_lines, read_output, running
 
 
@@ -34,3 +36,132 @@ def test_word_count_equals_the_counts_of_the_input(stack: Settings, spark: Any) 
         w: list(range(1, n + 1)) for w, n in oracle.items()
     }
     assert Counter({w: max(ns) for w, ns in seen.items()}) == oracle
+
+
+def _oracle_pairs(bootstrap: str, topic: str, delta_ms: int) -> Counter[str]:
+    """In-order result of `word_pairs`, from the input as Kafka stored it (global time)."""
+    from confluent_kafka import Consumer
+
+    from framework.core.time import GlobalTime
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"oracle-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    occurrences: dict[str, list[tuple[Any, int, str]]] = {}
+    idle = 0
+    while idle < 10:
+        batch = consumer.consume(500, timeout=0.3)
+        idle = 0 if batch else idle + 1
+        for msg in batch:
+            if msg.error():
+                continue
+            _, stamp = msg.timestamp()
+            gt = GlobalTime.of_record(stamp, topic, msg.partition(), msg.offset(), delta_ms)
+            line_id, *words = (msg.value() or b"").decode().split()
+            for child, word in enumerate(words):
+                occurrences.setdefault(word, []).append((gt, child, line_id))
+    consumer.close()
+    result: Counter[str] = Counter()
+    for word, seen in occurrences.items():
+        ids = [line_id for _, _, line_id in sorted(seen)]
+        for i, line_id in enumerate(ids):
+            result[json.dumps([word, [*ids[max(0, i - 1) : i], line_id]])] += 1
+    return result
+
+
+def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any) -> None:
+    from confluent_kafka import Producer
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("skew")
+    source, sink = f"{app}-lines", f"{app}-pairs"
+    texts = generate_lines(240, words_per_line=5, vocabulary=20, seed=11)
+    early = [f"e{i} {t}" for i, t in enumerate(texts[:120])]
+    late = [f"l{i} {t}" for i, t in enumerate(texts[120:])]
+    with running(settings, spark, word_pairs(app, source, sink)) as run:
+        # Partition 0 gets the early lines in a transaction held open: they are stamped
+        # (global time) now, but become readable only after partition 1's later lines.
+        holder = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{app}-hold"})
+        holder.init_transactions(30)
+        holder.begin_transaction()
+        for line in early:
+            holder.produce(source, value=line.encode(), partition=0)
+        holder.flush(30)
+        produce_lines(bootstrap, source, late, partitions=1, first=1)
+        late_words = sum(len(line.split()) - 1 for line in late)
+        _wait(lambda: run.stats["3-group"].records_in >= late_words, run)
+        assert run.stats["3-group"].tombstones == 0
+        holder.commit_transaction(30)
+        until = time.time_ns() // 1_000_000
+        run.wait_released(until, timeout_s=120)
+        items = read_output(bootstrap, sink)
+        tombstones = run.stats["3-group"].tombstones
+    released = Counter(json.dumps(item) for item in items)
+    assert tombstones > 0, "the late partition should have forced repairs"
+    assert released == _oracle_pairs(bootstrap, source, settings.delta_ms)
+
+
+def test_poison_record_and_raising_function_go_to_the_dead_letter_topic(
+    stack: Settings, spark: Any
+) -> None:
+    from confluent_kafka import Producer
+
+    from framework.kafka.wire import read_dead_letter
+    from framework.runtime import Topics
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("dlq")
+    source, sink = f"{app}-lines", f"{app}-counts"
+    good = generate_lines(60, words_per_line=4, vocabulary=15, seed=5)
+    with running(settings, spark, wordcount(app, source, sink)) as run:
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(source, value=b"\xff\xfe not utf-8", partition=0)
+        producer.produce(source, value=b"a poison line", partition=1)
+        producer.flush(10)
+        until = produce_lines(bootstrap, source, good, partitions=2)
+        run.wait_released(until, timeout_s=120)
+        items = read_output(bootstrap, sink)
+        dead = read_raw(bootstrap, Topics(app).dlq)
+        stats = run.stats["0-source"]
+    assert Counter({w: max(n for x, n in items if x == w) for w, _ in items}) == word_counts(good)
+    assert stats.dead_letters == 2
+    letters = sorted((read_dead_letter(m) for m in dead), key=lambda d: d.partition)
+    assert [d.value for d in letters] == [b"\xff\xfe not utf-8", b"a poison line"]
+    assert "undecodable" in letters[0].reason and letters[0].topic == source
+    assert "poisoned line" in letters[1].reason and "ValueError" in letters[1].traceback
+    assert all(d.stage == "0-source" and d.offset == 0 for d in letters)
+
+
+def _wait(condition: Any, run: Any, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        run.check()
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def read_raw(bootstrap: str, topic: str) -> list[Any]:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"raw-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    out = []
+    for _ in range(20):
+        out.extend(m for m in consumer.consume(100, timeout=0.3) if not m.error())
+    consumer.close()
+    return out

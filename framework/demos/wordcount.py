@@ -7,7 +7,15 @@ from typing import Any
 from connectors import KafkaSink, KafkaSource
 from framework.pipeline import Pipeline
 
-__all__ = ["COUNT_WINDOW", "pair", "running_count", "tagged_words", "word_pairs", "wordcount"]
+__all__ = [
+    "COUNT_WINDOW",
+    "pair",
+    "running_count",
+    "strict_split",
+    "tagged_words",
+    "word_pairs",
+    "wordcount",
+]
 
 COUNT_WINDOW = 1 << 30
 """A grouping window larger than any word's count: the window is the word's whole history."""
@@ -22,12 +30,19 @@ def running_count(window: tuple[str, ...]) -> list[Any]:
     return [window[-1], len(window)]
 
 
+def strict_split(line: str) -> list[str]:
+    """Words of a line; raises on a line containing ``poison`` (dead-letter demos)."""
+    if "poison" in line.split():
+        raise ValueError(f"refusing to split a poisoned line: {line!r}")
+    return line.split()
+
+
 def wordcount(name: str, source: str, sink: str, partitions: int = 2) -> Pipeline:
     """Lines -> words -> per-word running counts; the last count of a word is its total."""
     p = Pipeline(name)
     (
         p.source(KafkaSource(source, partitions=partitions))
-        .flat_map(str.split)
+        .flat_map(strict_split)
         .key_by(_word)
         .group(window=COUNT_WINDOW)
         .map(running_count)
