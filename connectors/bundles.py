@@ -41,7 +41,7 @@ from framework.services.common import (
     where,
 )
 from framework.services.output import BundleVerifier, read_bundle_header, read_meta
-from framework.services.positions import format_gt, parse_gt
+from framework.services.positions import BundleMark, format_gt
 from framework.services.tail import last_bundle_header
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
 ]
 
 _TIMEOUT_S = 30.0
-_VERSION = "fp1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,22 +74,6 @@ class VerifiedBundle:
     header: BundleHeader
     items: tuple[OutputItem, ...]
     offset: int
-
-
-def _mark(header: BundleHeader) -> str:
-    return f"{_VERSION} seq={header.seq} gt={format_gt(header.gt_last)}"
-
-
-def _unmark(text: str, where_: str) -> tuple[int, GlobalTime | None]:
-    try:
-        version, seq, gt = text.split(" ")
-        if version != _VERSION or not seq.startswith("seq=") or not gt.startswith("gt="):
-            raise ValueError(text)
-        return int(seq[4:]), parse_gt(gt[3:])
-    except ValueError as exc:
-        raise ProtocolViolation(
-            f"{where_}: committed offset metadata {text!r} was not written by a BundleConsumer"
-        ) from exc
 
 
 class BundleConsumer:
@@ -146,8 +129,8 @@ class BundleConsumer:
         at = f"{self.topic}[{p}]"
         self._items[p] = []
         if tp.offset >= 0:
-            seq, gt_last = _unmark(tp.metadata or "", f"group {self.group!r} on {at}")
-            self._verifiers[p] = BundleVerifier(at, seq + 1, gt_last)
+            mark = BundleMark.decode(tp.metadata or "", f"group {self.group!r} on {at}")
+            self._verifiers[p] = BundleVerifier(at, mark.seq + 1, mark.gt_last)
             return int(tp.offset)
         low, _ = kafka_retry(
             f"cannot read the offsets of {at}",
@@ -192,7 +175,10 @@ class BundleConsumer:
             return
         consumer = self._consumer
         position = TopicPartition(
-            self.topic, bundle.partition, bundle.offset + 1, metadata=_mark(bundle.header)
+            self.topic,
+            bundle.partition,
+            bundle.offset + 1,
+            metadata=BundleMark(bundle.header.seq, bundle.header.gt_last).encode(),
         )
         kafka_call(
             f"cannot commit the position of {self.group!r}",

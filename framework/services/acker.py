@@ -37,7 +37,6 @@ from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.wire import decode_ack_batch
 from framework.runtime.stages import Topics
 from framework.services.common import (
-    Service,
     acks_topic_spec,
     assign,
     close_quietly,
@@ -49,6 +48,7 @@ from framework.services.common import (
     read_to_end,
     where,
 )
+from framework.services.loop import Service
 
 __all__ = ["AckerService", "ReplayGate", "report_key"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -33,18 +33,15 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from connectors.kafka import KafkaSink
 from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph
-from framework.core.messages import Ack
 from framework.core.meta import Record
-from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime
 from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
 from framework.kafka.admin import partition_count
 from framework.kafka.serde import Pickle
-from framework.kafka.wire import ITEM_HEADER, decode_item_header, encode_ack_batch
+from framework.kafka.wire import ITEM_HEADER, decode_item_header
 from framework.runtime.stages import Topics
 from framework.runtime.task import OutRecord
 from framework.services.common import (
-    Service,
     assign,
     close_quietly,
     is_record,
@@ -53,11 +50,17 @@ from framework.services.common import (
     service_node_id,
     where,
 )
+from framework.services.loop import Service
 from framework.services.mintime import MinTimeView
 from framework.services.output import bundle_records, header_value
 from framework.services.positions import BarrierMark, PartitionLedger
 from framework.services.tail import last_bundle_header
-from framework.services.writer import OutputWriter, PlainWriter, TransactionalWriter
+from framework.services.writer import (
+    OutputWriter,
+    PlainWriter,
+    ReceiptSender,
+    TransactionalWriter,
+)
 
 __all__ = ["BarrierService", "BarrierStats"]
 
@@ -115,6 +118,7 @@ class BarrierService(Service):
         self.pre = self.topics.pre(sink_node)
         self.group = f"{app}.{sink_node}.barrier"
         self.node = service_node_id(app, sink_node, "barrier")
+        self._receipts = ReceiptSender(self.topics.acks, self.node, segment, shards)
         self.stats = BarrierStats()
         self._view = view
         self._own_view = view is None
@@ -287,7 +291,7 @@ class BarrierService(Service):
         acks = {slot: value for slot, value in self._acks.items() if value}
         if acks:
             node_time = max(node_time + 1, time.time_ns() // 1000)
-            records.extend(self._ack_records(acks, node_time))
+            records.extend(self._receipts.records(acks, node_time))
         # Step 3
         gt_last = self._barrier.gt_last
         positions = [
@@ -312,15 +316,6 @@ class BarrierService(Service):
         if bundle is not None:
             self.stats.bundles += 1
             self.stats.items_out += len(bundle.records)
-
-    def _ack_records(self, acks: Mapping[int, int], node_time: int) -> list[OutRecord]:
-        by_shard: dict[int, list[Ack]] = {shard: [] for shard in range(self.shards)}
-        for slot, value in sorted(acks.items()):
-            by_shard[shard_of(slot, self.shards)].append(Ack(self.segment, slot, value))
-        return [
-            OutRecord(self.topics.acks, shard, None, encode_ack_batch(self.node, node_time, a, []))
-            for shard, a in by_shard.items()
-        ]
 
     def _close(self) -> None:
         writer, self._writer = self._writer, None

@@ -25,7 +25,6 @@ from framework.errors import ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.runtime.stages import Topics
 from framework.services.common import (
-    Service,
     assign,
     close_quietly,
     is_eof,
@@ -34,6 +33,7 @@ from framework.services.common import (
     new_consumer,
     where,
 )
+from framework.services.loop import Service
 
 __all__ = ["MinTimeCallback", "MinTimeView"]
 

@@ -23,6 +23,7 @@ from framework.errors import ProtocolViolation
 
 __all__ = [
     "BarrierMark",
+    "BundleMark",
     "PartitionLedger",
     "format_gt",
     "parse_gt",
@@ -69,6 +70,32 @@ class BarrierMark:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe barrier "
                 f"({exc}); reset the barrier's consumer group only together with its output"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class BundleMark:
+    """What a `BundleConsumer` commits as offset metadata: the bundle it received last."""
+
+    seq: int
+    gt_last: GlobalTime
+
+    def encode(self) -> str:
+        """``fp1 seq=<seq> gt=<gt_last>``."""
+        return f"{_VERSION} seq={self.seq} gt={format_gt(self.gt_last)}"
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> BundleMark:
+        """Inverse of `encode`; `ProtocolViolation` naming ``where`` on foreign metadata."""
+        try:
+            version, seq, gt = text.split(" ")
+            gt_last = parse_gt(gt.removeprefix("gt="))
+            if version != _VERSION or not seq.startswith("seq=") or gt_last is None:
+                raise ValueError("not fp1 seq=<n> gt=<slot,front,offset>")
+            return cls(int(seq.removeprefix("seq=")), gt_last)
+        except ValueError as exc:
+            raise ProtocolViolation(
+                f"{where}: offset metadata {text!r} was not written by a BundleConsumer ({exc})"
             ) from exc
 
 

@@ -1,4 +1,4 @@
-"""How the barrier makes its output, its acks and its positions visible together.
+"""How the barrier makes its output, its receipt acks and its positions visible together.
 
 `TransactionalWriter` (exactly once) puts them in one Kafka transaction under a stable
 transactional.id, so a restarted or zombie barrier is fenced and its open transaction
@@ -10,18 +10,44 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from framework.core.messages import Ack
+from framework.core.sharded import shard_of
 from framework.errors import PipelineError
 from framework.kafka.txn import OutRecordLike
+from framework.kafka.wire import encode_ack_batch
+from framework.runtime.task import OutRecord
 from framework.services.common import close_quietly, kafka_call, new_producer
 
-__all__ = ["OutputWriter", "PlainWriter", "TransactionalWriter"]
+__all__ = ["OutputWriter", "PlainWriter", "ReceiptSender", "TransactionalWriter"]
 
 _TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptSender:
+    """The barrier as a sender of acks: its node id, its segment, the acker's shards."""
+
+    topic: str
+    node: int
+    segment: str
+    shards: int
+
+    def records(self, acks: Mapping[int, int], node_time: int) -> list[OutRecord]:
+        """Receipt acks (slot -> XOR) as one ack batch per shard, each closed by this
+        node's ``node_time`` (every shard must see every node time of a sender)."""
+        by_shard: dict[int, list[Ack]] = {shard: [] for shard in range(self.shards)}
+        for slot, value in sorted(acks.items()):
+            by_shard[shard_of(slot, self.shards)].append(Ack(self.segment, slot, value))
+        return [
+            OutRecord(self.topic, shard, None, encode_ack_batch(self.node, node_time, batch, []))
+            for shard, batch in by_shard.items()
+        ]
 
 
 class OutputWriter(ABC):
