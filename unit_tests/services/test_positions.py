@@ -13,7 +13,13 @@ from framework.core.barrier import Barrier
 from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation
-from framework.services.positions import BarrierMark, PartitionLedger, format_gt, parse_gt
+from framework.services.positions import (
+    BarrierMark,
+    BundleMark,
+    PartitionLedger,
+    format_gt,
+    parse_gt,
+)
 
 
 def gt(slot: int, offset: int = 0) -> GlobalTime:
@@ -38,6 +44,14 @@ def test_mark_round_trips_and_rejects_foreign_metadata() -> None:
     ):
         with pytest.raises(ProtocolViolation, match="here: offset metadata"):
             BarrierMark.decode(text, "here")
+
+
+def test_consumer_mark_round_trips_and_rejects_foreign_metadata() -> None:
+    mark = BundleMark(41, GlobalTime(9, 8, 7))
+    assert BundleMark.decode(mark.encode(), "there") == mark
+    for text in ("", "fp1 seq=1 gt=-", "fp1 seq=x gt=1,2,3", BarrierMark(1, 2, None).encode()):
+        with pytest.raises(ProtocolViolation, match="there: offset metadata"):
+            BundleMark.decode(text, "there")
 
 
 def test_release_position_is_the_first_record_still_needed() -> None:
