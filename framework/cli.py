@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from framework.config import Settings
 from framework.errors import FlamepipeError
@@ -42,19 +43,26 @@ def _cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from framework.demos.smoke import run_smoke
-
+@contextlib.contextmanager
+def _stack_for(args: argparse.Namespace) -> Iterator[Settings]:
+    """The settings with their stack running; an embedded stack started here stops after."""
     settings = _settings(args)
     stack = LocalStack(settings) if settings.embedded else None
     was_running = stack is not None and all(s.ready for s in stack.status())
     if stack is not None:
         stack.up()
     try:
-        result = run_smoke(settings, lines=args.lines)
+        yield settings
     finally:
         if stack is not None and not was_running and not args.keep_stack:
             stack.down()
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    from framework.demos.smoke import run_smoke
+
+    with _stack_for(args) as settings:
+        result = run_smoke(settings, lines=args.lines)
     ok = len(result.received) == result.sent
     print(
         f"smoke: sent {result.sent}, received {len(result.received)} (read_committed), "
@@ -63,6 +71,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for key, value, headers in sorted(result.received, key=lambda r: int(r[0]))[:3]:
         print(f"  {key}: {value} headers={headers}")
     return 0 if ok else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from framework.demos.wordcount_demo import run_demo
+
+    with _stack_for(args) as settings:
+        result = run_demo(settings, lines=args.lines, rate=args.rate)
+    print(result.summary())
+    return 0 if result.exact else 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,17 +95,34 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("status", parents=[common], help="show the local stack's servers")
     down = sub.add_parser("down", parents=[common], help="stop the local stack")
     down.add_argument("--purge", action="store_true", help="also delete its data")
-    demo = sub.add_parser("demo", parents=[common], help="run the demo job on the local stack")
-    demo.add_argument("--lines", type=int, default=1000, help="records to push through")
+    demo = sub.add_parser("demo", parents=[common], help="word count, verified, on the stack")
+    demo.add_argument("--lines", type=int, default=20_000, help="lines of generated text")
+    demo.add_argument("--rate", type=int, default=2_000, help="lines produced per second")
     demo.add_argument("--keep-stack", action="store_true", help="leave the stack running")
+    smoke = sub.add_parser("smoke", parents=[common], help="Kafka -> Spark -> Kafka smoke job")
+    smoke.add_argument("--lines", type=int, default=1000, help="records to push through")
+    smoke.add_argument("--keep-stack", action="store_true", help="leave the stack running")
+    sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
     return parser
 
 
-_COMMANDS = {"up": _cmd_up, "status": _cmd_status, "down": _cmd_down, "demo": _cmd_demo}
+_COMMANDS = {
+    "up": _cmd_up,
+    "status": _cmd_status,
+    "down": _cmd_down,
+    "demo": _cmd_demo,
+    "smoke": _cmd_smoke,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flamepipe`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["consume"]:
+        from connectors.bundles import consume_main
+
+        code: int = consume_main(argv[1:])
+        return code
     args = _parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
