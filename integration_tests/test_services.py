@@ -210,6 +210,7 @@ class Rig:
     sink: KafkaSink
 
     def barrier(self, sink: KafkaSink | None = None, **options: Any) -> BarrierService:
+        options.setdefault("view", self.view)
         return BarrierService(
             self.bootstrap,
             self.app,
@@ -217,7 +218,6 @@ class Rig:
             SEGMENT,
             sink or self.sink,
             shards=SHARDS,
-            view=self.view,
             **options,
         )
 
@@ -368,6 +368,14 @@ def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
     with BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out:
         (second,) = bundles(out, 1)  # resumes after bundle 0, expecting bundle 1
         assert (second.header.seq, values(second)) == (1, ["e", "f"])
+
+
+def test_a_barrier_can_run_its_own_min_time_view(rig: Rig) -> None:
+    rig.stage.send(FIRST)
+    rig.heartbeat(12)
+    with rig.barrier(view=None, segments=[SEGMENT]) as barrier:
+        wait_until(lambda: barrier.released_through() >= 12, "release through 12")
+        assert barrier.stats.bundles == 1
 
 
 def test_at_least_once_mode_writes_verifiable_bundles(rig: Rig) -> None:
