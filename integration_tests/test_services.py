@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from connectors.bundles import BundleConsumer, VerifiedBundle, consume_main
+from connectors.bundles import BundleConsumer, VerifiedBundle, consume_main, last_bundle_header
 from connectors.kafka import KafkaSink
 from framework.codec import encode_bundle_header, encode_meta
 from framework.core.messages import Ack, BundleHeader, Heartbeat
@@ -440,6 +440,7 @@ def test_consumer_resumes_verification_after_its_committed_bundle(
     with BundleConsumer(bootstrap, topic, group, Utf8()) as out:
         assert [b.header.seq for b in bundles(out, 2)] == [0, 1]
     write_bundles(bootstrap, topic, [(2, 7, [6]), (4, 9, [8])])  # bundle 3 is missing
+    assert last_bundle_header(bootstrap, topic) == BundleHeader(4, GlobalTime.slot_end(9), 1)
     with BundleConsumer(bootstrap, topic, group, Utf8()) as out:
         (third,) = bundles(out, 1)
         assert values(third) == ["2.0"]
