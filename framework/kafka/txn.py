@@ -129,7 +129,13 @@ def _must_restart(exc: KafkaException) -> bool:
     error = _error(exc)
     if error is None:
         return True
-    return error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+    # produce() on a producer already in a fatal state raises a plain _FATAL error whose
+    # own fatal() flag is not set: it must restart all the same.
+    return error.fatal() or error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError._FATAL,
+    )
 
 
 class TaskCommitter:

@@ -27,6 +27,7 @@ from framework.errors import PipelineError
 from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
 from framework.runtime.stages import ExitKind, Stage, Topics, plan_stages
 from framework.runtime.task import StageSpec
+from framework.services.common import acks_topic_spec, mintime_topic_spec
 from framework.spark.fronts import FrontHeartbeats
 from framework.spark.stages import StageQuery, StageStats
 
@@ -125,8 +126,9 @@ class PipelineRun:
             counts[sink.topic] = sink.prepare(self.bootstrap)
         topics, parallelism = self.topics, self.settings.parallelism
         specs = [
-            TopicSpec(topics.acks, self.settings.acker_shards),
-            TopicSpec(topics.mintime, 1),
+            # Acks are kept forever (a restarted acker replays them); min times compacted.
+            acks_topic_spec(self.graph.name, self.settings.acker_shards),
+            mintime_topic_spec(self.graph.name),
             TopicSpec(topics.dlq, 1),
         ]
         for stage in stages:
