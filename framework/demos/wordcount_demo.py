@@ -108,7 +108,7 @@ def run_demo(
     reader.start()
     try:
         # Step 2
-        until = _produce(settings, run, source, text, rate, reader)
+        until = _produce(settings, run, source, text, rate=rate, reader=reader)
         # Step 3
         _say("all lines produced; waiting for the barrier to release the last bundles")
         run.wait_released(until, timeout_s=300)
@@ -134,7 +134,7 @@ def run_demo(
 
 
 def _produce(
-    settings: Settings, run: Any, topic: str, text: list[str], rate: int, reader: _Reader
+    settings: Settings, run: Any, topic: str, text: list[str], *, rate: int, reader: _Reader
 ) -> int:
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 2})
     start = last_report = time.monotonic()
