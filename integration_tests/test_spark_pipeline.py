@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections import Counter
 from typing import Any
 
 from framework.config import Settings
+from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import word_pairs, wordcount
 from integration_tests.pipeline_helpers import produce_lines, read_output, running
@@ -36,43 +36,6 @@ def test_word_count_equals_the_counts_of_the_input(stack: Settings, spark: Any) 
         w: list(range(1, n + 1)) for w, n in oracle.items()
     }
     assert Counter({w: max(ns) for w, ns in seen.items()}) == oracle
-
-
-def _oracle_pairs(bootstrap: str, topic: str, delta_ms: int) -> Counter[str]:
-    """In-order result of `word_pairs`, from the input as Kafka stored it (global time)."""
-    from confluent_kafka import Consumer
-
-    from framework.core.time import GlobalTime
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"oracle-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.subscribe([topic])
-    occurrences: dict[str, list[tuple[Any, int, str]]] = {}
-    idle = 0
-    while idle < 10:
-        batch = consumer.consume(500, timeout=0.3)
-        idle = 0 if batch else idle + 1
-        for msg in batch:
-            if msg.error():
-                continue
-            _, stamp = msg.timestamp()
-            gt = GlobalTime.of_record(stamp, topic, msg.partition(), msg.offset(), delta_ms)
-            line_id, *words = (msg.value() or b"").decode().split()
-            for child, word in enumerate(words):
-                occurrences.setdefault(word, []).append((gt, child, line_id))
-    consumer.close()
-    result: Counter[str] = Counter()
-    for word, seen in occurrences.items():
-        ids = [line_id for _, _, line_id in sorted(seen)]
-        for i, line_id in enumerate(ids):
-            result[json.dumps([word, [*ids[max(0, i - 1) : i], line_id]])] += 1
-    return result
 
 
 def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any) -> None:
@@ -103,9 +66,9 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
         run.wait_released(until, timeout_s=120)
         items = read_output(bootstrap, sink)
         tombstones = run.stats["3-group"].tombstones
-    released = Counter(json.dumps(item) for item in items)
+    released = Counter(pair_key(item) for item in items)
     assert tombstones > 0, "the late partition should have forced repairs"
-    assert released == _oracle_pairs(bootstrap, source, settings.delta_ms)
+    assert released == word_pairs_oracle(bootstrap, source, settings.delta_ms)
 
 
 def test_poison_record_and_raising_function_go_to_the_dead_letter_topic(

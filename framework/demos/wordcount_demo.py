@@ -1,16 +1,22 @@
 """The main demo: word count on the embedded stack, verified, with latency.
 
+The pipeline is `word_pairs`: for every occurrence of a word, the line it occurred on and
+the line of its previous occurrence (a window-2 grouping per word, so out-of-order
+arrivals are repaired with tombstones). Counting the released occurrences per word gives
+the word count.
+
 1. Start the pipeline (Spark stages, acker, barrier) on fresh topics.
 2. Produce generated lines at a steady rate while a verifying `BundleConsumer` reads the
    output; print progress every few seconds.
 3. After the last line, wait until the barrier has released everything produced.
-4. Check the released running counts against counts computed directly from the input
-   (exactly once: every word has the counts 1..n, once each), print the top words and the
-   latency from producer append to committed output.
+4. Check the output against the oracle computed from the input as Kafka stored it (every
+   pair exactly once, nothing else), print the top words and the latency from producer
+   append to committed output.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import threading
@@ -24,8 +30,10 @@ from confluent_kafka import Producer
 
 from connectors.bundles import BundleConsumer
 from framework.config import Settings
+from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
-from framework.demos.wordcount import wordcount
+from framework.demos.wordcount import word_pairs
+from framework.errors import PipelineError
 from framework.kafka.serde import Json
 from framework.spark import SparkRunner
 
@@ -68,7 +76,7 @@ class _Reader(threading.Thread):
         self.settings = settings
         self.topic = topic
         self.result = result
-        self.counts: dict[str, list[int]] = {}
+        self.items: Counter[str] = Counter()
         self.stop = threading.Event()
         self.error: BaseException | None = None
 
@@ -83,8 +91,7 @@ class _Reader(threading.Thread):
                         continue
                     now = time.time_ns() / 1e6
                     for item in bundle.items:
-                        word, n = item.value
-                        self.counts.setdefault(word, []).append(n)
+                        self.items[pair_key(item.value)] += 1
                         # The slot start is the append time rounded down to delta.
                         appended = item.meta.gt.slot * delta + delta / 2
                         self.result.latencies_ms.append(max(0.0, now - appended))
@@ -99,11 +106,11 @@ def run_demo(
     """Steps 1-4 of the module docstring; returns what was seen."""
     app = f"wordcount-{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-counts"
-    text = generate_lines(lines)
-    result = DemoResult(lines, sum(len(line.split()) for line in text))
+    text = [f"{i} {line}" for i, line in enumerate(generate_lines(lines))]
+    result = DemoResult(lines, sum(len(line.split()) - 1 for line in text))
     # Step 1
     _say(f"starting pipeline {app} (Spark stages, acker, barrier)")
-    run = SparkRunner(settings, spark).start(wordcount(app, source, sink).graph())
+    run = SparkRunner(settings, spark).start(word_pairs(app, source, sink).graph())
     reader = _Reader(settings, sink, result)
     reader.start()
     try:
@@ -111,9 +118,9 @@ def run_demo(
         until = _produce(settings, run, source, text, rate=rate, reader=reader)
         # Step 3
         _say("all lines produced; waiting for the barrier to release the last bundles")
-        run.wait_released(until, timeout_s=300)
+        _wait_released(run, until, reader)
         deadline = time.monotonic() + 60
-        while sum(map(len, reader.counts.values())) < result.words:
+        while reader.items.total() < result.words:
             run.check()
             if reader.error is not None or time.monotonic() > deadline:
                 break
@@ -125,11 +132,12 @@ def run_demo(
     if reader.error is not None:
         raise reader.error
     # Step 4
-    oracle = word_counts(text)
-    result.released = Counter({w: max(ns) for w, ns in reader.counts.items()})
-    result.exact = {w: sorted(ns) for w, ns in reader.counts.items()} == {
-        w: list(range(1, n + 1)) for w, n in oracle.items()
-    }
+    oracle = word_pairs_oracle(settings.kafka_bootstrap, source, settings.delta_ms)
+    for key, times in reader.items.items():
+        result.released[json.loads(key)[0]] += times
+    result.exact = reader.items == oracle and result.released == word_counts(
+        [line.split(" ", 1)[1] for line in text]
+    )
     return result
 
 
@@ -139,18 +147,30 @@ def _produce(
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 2})
     start = last_report = time.monotonic()
     for i, line in enumerate(text):
-        due = start + i / rate
-        while time.monotonic() < due:
-            time.sleep(min(0.005, due - time.monotonic()))
+        wait = start + i / rate - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         producer.produce(topic, value=line.encode())
         producer.poll(0)
         if time.monotonic() - last_report >= 3:
             last_report = time.monotonic()
             run.check()
-            released = sum(map(len, reader.counts.values()))
-            _say(f"produced {i + 1}/{len(text)} lines, released {released} counts")
+            released = reader.items.total()
+            _say(f"produced {i + 1}/{len(text)} lines, released {released} word occurrences")
     producer.flush(60)
     return time.time_ns() // 1_000_000
+
+
+def _wait_released(run: Any, until: int, reader: _Reader, timeout_s: float = 600) -> None:
+    deadline = last_report = time.monotonic()
+    deadline += timeout_s
+    while not run.released(until):
+        if time.monotonic() > deadline:
+            raise PipelineError(f"input not released within {timeout_s:.0f} s")
+        if time.monotonic() - last_report >= 3:
+            last_report = time.monotonic()
+            _say(f"released {reader.items.total()} word occurrences so far")
+        time.sleep(0.05)
 
 
 def _say(text: str) -> None:

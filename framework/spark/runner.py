@@ -195,16 +195,21 @@ class PipelineRun:
             if error is not None:
                 raise PipelineError(f"{type(service).__name__} failed: {error}")
 
-    def wait_released(self, until_ms: int, timeout_s: float) -> None:
-        """Block until everything appended before ``until_ms`` went through the barriers."""
+    def released(self, until_ms: int) -> bool:
+        """Whether everything appended before ``until_ms`` went through the barriers."""
+        self.check()
         slot = GlobalTime.of_record(until_ms, "", 0, 0, self.graph.delta_ms).slot
+        return all(b.released_through() >= slot for b in self.barriers())
+
+    def wait_released(self, until_ms: int, timeout_s: float) -> None:
+        """Block until `released` (``until_ms``); `PipelineError` after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            self.check()
-            if all(b.released_through() >= slot for b in self.barriers()):
-                return
+        while not self.released(until_ms):
+            if time.monotonic() > deadline:
+                raise PipelineError(
+                    f"input appended before {until_ms} not released within {timeout_s:.0f} s"
+                )
             time.sleep(0.05)
-        raise PipelineError(f"nothing released through slot {slot} within {timeout_s:.0f} s")
 
     def barriers(self) -> list[Any]:
         """The barrier services of the sinks."""
