@@ -325,7 +325,8 @@ def test_workers_taking_turns_with_one_transactional_id(
 def _failing(bootstrap: str, topic: str, tag: str, partition: int = 0) -> _Interleaved:
     """Three records, then one the producer refuses (too large), produced once the three
     are in the log: the transaction fails after writing."""
-    records = [*_batch(topic, tag, 3, partition), Out(topic, partition, b"big", b"x" * 2**21)]
+    # Larger than the producer's message.max.bytes (16 MB): refused locally, not by the broker.
+    records = [*_batch(topic, tag, 3, partition), Out(topic, partition, b"big", b"x" * 2**25)]
     before = len(_read(bootstrap, topic, "read_uncommitted"))
     return _Interleaved(records, 3, lambda: _await_uncommitted(bootstrap, topic, before + 3))
 

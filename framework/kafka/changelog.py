@@ -62,6 +62,22 @@ def _consumer(bootstrap: str, isolation: str) -> Consumer:
     return _consumers.get((bootstrap, isolation), lambda: Consumer(config))
 
 
+_TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def _transient(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT)
+
+
 class ChangelogReader:
     """Reads one changelog partition incrementally: each `catch_up` returns what is new."""
 
@@ -106,12 +122,19 @@ class ChangelogReader:
         the end is not reached within ``timeout_s``.
         """
         with _lock:
-            try:
-                low, end = self._settled_end()
-                start = low if self.position is None else max(self.position, low)
-                records = self._read(start, end) if start < end else []
-            except KafkaException as exc:
-                raise PipelineError(f"changelog {self._name}: {exc}") from exc
+            deadline = time.monotonic() + self.timeout_s
+            while True:
+                try:
+                    low, end = self._settled_end()
+                    start = low if self.position is None else max(self.position, low)
+                    records = self._read(start, end) if start < end else []
+                    break
+                except KafkaException as exc:
+                    # A changelog created a moment ago may not have a leader yet.
+                    if _transient(exc) and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                        continue
+                    raise PipelineError(f"changelog {self._name}: {exc}") from exc
             self.position = max(end, self.position or 0)
             return records
 
