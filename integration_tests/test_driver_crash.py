@@ -91,7 +91,7 @@ def test_driver_killed_mid_run_output_is_exactly_once(stack: Settings, tmp_path:
             kills += 1
             driver = _driver(stack, tmp_path, app, source, sink)
             _await_running(driver)
-        items = _wait_for_output(bootstrap, sink, lines, until)
+        items = _wait_for_output(bootstrap, sink, lines, until, tmp_path / "driver.log")
     finally:
         _kill(driver)
     assert kills == 2
@@ -104,7 +104,9 @@ def test_driver_killed_mid_run_output_is_exactly_once(stack: Settings, tmp_path:
     }
 
 
-def _wait_for_output(bootstrap: str, sink: str, lines: list[str], until: int) -> list[object]:
+def _wait_for_output(
+    bootstrap: str, sink: str, lines: list[str], until: int, log: Path
+) -> list[object]:
     total = sum(word_counts(lines).values())
     deadline = time.monotonic() + 240
     items: list[object] = []
@@ -113,4 +115,9 @@ def _wait_for_output(bootstrap: str, sink: str, lines: list[str], until: int) ->
         if len(items) >= total:
             return items
         time.sleep(2)
-    raise AssertionError(f"only {len(items)} of {total} items released (input until {until})")
+    tail = "\n".join(
+        line for line in log.read_text(errors="replace").splitlines() if "WARN" not in line
+    )[-3000:]
+    raise AssertionError(
+        f"only {len(items)} of {total} items released (input until {until}); driver log:\n{tail}"
+    )

@@ -57,6 +57,8 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
         for line in early:
             holder.produce(source, value=line.encode(), partition=0)
         holder.flush(30)
+        # Later slots for the late lines, so their global times are surely higher.
+        time.sleep(5 * settings.delta_ms / 1000)
         produce_lines(bootstrap, source, late, partitions=1, first=1)
         late_words = sum(len(line.split()) - 1 for line in late)
         _wait(lambda: run.stats["3-group"].records_in >= late_words, run)
