@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from framework.config import Settings
+from framework.kafka.read import read_to_end
 from framework.pipeline import Pipeline
 from framework.spark import PipelineRun, SparkRunner
 
@@ -32,32 +32,13 @@ def produce_lines(
     return time.time_ns() // 1_000_000
 
 
-def read_output(bootstrap: str, topic: str, idle_s: float = 3.0) -> list[Any]:
-    """Every item of an output topic (read_committed, bundle headers skipped), JSON-decoded."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    items: list[Any] = []
-    last = time.monotonic()
-    try:
-        while time.monotonic() - last < idle_s:
-            for msg in consumer.consume(500, timeout=0.2):
-                if msg.error():
-                    continue
-                last = time.monotonic()
-                headers = dict(msg.headers() or [])
-                if "fp.bundle" not in headers:
-                    items.append(json.loads(msg.value() or b"null"))
-    finally:
-        consumer.close()
-    return items
+def read_output(bootstrap: str, topic: str) -> list[Any]:
+    """Every item of an output topic as read_committed shows it now, JSON-decoded."""
+    return [
+        json.loads(msg.value() or b"null")
+        for msg in read_to_end(bootstrap, topic)
+        if "fp.bundle" not in dict(msg.headers() or [])
+    ]
 
 
 @contextmanager

@@ -111,7 +111,7 @@ def _wait_for_output(
     deadline = time.monotonic() + 240
     items: list[object] = []
     while time.monotonic() < deadline:
-        items = read_output(bootstrap, sink, idle_s=2)
+        items = read_output(bootstrap, sink)
         if len(items) >= total:
             return items
         time.sleep(2)

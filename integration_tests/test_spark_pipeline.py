@@ -114,19 +114,6 @@ def _wait(condition: Any, run: Any, timeout_s: float = 120) -> None:
 
 
 def read_raw(bootstrap: str, topic: str) -> list[Any]:
-    from confluent_kafka import Consumer
+    from framework.kafka.read import read_to_end
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"raw-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.subscribe([topic])
-    out = []
-    for _ in range(20):
-        out.extend(m for m in consumer.consume(100, timeout=0.3) if not m.error())
-    consumer.close()
-    return out
+    return read_to_end(bootstrap, topic)

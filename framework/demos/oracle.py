@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 
-from confluent_kafka import Consumer
-
 from framework.core.time import GlobalTime
+from framework.kafka.read import read_to_end
 
 __all__ = ["pair_key", "word_pairs_oracle"]
 
@@ -24,33 +22,14 @@ def word_pairs_oracle(bootstrap: str, topic: str, delta_ms: int) -> Counter[str]
     Global times come from the stored records (timestamp, partition, offset), so this is
     the order flamepipe must reproduce whatever order the records were processed in.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"oracle-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
     occurrences: dict[str, list[tuple[GlobalTime, int, str]]] = {}
-    idle = 0
-    try:
-        while idle < 10:
-            batch = consumer.consume(1000, timeout=0.3)
-            idle = 0 if batch else idle + 1
-            for msg in batch:
-                if msg.error():
-                    continue
-                _, stamp = msg.timestamp()
-                partition, offset = msg.partition() or 0, msg.offset() or 0
-                gt = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms)
-                line_id, *words = (msg.value() or b"").decode().split()
-                for child, word in enumerate(words):
-                    occurrences.setdefault(word, []).append((gt, child, line_id))
-    finally:
-        consumer.close()
+    for msg in read_to_end(bootstrap, topic):
+        _, stamp = msg.timestamp()
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        gt = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms)
+        line_id, *words = (msg.value() or b"").decode().split()
+        for child, word in enumerate(words):
+            occurrences.setdefault(word, []).append((gt, child, line_id))
     result: Counter[str] = Counter()
     for word, seen in occurrences.items():
         ids = [line_id for _, _, line_id in sorted(seen)]

@@ -196,14 +196,14 @@ def _create(bootstrap: str, specs: list[TopicSpec]) -> None:
 
     def ask() -> None:
         futures = _admin(bootstrap).create_topics(new, request_timeout=_TIMEOUT_S)
-        for name, future in futures.items():
+        for future in futures.values():
             try:
                 future.result(timeout=_TIMEOUT_S)
             except KafkaException as exc:
+                # A concurrent creator won; its topic may not be visible here yet, so its
+                # size is checked once it is (`_await_ready`).
                 if _code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
-                # A concurrent creator won: its topic must still be big enough.
-                _check_partitions(by_name[name], partition_count(bootstrap, name))
 
     _ask(bootstrap, f"create topics {list(by_name)}", ask)
 
@@ -214,15 +214,17 @@ def _await_ready(bootstrap: str, specs: list[TopicSpec]) -> None:
     names = [spec.name for spec in specs]
     while True:
         described = _describe(bootstrap, names)
-        if all(_led(described.get(spec.name, []), spec.partitions) for spec in specs):
+        if all(_led(described.get(spec.name, [])) for spec in specs):
+            for spec in specs:
+                _check_partitions(spec, len(described[spec.name]))
             return
         if time.monotonic() > deadline:
             raise ConfigError(f"Kafka at {bootstrap}: topics {names} did not become ready")
         time.sleep(0.05)
 
 
-def _led(partitions: list[Any], wanted: int) -> bool:
-    return len(partitions) >= wanted and all(p.leader is not None for p in partitions)
+def _led(partitions: list[Any]) -> bool:
+    return bool(partitions) and all(p.leader is not None for p in partitions)
 
 
 def timestamp_type(bootstrap: str, topic: str) -> str:

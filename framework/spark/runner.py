@@ -198,8 +198,9 @@ class PipelineRun:
     def released(self, until_ms: int) -> bool:
         """Whether everything appended before ``until_ms`` went through the barriers."""
         self.check()
+        # A record stamped at until_ms is in this slot; min time must pass the whole slot.
         slot = GlobalTime.of_record(until_ms, "", 0, 0, self.graph.delta_ms).slot
-        return all(b.released_through() >= slot for b in self.barriers())
+        return all(b.released_through() > slot for b in self.barriers())
 
     def wait_released(self, until_ms: int, timeout_s: float) -> None:
         """Block until `released` (``until_ms``); `PipelineError` after ``timeout_s``."""
