@@ -117,3 +117,32 @@ def read_raw(bootstrap: str, topic: str) -> list[Any]:
     from framework.kafka.read import read_to_end
 
     return read_to_end(bootstrap, topic)
+
+
+def test_two_groupings_in_sequence_equal_the_in_process_harness(
+    stack: Settings, spark: Any
+) -> None:
+    from connectors import KafkaSink, KafkaSource
+    from framework.demos.wordcount import two_groupings
+    from framework.kafka.read import read_to_end
+    from framework.testing import InProcessRunner, ListSink, ListSource
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("two")
+    source, sink = f"{app}-lines", f"{app}-out"
+    lines = [f"{i} {t}" for i, t in enumerate(generate_lines(150, 5, 25, seed=2))]
+    spark_pipeline = two_groupings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    with running(settings, spark, spark_pipeline) as run:
+        # Round-robin from one producer: partition i % 2, offsets in order, as ListSource does.
+        until = produce_lines(bootstrap, source, lines, partitions=2)
+        run.wait_released(until, timeout_s=120)
+        items = read_output(bootstrap, sink)
+        stages = sorted(run.stats)
+    assert stages == ["0-source", "3-group", "6-group"]
+    stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
+    stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
+    harness = two_groupings(app, ListSource.timed(stamped, partitions=2, topic=source), ListSink())
+    expected = harness.run(InProcessRunner()).values()
+    assert Counter(map(pair_key, items)) == Counter(map(pair_key, expected))
+    assert len(items) == sum(len(line.split()) - 1 for line in lines)

@@ -9,10 +9,13 @@ from framework.pipeline import Pipeline
 
 __all__ = [
     "COUNT_WINDOW",
+    "first_letter",
+    "letter_window",
     "pair",
     "running_count",
     "strict_split",
     "tagged_words",
+    "two_groupings",
     "word_pairs",
     "wordcount",
 ]
@@ -72,5 +75,32 @@ def word_pairs(name: str, source: str, sink: str, partitions: int = 2) -> Pipeli
         .group(window=2)
         .map(pair)
         .sink(KafkaSink(sink))
+    )
+    return p
+
+
+def first_letter(item: list[Any]) -> str:
+    """The first letter of a `pair` output's word: a key with few values."""
+    return str(item[0][0])
+
+
+def letter_window(window: tuple[list[Any], ...]) -> list[Any]:
+    """``[letter, words]`` of the last three pairs of a letter: a second, order-sensitive window."""
+    return [window[-1][0][0], [item[0] for item in window]]
+
+
+def two_groupings(name: str, source: Any, sink: Any) -> Pipeline:
+    """`word_pairs`, then a second grouping by first letter: two shuffles in sequence."""
+    p = Pipeline(name)
+    (
+        p.source(source)
+        .flat_map(tagged_words)
+        .key_by(_word)
+        .group(window=2)
+        .map(pair)
+        .key_by(first_letter)
+        .group(window=3)
+        .map(letter_window)
+        .sink(sink)
     )
     return p
