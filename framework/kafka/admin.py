@@ -31,6 +31,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.cache import ProcessCache
+from framework.kafka.retry import is_transient
 
 __all__ = [
     "LOG_APPEND_TIME",
@@ -89,17 +90,6 @@ def close_cached() -> None:
 
 
 # Errors a just-created topic answers with until its partition leaders are ready.
-_TRANSIENT = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-    }
-)
-
-
 def _error(exc: BaseException) -> KafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]
@@ -124,9 +114,7 @@ def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
         try:
             return ask()
         except KafkaException as exc:
-            error = _error(exc)
-            transient = error is not None and (error.retriable() or error.code() in _TRANSIENT)
-            if not transient or time.monotonic() > deadline:
+            if not is_transient(exc) or time.monotonic() > deadline:
                 raise _failed(bootstrap, what, exc) from exc
         except FlamepipeError:
             raise

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from framework.errors import DecodeError, PipelineError
 from framework.kafka.cache import ProcessCache
+from framework.kafka.retry import is_transient
 
 __all__ = ["ChangelogReader"]
 
@@ -60,22 +61,6 @@ def _consumer(bootstrap: str, isolation: str) -> Consumer:
         "fetch.wait.max.ms": 10,
     }
     return _consumers.get((bootstrap, isolation), lambda: Consumer(config))
-
-
-_TRANSIENT = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-    }
-)
-
-
-def _transient(exc: KafkaException) -> bool:
-    error = exc.args[0] if exc.args else None
-    return isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT)
 
 
 class ChangelogReader:
@@ -131,7 +116,7 @@ class ChangelogReader:
                     break
                 except KafkaException as exc:
                     # A changelog created a moment ago may not have a leader yet.
-                    if _transient(exc) and time.monotonic() < deadline:
+                    if is_transient(exc) and time.monotonic() < deadline:
                         time.sleep(0.1)
                         continue
                     raise PipelineError(f"changelog {self._name}: {exc}") from exc

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from framework.errors import PipelineError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
+from framework.kafka.retry import is_transient
 
 __all__ = ["ChangelogReader", "OutRecordLike", "TaskCommitter", "close_cached", "group_consumer"]
 
@@ -110,20 +111,6 @@ def _error(exc: KafkaException) -> KafkaError | None:
     return exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
 
 
-def _retriable_lookup(exc: KafkaException) -> bool:
-    """Whether an offset lookup failed only because the group coordinator is moving."""
-    error = _error(exc)
-    return error is not None and (
-        error.retriable()
-        or error.code()
-        in (
-            KafkaError.NOT_COORDINATOR,
-            KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-            KafkaError.COORDINATOR_NOT_AVAILABLE,
-        )
-    )
-
-
 def _must_restart(exc: KafkaException) -> bool:
     """Whether the producer is unusable after ``exc`` (fenced or fatal)."""
     error = _error(exc)
@@ -195,7 +182,7 @@ class TaskCommitter:
                 break
             except KafkaException as exc:
                 # A group never used before has no coordinator loaded yet: ask again.
-                if _retriable_lookup(exc) and time.monotonic() < deadline:
+                if is_transient(exc) and time.monotonic() < deadline:
                     time.sleep(0.1)
                     continue
                 raise PipelineError(

@@ -20,6 +20,7 @@ from confluent_kafka import (
 
 from framework.errors import PipelineError
 from framework.kafka.admin import TopicSpec, compacted_spec
+from framework.kafka.retry import TRANSIENT, retry
 from framework.runtime.stages import Topics
 
 __all__ = [
@@ -73,33 +74,9 @@ def kafka_call(what: str, call: Callable[[], T]) -> T:
         raise PipelineError(f"{what}: {exc}") from exc
 
 
-_TRANSIENT = frozenset(
-    {
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError.NOT_COORDINATOR,
-        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-        KafkaError.COORDINATOR_NOT_AVAILABLE,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-    }
-)
-
-
 def kafka_retry(what: str, call: Callable[[], T], timeout: float = _TIMEOUT_S) -> T:
-    """Like `kafka_call`, retrying errors that pass, e.g. of a partition whose topic was
-    created a moment ago and has no leader yet."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            code = error.code() if isinstance(error, KafkaError) else None
-            if code not in _TRANSIENT or time.monotonic() > deadline:
-                raise PipelineError(f"{what}: {exc}") from exc
-            time.sleep(0.05)
+    """Like `kafka_call`, retrying errors that pass (`framework.kafka.retry`)."""
+    return retry(what, call, timeout)
 
 
 def new_consumer(
@@ -192,7 +169,7 @@ def is_record(msg: Message, topic: str) -> bool:
         return True
     code = error.code()
     if error.fatal() or not (
-        code == KafkaError._PARTITION_EOF or error.retriable() or code in _TRANSIENT
+        code == KafkaError._PARTITION_EOF or error.retriable() or code in TRANSIENT
     ):
         raise PipelineError(f"cannot read {topic}: {error}")
     return False

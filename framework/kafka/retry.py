@@ -1,0 +1,59 @@
+"""Which Kafka errors pass by themselves, and retrying a call while they do.
+
+A topic created a moment ago has no leader yet, a consumer group used for the first time
+has no coordinator loaded yet: such errors pass within seconds, so every adapter asks again
+instead of failing the pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+
+from framework.errors import PipelineError
+
+__all__ = ["TRANSIENT", "is_transient", "retry"]
+
+T = TypeVar("T")
+
+TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+"""Error codes that pass by themselves, beyond those librdkafka marks retriable."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Kafka error worth asking again for."""
+    if not isinstance(exc, KafkaException) or not exc.args:
+        return False
+    error = exc.args[0]
+    return isinstance(error, KafkaError) and (error.retriable() or error.code() in TRANSIENT)
+
+
+def retry(what: str, call: Callable[[], T], timeout_s: float = 30.0, pause_s: float = 0.05) -> T:
+    """``call()``, asked again while its Kafka error is transient (at most ``timeout_s``).
+
+    Any other Kafka error, or a transient one past the deadline, becomes a `PipelineError`
+    saying ``what`` failed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            if not is_transient(exc) or time.monotonic() > deadline:
+                raise PipelineError(f"{what}: {exc}") from exc
+        time.sleep(pause_s)
