@@ -24,6 +24,22 @@ Msg = tuple[str, str, int, int]
 Segments = dict[str, list[str]]
 
 
+def dag_maps(
+    segments: Segments,
+) -> tuple[list[str], dict[str, list[str]], dict[str, set[str]]]:
+    """A segment DAG's sources, each segment's downstream, each one's upstream closure."""
+    sources = [s for s, inbound in segments.items() if not inbound]
+    downstream = {s: [t for t, i in segments.items() if s in i] for s in segments}
+
+    def closure(segment: str) -> set[str]:
+        out = {segment}
+        for source in segments[segment]:
+            out |= closure(source)
+        return out
+
+    return sources, downstream, {s: closure(s) for s in segments}
+
+
 @dataclass
 class Item:
     """An item in flight: its segment, slot, ack value and how many more hops it makes."""
@@ -62,17 +78,7 @@ class Sim:
         senders = self.fronts + self.nodes
         self.channels = [deque() for _ in range(senders)]
         self.locals = [LocalAcker(self.segments) for _ in range(senders)]
-        self.sources = [s for s, inbound in self.segments.items() if not inbound]
-        self.downstream = {
-            s: [t for t, i in self.segments.items() if s in i] for s in self.segments
-        }
-        self.upstream = {s: self._closure(s) for s in self.segments}
-
-    def _closure(self, segment: str) -> set[str]:
-        out = {segment}
-        for source in self.segments[segment]:
-            out |= self._closure(source)
-        return out
+        self.sources, self.downstream, self.upstream = dag_maps(self.segments)
 
     # sending side
 

@@ -27,7 +27,7 @@ from framework.core.sharded import (
     shard_of,
 )
 from framework.errors import ProtocolViolation
-from unit_tests.core.test_acker import Item, Segments, segment_dags
+from unit_tests.core.test_acker import Item, Segments, dag_maps, segment_dags
 
 # -- the seed's scenario ----------------------------------------------------------------
 
@@ -173,17 +173,7 @@ class ShardSim:
         self.listener.subscribe(self.notes.append)
         self.wires: dict[tuple[int, int], deque[AckerInput]] = {}
         self.outboxes: list[deque[MinTimeNotification]] = [deque() for _ in range(self.shards)]
-        self.sources = [s for s, inbound in self.segments.items() if not inbound]
-        self.downstream = {
-            s: [t for t, i in self.segments.items() if s in i] for s in self.segments
-        }
-        self.upstream = {s: self._closure(s) for s in self.segments}
-
-    def _closure(self, segment: str) -> set[str]:
-        out = {segment}
-        for source in self.segments[segment]:
-            out |= self._closure(source)
-        return out
+        self.sources, self.downstream, self.upstream = dag_maps(self.segments)
 
     def _value(self) -> int:
         return self.rng.getrandbits(64) or 1
