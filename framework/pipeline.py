@@ -9,7 +9,7 @@
     p.run(InProcessRunner())
 
 The same pipeline object runs unchanged on any `Runner`: the in-process harness of
-`framework.testing` or, later, Spark.
+`framework.testing`, or Spark (`framework.spark.SparkRunner`, the default of `run()`).
 """
 
 from __future__ import annotations
@@ -68,13 +68,17 @@ class Pipeline:
         return Graph(self.name, tuple(self._nodes), self.delta_ms).validate()
 
     def run(self, runner: Runner | None = None) -> Any:
-        """Run the pipeline on ``runner``; what it returns comes from the runner."""
+        """Run the pipeline on ``runner``; what it returns comes from the runner.
+
+        Without one: on Spark with `Settings.load()`, the embedded local stack started (or
+        reused) first, until Ctrl-C.
+        """
+        graph = self.graph()
         if runner is None:
-            raise PipelineError(
-                "no runner: pass one, e.g. pipeline.run(framework.testing.InProcessRunner()); "
-                "the Spark runner is not available yet"
-            )
-        return runner.run(self.graph())
+            from framework.spark.default import default_runner
+
+            runner = default_runner()
+        return runner.run(graph)
 
     def _add(self, kind: Kind, inputs: Iterable[Port], **fields: Any) -> Port:
         node_id = f"{len(self._nodes)}-{kind}"

@@ -7,12 +7,11 @@ from typing import Any
 
 import yaml
 
-from framework.cli import _COMMANDS
+from framework.cli import _COMMANDS, _parser
+from framework.cli.spec import load_pipeline
 from framework.config import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
-# Subcommands the compose file deploys that later issues add to the CLI (issue 5).
-PENDING_COMMANDS = {"acker", "barrier"}
 
 
 def _compose() -> dict[str, Any]:
@@ -61,11 +60,17 @@ def test_flamepipe_services_point_at_the_compose_servers() -> None:
     assert services["spark-worker"]["command"][0] == "spark://spark-master:7077"
 
 
-def test_flamepipe_commands_exist_in_the_cli() -> None:
+def test_flamepipe_commands_parse_and_name_a_real_pipeline() -> None:
     services = _compose()["services"]
+    parser = _parser()
+    graphs = set()
     for name in ("pipeline", "acker", "barrier"):
-        command = services[name]["command"][0]
-        assert command in _COMMANDS or command in PENDING_COMMANDS, (name, command)
+        command = services[name]["command"]
+        assert command[0] in _COMMANDS, (name, command)
+        args = parser.parse_args(command)
+        graphs.add(load_pipeline(args.pipeline).graph().name)
+    assert len(graphs) == 1  # all three serve the same pipeline
+    assert services["pipeline"]["command"][-2:] == ["--services", "external"]
 
 
 def test_image_is_built_from_the_project() -> None:

@@ -44,10 +44,10 @@ def test_wordcount_shape_and_labels() -> None:
     assert graph.node("3-group").window == 2
 
 
-def test_run_without_runner_is_a_clear_error() -> None:
+def test_run_without_runner_checks_the_endpoints_before_starting_anything() -> None:
     p = Pipeline("p")
     p.source(ListSource([1])).sink(ListSink())
-    with pytest.raises(PipelineError, match="no runner"):
+    with pytest.raises(PipelineError, match="needs a KafkaSource"):
         p.run()
 
 

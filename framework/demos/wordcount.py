@@ -9,6 +9,7 @@ from framework.pipeline import Pipeline
 
 __all__ = [
     "COUNT_WINDOW",
+    "deployed",
     "first_letter",
     "letter_window",
     "pair",
@@ -52,6 +53,11 @@ def wordcount(name: str, source: str, sink: str, partitions: int = 2) -> Pipelin
         .sink(KafkaSink(sink))
     )
     return p
+
+
+def deployed() -> Pipeline:
+    """The word count docker-compose deploys: topic ``lines`` to topic ``counts``."""
+    return wordcount("wordcount", "lines", "counts")
 
 
 def tagged_words(line: str) -> list[list[str]]:

@@ -63,6 +63,11 @@ class Service(ABC):
                 raise PipelineError(f"{self.name} did not stop within {timeout} s")
         self.check()
 
+    def stop_quietly(self, timeout: float = _TIMEOUT_S) -> None:
+        """`stop`, for cleanup after another failure: this loop's own error is dropped."""
+        with contextlib.suppress(FlamepipeError):
+            self.stop(timeout)
+
     def check(self) -> None:
         """Raise the loop's failure, if any."""
         if self._error is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from framework import failpoints
 from framework.core.messages import Ack
 from framework.core.sharded import shard_of
 from framework.errors import PipelineError
@@ -63,8 +64,17 @@ class OutputWriter(ABC):
         """Start the producer (fencing older ones where that applies)."""
 
     @abstractmethod
-    def write(self, records: Sequence[OutRecordLike], positions: list[TopicPartition]) -> None:
-        """Make ``records`` visible and commit ``positions``; `PipelineError` on failure."""
+    def write(
+        self,
+        records: Sequence[OutRecordLike],
+        positions: list[TopicPartition],
+        failpoint: str | None = None,
+    ) -> None:
+        """Make ``records`` visible and commit ``positions``; `PipelineError` on failure.
+
+        ``failpoint`` names the crash point between producing and committing
+        (`framework.failpoints`), for crash tests.
+        """
 
     def close(self) -> None:
         """Release the producer; an open transaction is left for the broker to abort."""
@@ -110,7 +120,12 @@ class TransactionalWriter(OutputWriter):
             raise
         self._producer = producer
 
-    def write(self, records: Sequence[OutRecordLike], positions: list[TopicPartition]) -> None:
+    def write(
+        self,
+        records: Sequence[OutRecordLike],
+        positions: list[TopicPartition],
+        failpoint: str | None = None,
+    ) -> None:
         """Records and positions in one transaction.
 
         1. Begin the transaction.
@@ -133,6 +148,8 @@ class TransactionalWriter(OutputWriter):
             # Step 3
             group = self.consumer.consumer_group_metadata()
             producer.send_offsets_to_transaction(positions, group, _TIMEOUT_S)
+            if failpoint is not None:  # crash tests: the records are in the log, uncommitted
+                failpoints.hit(failpoint, before=lambda: producer.flush(_TIMEOUT_S))
             # Step 4
             self._commit(producer)
         except (KafkaException, BufferError) as exc:
@@ -167,7 +184,12 @@ class PlainWriter(OutputWriter):
         """Start an idempotent producer."""
         self._producer = new_producer(self.bootstrap, {"linger.ms": 0})
 
-    def write(self, records: Sequence[OutRecordLike], positions: list[TopicPartition]) -> None:
+    def write(
+        self,
+        records: Sequence[OutRecordLike],
+        positions: list[TopicPartition],
+        failpoint: str | None = None,
+    ) -> None:
         """Produce and flush ``records``, then commit ``positions`` synchronously."""
         producer = self._producer
         if producer is None:
@@ -183,6 +205,8 @@ class PlainWriter(OutputWriter):
         producer.poll(0)
         if producer.flush(_TIMEOUT_S) > 0 or failures:
             raise PipelineError(f"at-least-once write failed: {failures or 'flush timed out'}")
+        if failpoint is not None:  # crash tests: output written, positions not committed
+            failpoints.hit(failpoint)
         if positions:
             kafka_call(
                 "cannot commit the barrier's positions",

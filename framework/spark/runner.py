@@ -6,8 +6,9 @@ Start-up protocol of `SparkRunner.start`:
    `KafkaSource` and every sink a `KafkaSink`.
 2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
    framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
-3. Start the acker service and one barrier service per sink, then the min-time view the
-   stages prune with.
+3. Start the min-time view the stages prune with and, with embedded services (the
+   default), the acker service and one barrier service per sink; otherwise ``flamepipe
+   acker`` and ``flamepipe barrier`` run them as processes of their own.
 4. Start one streaming query per stage, then the front heartbeats.
 """
 
@@ -22,12 +23,13 @@ from typing import Any
 from connectors.kafka import KafkaSink, KafkaSource
 from framework.config import Settings
 from framework.core.graph import Graph, Kind
-from framework.core.time import GlobalTime, front_id
+from framework.core.time import GlobalTime
 from framework.errors import PipelineError
 from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
 from framework.runtime.stages import ExitKind, Stage, Topics, plan_stages
 from framework.runtime.task import StageSpec
 from framework.services.common import acks_topic_spec, mintime_topic_spec
+from framework.services.plan import kafka_sources, pre_topic_spec, sink_nodes
 from framework.spark.fronts import FrontHeartbeats
 from framework.spark.stages import StageQuery, StageStats
 
@@ -37,13 +39,28 @@ __all__ = ["PipelineRun", "SparkRunner"]
 class SparkRunner:
     """Runs pipelines on Spark against Kafka; ``pipeline.run(SparkRunner(settings))``."""
 
-    def __init__(self, settings: Settings | None = None, spark: Any = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        spark: Any = None,
+        *,
+        services: str = "embedded",
+        progress_s: float = 0.0,
+    ) -> None:
+        """``services``: "embedded" (acker and barriers in this process) or "external";
+        ``progress_s`` > 0 prints a progress line that often while `run` runs."""
+        if services not in ("embedded", "external"):
+            raise PipelineError(f"services={services!r}: use 'embedded' or 'external'")
         self.settings = settings or Settings.load()
+        self.services = services
+        self.progress_s = progress_s
         self._spark = spark
 
     def start(self, graph: Graph) -> PipelineRun:
         """Start the pipeline and return at once; see the module docstring."""
-        run = PipelineRun(self.settings, graph, self._session())
+        run = PipelineRun(
+            self.settings, graph, self._session(), embedded=self.services == "embedded"
+        )
         try:
             run.start()
         except BaseException:
@@ -54,10 +71,14 @@ class SparkRunner:
     def run(self, graph: Graph) -> PipelineRun:
         """Start and run until interrupted (Ctrl-C) or a part fails."""
         run = self.start(graph)
+        last = time.monotonic()
         try:
             while True:
                 run.check()
                 time.sleep(1)
+                if self.progress_s > 0 and time.monotonic() - last >= self.progress_s:
+                    last = time.monotonic()
+                    print(run.progress(), file=sys.stderr, flush=True)
         except KeyboardInterrupt:
             print("flamepipe: stopping", file=sys.stderr)
         finally:
@@ -75,8 +96,9 @@ class SparkRunner:
 class PipelineRun:
     """A running pipeline: its stage queries, services and counters."""
 
-    def __init__(self, settings: Settings, graph: Graph, spark: Any) -> None:
+    def __init__(self, settings: Settings, graph: Graph, spark: Any, *, embedded: bool = True):
         self.settings = settings
+        self.embedded = embedded
         self.graph = graph.validate()
         self.spark = spark
         self.topics = Topics(graph.name)
@@ -94,12 +116,15 @@ class PipelineRun:
     def start(self) -> None:
         """Steps 1-4 of the module docstring."""
         # Step 1
-        sources = _sources(self.graph)
+        sources = kafka_sources(self.graph)
+        sink_nodes(self.graph)
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()})
         # Step 2
         partitions = self._prepare_topics(sources, stages)
         # Step 3
-        self._start_services(sources, partitions)
+        from framework.spark.services import start_services
+
+        self.view, self.services = start_services(self.settings, self.graph, embedded=self.embedded)
         # Step 4
         for stage in stages:
             self._start_stage(stage, sources, partitions)
@@ -121,8 +146,7 @@ class PipelineRun:
         counts: dict[str, int] = {s.topic: s.prepare(self.bootstrap) for s in sources.values()}
         for node in self.graph.by_kind(Kind.SINK):
             sink = node.endpoint
-            if not isinstance(sink, KafkaSink):
-                raise PipelineError(f"{node.describe()}: the Spark runner needs a KafkaSink")
+            assert isinstance(sink, KafkaSink)  # sink_nodes checked it
             counts[sink.topic] = sink.prepare(self.bootstrap)
         topics, parallelism = self.topics, self.settings.parallelism
         specs = [
@@ -138,22 +162,10 @@ class PipelineRun:
                 specs.append(compacted_spec(topics.state(stage.id), parallelism, changelog))
             for exit_ in stage.exits.values():
                 if exit_.kind is ExitKind.SINK:
-                    specs.append(TopicSpec(exit_.topic, 1))
+                    specs.append(pre_topic_spec(self.graph.name, exit_.target))
         ensure_topics(self.bootstrap, specs)
         counts.update({spec.name: spec.partitions for spec in specs})
         return counts
-
-    def _start_services(
-        self, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
-    ) -> None:
-        from framework.spark.services import start_services
-
-        fronts = [
-            front_id(source.topic, p)
-            for source in sources.values()
-            for p in range(partitions[source.topic])
-        ]
-        self.view, self.services = start_services(self.settings, self.graph, fronts)
 
     def _start_stage(
         self, stage: Stage, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
@@ -195,8 +207,27 @@ class PipelineRun:
             if error is not None:
                 raise PipelineError(f"{type(service).__name__} failed: {error}")
 
+    def progress(self) -> str:
+        """One line: records in and items out per stage, bundles per barrier, min time."""
+        parts = [
+            f"{stage} in={stats.records_in} out={stats.items_out}"
+            for stage, stats in self.stats.items()
+        ]
+        parts += [
+            f"{b.sink_node} bundles={b.stats.bundles} items={b.stats.items_out}"
+            for b in self.barriers()
+        ]
+        if self.view is not None:
+            parts.append(f"min time={self.view.min_time()}")
+        return f"flamepipe {self.graph.name}: " + ", ".join(parts)
+
     def released(self, until_ms: int) -> bool:
         """Whether everything appended before ``until_ms`` went through the barriers."""
+        if not self.embedded:
+            raise PipelineError(
+                "released() watches the barriers of this process; with external services read "
+                "the output topic instead"
+            )
         self.check()
         # A record stamped at until_ms is in this slot; min time must pass the whole slot.
         slot = GlobalTime.of_record(until_ms, "", 0, 0, self.graph.delta_ms).slot
@@ -226,15 +257,3 @@ class PipelineRun:
             service.stop()
         if self.view is not None:
             self.view.stop()
-
-
-def _sources(graph: Graph) -> dict[str, KafkaSource]:
-    sources: dict[str, KafkaSource] = {}
-    for node in graph.by_kind(Kind.SOURCE):
-        if not isinstance(node.endpoint, KafkaSource):
-            raise PipelineError(f"{node.describe()}: the Spark runner needs a KafkaSource")
-        sources[node.id] = node.endpoint
-    topics = [s.topic for s in sources.values()]
-    if len(set(topics)) != len(topics):
-        raise PipelineError("two sources read the same topic: read it once and broadcast")
-    return sources

@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from framework.config import Settings
-from framework.core.graph import Graph, Kind
-from framework.services.acker import AckerService
-from framework.services.barrier import BarrierService
+from framework.core.graph import Graph
 from framework.services.mintime import MinTimeView
+from framework.services.plan import acker_for, barrier_for, sink_nodes, view_for
 
 __all__ = ["start_services"]
 
 
 def start_services(
-    settings: Settings, graph: Graph, fronts: Sequence[int]
+    settings: Settings, graph: Graph, *, embedded: bool = True
 ) -> tuple[MinTimeView, list[Any]]:
-    """Start and await the acker, the min-time view and one barrier per sink."""
-    bootstrap, shards = settings.kafka_bootstrap, settings.acker_shards
-    inbound = graph.segments().inbound
-    acker = AckerService(bootstrap, graph.name, inbound, fronts, shards).start()
-    view = MinTimeView(bootstrap, graph.name, shards, tuple(inbound)).start()
-    barriers = [
-        BarrierService.for_graph(bootstrap, graph, node.id, shards, view=view).start()
-        for node in graph.by_kind(Kind.SINK)
-    ]
-    for service in (acker, view, *barriers):
-        service.wait_ready()
-    return view, [acker, *barriers]
+    """Start and await the min-time view and, if ``embedded``, the acker and the barriers.
+
+    Not embedded: ``flamepipe acker`` and ``flamepipe barrier`` run them elsewhere; the
+    driver still needs the view to prune grouping state.
+    """
+    view = view_for(settings, graph).start()
+    services: list[Any] = []
+    try:
+        if embedded:
+            services.append(acker_for(settings, graph).start())
+            services.extend(
+                barrier_for(settings, graph, sink, view=view).start() for sink in sink_nodes(graph)
+            )
+        for service in (view, *services):
+            service.wait_ready()
+    except BaseException:
+        for service in (*reversed(services), view):
+            service.stop_quietly()
+        raise
+    return view, services

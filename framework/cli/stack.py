@@ -1,20 +1,19 @@
-"""The ``flamepipe`` command line: the local stack and the demo job."""
+"""Commands for the local stack and the bundled demos: up, status, down, demo, smoke."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from framework.config import Settings
-from framework.errors import FlamepipeError
 from framework.local import LocalStack
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "add_parsers", "settings_of", "stack_for"]
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The settings: defaults < ``--config`` / FLAMEPIPE_CONFIG < FLAMEPIPE_* < flags."""
     return Settings.load(
         args.config,
         kafka_port=args.kafka_port,
@@ -24,29 +23,10 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _cmd_up(args: argparse.Namespace) -> int:
-    endpoints = LocalStack(_settings(args)).up()
-    print(f"bootstrap.servers={endpoints.bootstrap_servers}")
-    print(f"zookeeper.connect={endpoints.zookeeper_connect}")
-    return 0
-
-
-def _cmd_status(args: argparse.Namespace) -> int:
-    statuses = LocalStack(_settings(args), quiet=True).status()
-    for status in statuses:
-        print(status.line())
-    return 0 if all(s.ready for s in statuses) else 1
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    LocalStack(_settings(args)).down(purge=args.purge)
-    return 0
-
-
 @contextlib.contextmanager
-def _stack_for(args: argparse.Namespace) -> Iterator[Settings]:
+def stack_for(args: argparse.Namespace) -> Iterator[Settings]:
     """The settings with their stack running; an embedded stack started here stops after."""
-    settings = _settings(args)
+    settings = settings_of(args)
     stack = LocalStack(settings) if settings.embedded else None
     was_running = stack is not None and all(s.ready for s in stack.status())
     if stack is not None:
@@ -58,10 +38,29 @@ def _stack_for(args: argparse.Namespace) -> Iterator[Settings]:
             stack.down()
 
 
+def _cmd_up(args: argparse.Namespace) -> int:
+    endpoints = LocalStack(settings_of(args)).up()
+    print(f"bootstrap.servers={endpoints.bootstrap_servers}")
+    print(f"zookeeper.connect={endpoints.zookeeper_connect}")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    statuses = LocalStack(settings_of(args), quiet=True).status()
+    for status in statuses:
+        print(status.line())
+    return 0 if all(s.ready for s in statuses) else 1
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    LocalStack(settings_of(args)).down(purge=args.purge)
+    return 0
+
+
 def _cmd_smoke(args: argparse.Namespace) -> int:
     from framework.demos.smoke import run_smoke
 
-    with _stack_for(args) as settings:
+    with stack_for(args) as settings:
         result = run_smoke(settings, lines=args.lines)
     ok = len(result.received) == result.sent
     print(
@@ -76,21 +75,16 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from framework.demos.wordcount_demo import run_demo
 
-    with _stack_for(args) as settings:
+    with stack_for(args) as settings:
         result = run_demo(settings, lines=args.lines, rate=args.rate)
     print(result.summary())
     return 0 if result.exact else 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flamepipe", description=__doc__)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", help="TOML settings file (or FLAMEPIPE_CONFIG)")
-    common.add_argument("--kafka-port", type=int, help="broker port (FLAMEPIPE_KAFKA_PORT)")
-    common.add_argument("--controller-port", type=int, help="KRaft controller port")
-    common.add_argument("--zookeeper-port", type=int, help="ZooKeeper port")
-    common.add_argument("--state-dir", help="logs, pid files and data of the local stack")
-    sub = parser.add_subparsers(dest="command", required=True)
+def add_parsers(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """The stack and demo subcommands."""
     sub.add_parser("up", parents=[common], help="start the local stack (reuses a running one)")
     sub.add_parser("status", parents=[common], help="show the local stack's servers")
     down = sub.add_parser("down", parents=[common], help="stop the local stack")
@@ -102,36 +96,12 @@ def _parser() -> argparse.ArgumentParser:
     smoke = sub.add_parser("smoke", parents=[common], help="Kafka -> Spark -> Kafka smoke job")
     smoke.add_argument("--lines", type=int, default=1000, help="records to push through")
     smoke.add_argument("--keep-stack", action="store_true", help="leave the stack running")
-    sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
-    return parser
 
 
-_COMMANDS = {
+COMMANDS = {
     "up": _cmd_up,
     "status": _cmd_status,
     "down": _cmd_down,
     "demo": _cmd_demo,
     "smoke": _cmd_smoke,
 }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``flamepipe`` console script."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["consume"]:
-        from connectors.bundles import consume_main
-
-        code: int = consume_main(argv[1:])
-        return code
-    args = _parser().parse_args(argv)
-    try:
-        return _COMMANDS[args.command](args)
-    except FlamepipeError as exc:
-        print(f"flamepipe: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

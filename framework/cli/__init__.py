@@ -1,0 +1,48 @@
+"""The ``flamepipe`` command line: the local stack, the demo, pipelines and their services."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from framework.cli import jobs, stack
+from framework.errors import FlamepipeError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flamepipe", description=__doc__)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="TOML settings file (or FLAMEPIPE_CONFIG)")
+    common.add_argument("--kafka-port", type=int, help="broker port (FLAMEPIPE_KAFKA_PORT)")
+    common.add_argument("--controller-port", type=int, help="KRaft controller port")
+    common.add_argument("--zookeeper-port", type=int, help="ZooKeeper port")
+    common.add_argument("--state-dir", help="logs, pid files and data of the local stack")
+    sub = parser.add_subparsers(dest="command", required=True)
+    stack.add_parsers(sub, common)
+    jobs.add_parsers(sub, common)
+    sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
+    return parser
+
+
+_COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flamepipe`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["consume"]:
+        from connectors.bundles import consume_main
+
+        code: int = consume_main(argv[1:])
+        return code
+    args = _parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except FlamepipeError as exc:
+        print(f"flamepipe: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

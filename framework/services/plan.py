@@ -1,0 +1,111 @@
+"""The services of one pipeline graph, built the same way in-process and from the CLI.
+
+`pipeline.run()` starts them beside its Spark queries (the embedded default); ``flamepipe
+acker`` and ``flamepipe barrier`` start them as processes of their own (docker-compose, or
+several acker instances splitting the shards). Both paths build them here, so both agree
+on fronts, segments, topics and transactional ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from connectors.kafka import KafkaSink, KafkaSource
+from framework.config import Settings
+from framework.core.graph import Graph, Kind
+from framework.core.time import front_id
+from framework.errors import PipelineError
+from framework.kafka.admin import TopicSpec, ensure_topics
+from framework.runtime.stages import Topics
+from framework.services.acker import AckerService
+from framework.services.barrier import BarrierService
+from framework.services.mintime import MinTimeView
+
+__all__ = [
+    "acker_for",
+    "barrier_for",
+    "kafka_sources",
+    "pre_topic_spec",
+    "sink_nodes",
+    "source_fronts",
+    "view_for",
+]
+
+
+def kafka_sources(graph: Graph) -> dict[str, KafkaSource]:
+    """Source node id -> its `KafkaSource`; `PipelineError` for any other source."""
+    sources: dict[str, KafkaSource] = {}
+    for node in graph.by_kind(Kind.SOURCE):
+        if not isinstance(node.endpoint, KafkaSource):
+            raise PipelineError(f"{node.describe()}: this runner needs a KafkaSource")
+        sources[node.id] = node.endpoint
+    topics = [s.topic for s in sources.values()]
+    if len(set(topics)) != len(topics):
+        raise PipelineError("two sources read the same topic: read it once and broadcast")
+    return sources
+
+
+def sink_nodes(graph: Graph) -> list[str]:
+    """Ids of the sink nodes, each a `KafkaSink` (`PipelineError` otherwise)."""
+    nodes = []
+    for node in graph.by_kind(Kind.SINK):
+        if not isinstance(node.endpoint, KafkaSink):
+            raise PipelineError(f"{node.describe()}: this runner needs a KafkaSink")
+        nodes.append(node.id)
+    return nodes
+
+
+def source_fronts(bootstrap: str, graph: Graph) -> list[int]:
+    """The front id of every source partition (creating or checking the source topics)."""
+    return [
+        front_id(source.topic, p)
+        for source in kafka_sources(graph).values()
+        for p in range(source.prepare(bootstrap))
+    ]
+
+
+def pre_topic_spec(app: str, sink_node: str) -> TopicSpec:
+    """The pre-barrier topic of ``sink_node``: one partition, so the barrier reads it whole."""
+    return TopicSpec(Topics(app).pre(sink_node), 1)
+
+
+def acker_for(
+    settings: Settings, graph: Graph, partitions: Sequence[int] | None = None
+) -> AckerService:
+    """The acker of ``graph`` owning ``partitions`` of the acks topic (all by default)."""
+    bootstrap = settings.kafka_bootstrap
+    inbound = graph.segments().inbound
+    fronts = source_fronts(bootstrap, graph)
+    return AckerService(
+        bootstrap, graph.name, inbound, fronts, settings.acker_shards, partitions=partitions
+    )
+
+
+def view_for(settings: Settings, graph: Graph) -> MinTimeView:
+    """A min-time view of every segment of ``graph``."""
+    segments = tuple(graph.segments().inbound)
+    return MinTimeView(settings.kafka_bootstrap, graph.name, settings.acker_shards, segments)
+
+
+def barrier_for(
+    settings: Settings,
+    graph: Graph,
+    sink_node: str,
+    *,
+    view: MinTimeView | None = None,
+    exactly_once: bool = True,
+) -> BarrierService:
+    """The barrier of ``sink_node``, its pre-barrier topic created if missing."""
+    if sink_node not in sink_nodes(graph):
+        known = ", ".join(sink_nodes(graph)) or "none"
+        raise PipelineError(f"{graph.name!r} has no sink {sink_node!r} (sinks: {known})")
+    bootstrap = settings.kafka_bootstrap
+    ensure_topics(bootstrap, [pre_topic_spec(graph.name, sink_node)])
+    return BarrierService.for_graph(
+        bootstrap,
+        graph,
+        sink_node,
+        settings.acker_shards,
+        view=view,
+        exactly_once=exactly_once,
+    )
