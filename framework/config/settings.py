@@ -12,7 +12,10 @@ from typing import Any
 from framework.config.loader import ENV_PREFIX, load_dataclass
 from framework.errors import ConfigError
 
-__all__ = ["Settings"]
+__all__ = ["STATE_BACKENDS", "Settings"]
+
+STATE_BACKENDS = ("memory", "file", "rocksdb")
+"""Values of ``state_backend``: where operation state snapshots are kept."""
 
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 
@@ -37,6 +40,9 @@ class Settings:
     micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat;
     ``max_batch_records`` caps the records a stage reads per micro-batch; ``fail_fast`` fails
     the run on the first bad record instead of sending it to the dead-letter topic.
+    ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
+    ``framework.state``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
+    ``snapshot_interval_ms`` is how often the acker asks for a snapshot.
     """
 
     bootstrap_servers: str | None = None
@@ -55,6 +61,9 @@ class Settings:
     heartbeat_ms: int = 50
     max_batch_records: int = 100_000
     fail_fast: bool = False
+    state_backend: str = "file"
+    snapshot_dir: Path | None = None
+    snapshot_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
         self._validate()
@@ -90,6 +99,11 @@ class Settings:
         """ZooKeeper connect string, external or embedded."""
         return self.zookeeper_connect or f"127.0.0.1:{self.zookeeper_port}"
 
+    @property
+    def snapshot_path(self) -> Path:
+        """Directory of state snapshots: ``snapshot_dir``, or ``<state_dir>/snapshots``."""
+        return self.snapshot_dir or self.state_dir / "snapshots"
+
     def _validate(self) -> None:
         ports = {
             "kafka_port": self.kafka_port,
@@ -113,6 +127,7 @@ class Settings:
             ("acker_shards", 1),
             ("heartbeat_ms", 1),
             ("max_batch_records", 1),
+            ("snapshot_interval_ms", 1),
         )
         for name, low in minimums:
             if getattr(self, name) < low:
@@ -120,6 +135,11 @@ class Settings:
         if self.trigger_ms < 0:
             raise ConfigError(
                 f"trigger_ms={self.trigger_ms} must be >= 0 (0: run batches back to back)"
+            )
+        if self.state_backend not in STATE_BACKENDS:
+            raise ConfigError(
+                f"state_backend={self.state_backend!r} is not a state backend: use one of "
+                f"{', '.join(STATE_BACKENDS)} (FLAMEPIPE_STATE_BACKEND)"
             )
         if self.java_heap_mb < 128:
             raise ConfigError(f"java_heap_mb={self.java_heap_mb} is too small: use >= 128")

@@ -14,6 +14,9 @@ def test_defaults_are_the_embedded_stack() -> None:
     assert settings.kafka_bootstrap == "127.0.0.1:9092"
     assert settings.zookeeper == "127.0.0.1:2181"
     assert settings.delta_ms == 10
+    assert settings.state_backend == "file"
+    assert settings.snapshot_interval_ms == 1000
+    assert settings.snapshot_path == settings.state_dir / "snapshots"
 
 
 def test_precedence_file_then_env_then_overrides(tmp_path: Path) -> None:
@@ -48,11 +51,35 @@ def test_external_cluster_from_environment() -> None:
         ({"FLAMEPIPE_SPARK_MASTER": "locale"}, "is not a Spark master URL"),
         ({"FLAMEPIPE_DELTA_MS": "0"}, "delta_ms=0 must be > 0"),
         ({"FLAMEPIPE_ZOOKEEPER_CONNECT": "z:1"}, "needs both"),
+        (
+            {"FLAMEPIPE_STATE_BACKEND": "redis"},
+            r"state_backend='redis' is not a state backend: use one of memory, file, rocksdb "
+            r"\(FLAMEPIPE_STATE_BACKEND\)",
+        ),
+        ({"FLAMEPIPE_SNAPSHOT_INTERVAL_MS": "0"}, "snapshot_interval_ms=0 must be >= 1"),
+        ({"FLAMEPIPE_SNAPSHOT_INTERVAL_MS": "1s"}, "FLAMEPIPE_SNAPSHOT_INTERVAL_MS: expected int"),
     ],
 )
 def test_bad_values_say_what_to_fix(env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         Settings.load(env=env)
+
+
+def test_snapshot_settings_from_file_and_environment(tmp_path: Path) -> None:
+    cfg = tmp_path / "fp.toml"
+    cfg.write_text(
+        '[flamepipe]\nstate_backend = "rocksdb"\nsnapshot_dir = "/mnt/shared/snaps"\n'
+        "snapshot_interval_ms = 250\n"
+    )
+    settings = Settings.load(cfg, env={})
+    assert settings.state_backend == "rocksdb"
+    assert settings.snapshot_path == Path("/mnt/shared/snaps")
+    assert settings.snapshot_interval_ms == 250
+    env = {"FLAMEPIPE_STATE_BACKEND": "memory", "FLAMEPIPE_SNAPSHOT_DIR": "none"}
+    settings = Settings.load(cfg, env=env, state_dir=tmp_path)
+    assert settings.state_backend == "memory"
+    assert settings.snapshot_dir is None
+    assert settings.snapshot_path == tmp_path / "snapshots"
 
 
 def test_unknown_key_in_file_suggests_the_right_one(tmp_path: Path) -> None:
