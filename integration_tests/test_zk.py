@@ -206,12 +206,7 @@ def test_an_expired_session_is_noticed_and_replaced(stack: Settings, app: str) -
         _lead_in_thread(a, a_terms, stop)
         assert _wait_for(lambda: a_terms, TAKEOVER_S)
         _lead_in_thread(b, b_terms, stop)
-        # The classic way to expire a session: open it again elsewhere and close it.
-        session_id, password = a.client.client_id
-        twin = KazooClient(hosts=stack.zookeeper, client_id=(session_id, password))
-        twin.start(timeout=10)
-        twin.stop()
-        twin.close()
+        _expire(stack, a.client)
         assert _wait_for(lambda: a_terms[0].is_lost, TAKEOVER_S), "expiry not noticed"
         assert _wait_for(lambda: b_terms, TAKEOVER_S), "standby not elected"
         assert b_terms[0].token == a_terms[0].token + 1
@@ -254,3 +249,28 @@ def test_unreachable_zookeeper_fails_fast_and_says_where() -> None:
     assert "FLAMEPIPE_ZOOKEEPER_CONNECT" in message
     with pytest.raises(ZooKeeperUnreachable):
         SnapshotRegistry(address, "nowhere", timeout_s=1.0)
+
+
+def _expire(stack: Settings, client: Any) -> None:
+    """Expire ``client``'s session: open it again elsewhere and close it."""
+    twin = KazooClient(hosts=stack.zookeeper, client_id=client.client_id)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+
+
+def test_a_session_lost_before_the_watch_starts_the_term_lost(stack: Settings, app: str) -> None:
+    class Unlucky(LeaderElection):
+        def _next_token(self) -> int:
+            _expire(stack, self.client)  # between winning the lock and watching the session
+            assert _wait_for(lambda: self.client.connected, TAKEOVER_S)
+            return super()._next_token()
+
+    election = Unlucky(stack.zookeeper, leader_path(app, "acker"), "unlucky")
+    try:
+        with election.lead() as leadership:
+            assert leadership.is_lost
+            with pytest.raises(Fenced):
+                leadership.check()
+    finally:
+        election.close()

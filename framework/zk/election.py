@@ -20,7 +20,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from kazoo.exceptions import BadVersionError, KazooException, LockTimeout, NodeExistsError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    LockTimeout,
+    NodeExistsError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import KazooState
 
 from framework.errors import CoordinationError, Fenced
@@ -76,7 +83,9 @@ class LeaderElection:
         1. Queue on the lock; the candidate with the lowest sequence number leads.
         2. Increment the fencing token (compare-and-set on its znode version).
         3. Watch the session: SUSPENDED or LOST sets ``lost`` and calls ``on_lost``.
-        4. On exit, delete the lock znode: the next candidate is elected.
+        4. Check that the lock znode is still owned by the live session: a session lost
+           before step 3 was not seen by the watch, so the term starts lost.
+        5. On exit, delete the lock znode: the next candidate is elected.
         """
         lock = self.client.Lock(f"{self.path}/lock", self.identity)
         # Step 1
@@ -87,14 +96,15 @@ class LeaderElection:
             # Step 3
             watch = self._watch(leadership)
             self.client.add_listener(watch)
-            if self.client.state != KazooState.CONNECTED:
-                watch(self.client.state)  # the session faltered before the watch existed
+            # Step 4
+            if not self._still_owner(lock):
+                watch(KazooState.LOST)
             try:
                 yield leadership
             finally:
                 self.client.remove_listener(watch)
         finally:
-            # Step 4
+            # Step 5
             self._release(lock)
 
     def run(self, on_elected: Callable[[Leadership], T], timeout_s: float | None = None) -> T:
@@ -141,9 +151,20 @@ class LeaderElection:
             token = int(data or b"0") + 1
             try:
                 self.client.set(token_path, str(token).encode(), version=stat.version)
-            except BadVersionError:
-                continue  # a previous leader's retried write landed late: read again
+            except (BadVersionError, ConnectionLoss, SessionExpiredError):
+                # Read again. A lost write that landed costs one token number; tokens
+                # still only grow. A lost session is caught by step 4.
+                continue
             return token
+
+    def _still_owner(self, lock: Any) -> bool:
+        if self.client.state != KazooState.CONNECTED or lock.node is None:
+            return False
+        try:
+            stat = self.client.exists(f"{lock.path}/{lock.node}")
+        except KazooException:
+            return False
+        return stat is not None and stat.ephemeralOwner == self.client.client_id[0]
 
     def _watch(self, leadership: Leadership) -> Callable[[str], bool]:
         def listener(state: str) -> bool:

@@ -10,7 +10,12 @@ import contextlib
 import time
 from typing import Any
 
-from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    NodeExistsError,
+    SessionExpiredError,
+)
 
 from framework.zk.client import DEFAULT_TIMEOUT_S, Connection
 from framework.zk.paths import epoch_path
@@ -62,7 +67,7 @@ class Epochs:
             # Step 3
             try:
                 self.client.set(self._path, record.to_json(), version=version)
-            except (BadVersionError, ConnectionLoss):
+            except (BadVersionError, ConnectionLoss, SessionExpiredError):
                 continue  # Step 4
             return record
 
