@@ -124,7 +124,9 @@ class KafkaSpec:
 
     def _format(self, jvm: list[str], props: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        cmd = [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)]
+        # An id starting with "-" would parse as an option (one start in 64 failed so).
+        cmd = [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}"]
+        cmd += ["-c", str(props)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])

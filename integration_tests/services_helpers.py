@@ -1,0 +1,92 @@
+"""Running ``flamepipe acker`` / ``flamepipe barrier`` as real processes in tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from framework.config import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def service_env(settings: Settings, names: Mapping[str, str], **extra: str) -> dict[str, str]:
+    """The environment of a service process: the test stack's endpoints and ``names``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLAMEPIPE_")}
+    env.update(
+        FLAMEPIPE_BOOTSTRAP_SERVERS=settings.kafka_bootstrap,
+        FLAMEPIPE_ZOOKEEPER_CONNECT=settings.zookeeper,
+        FLAMEPIPE_ACKER_SHARDS=str(settings.acker_shards),
+        **names,
+        **extra,
+    )
+    return env
+
+
+class ServiceProcess:
+    """One ``flamepipe <command> <spec>`` process with its log in ``log``."""
+
+    def __init__(self, command: str, spec: str, env: Mapping[str, str], log: Path) -> None:
+        self.log = log
+        self._out = log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "framework.cli", command, spec],
+            cwd=ROOT,
+            env=dict(env),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 120) -> None:
+        """Until the process prints ``ready:``; `AssertionError` with its log if it dies."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if "ready:" in self.log.read_text(errors="replace"):
+                return
+            assert self.proc.poll() is None, f"died:\n{self.tail()}"
+            time.sleep(0.1)
+        raise AssertionError(f"not ready in {timeout_s} s:\n{self.tail()}")
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """The exit code (``-9``: killed by SIGKILL)."""
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running after {timeout_s} s:\n{self.tail()}") from None
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not stop."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._out.close()
+
+    def tail(self, lines: int = 40) -> str:
+        """The end of the process's log."""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def services() -> Iterator[list[ServiceProcess]]:
+    """A list to start service processes into; every one is stopped on exit."""
+    started: list[ServiceProcess] = []
+    try:
+        yield started
+    finally:
+        for process in started:
+            process.stop()
