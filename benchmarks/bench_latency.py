@@ -1,0 +1,244 @@
+"""End-to-end latency, exactly once vs at least once, side by side in one run.
+
+One pipeline, one Spark run: lines -> words -> key_by -> group(window 2) -> map, then a
+broadcast into two sinks. Sink ``eo`` has the exactly-once barrier (min-time release, one
+Kafka transaction per bundle); sink ``alo`` the at-least-once barrier (same release rule,
+no transactions). Everything upstream of the barriers is shared, so the difference
+between the two columns is what the transactions cost.
+
+Latency of a record = wall clock when a read_committed consumer receives its output item
+minus the record's LogAppendTime (from the producer's delivery report; one machine, one
+clock). Phases: 1k and 10k records/s (one word per record), 5 s warm-up then 15 s
+measured each; then a backlog drained by both sinks for throughput.
+
+Run: ``.venv/bin/python benchmarks/bench_latency.py [seconds-per-phase]``
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from connectors import KafkaSink, KafkaSource
+from framework.local.provision import provision
+from framework.pipeline import Pipeline
+from framework.services.plan import acker_for, barrier_for
+from framework.spark import SparkRunner, spark_session
+
+WARMUP_S = 5.0
+RATES = (1_000, 10_000)
+BACKLOG = 50_000
+
+
+def tagged(line: str) -> list[list[str]]:
+    """``"<id> <word>"`` -> ``[[word, id]]``."""
+    line_id, word = line.split()
+    return [[word, line_id]]
+
+
+def pair(window: tuple[list[str], ...]) -> list[Any]:
+    """``[word, [previous id, id]]``: the item names its line last."""
+    return [window[-1][0], [tag for _, tag in window]]
+
+
+def pipeline(app: str, source: str, eo: str, alo: str) -> Pipeline:
+    """The benchmark pipeline; its two sinks differ only in their barrier's mode."""
+    p = Pipeline(app)
+    pairs = (
+        p.source(KafkaSource(source, partitions=2))
+        .flat_map(tagged)
+        .key_by(lambda item: item[0])
+        .group(window=2)
+        .map(pair)
+    )
+    to_eo, to_alo = pairs.broadcast(2)
+    to_eo.sink(KafkaSink(eo), name="eo")
+    to_alo.sink(KafkaSink(alo), name="alo")
+    return p
+
+
+@dataclass
+class Receipts:
+    """Wall-clock ms at which each line id's item was first seen; duplicates counted."""
+
+    seen: dict[int, int] = field(default_factory=dict)
+    duplicates: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def read_output(bootstrap: str, topic: str, receipts: Receipts, stop: threading.Event) -> None:
+    """Record the receipt time of every item of ``topic`` (read_committed)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        while not stop.is_set():
+            for msg in consumer.consume(1000, 0.05):
+                now = time.time_ns() // 1_000_000
+                if msg.error() is not None or "fp.bundle" in dict(msg.headers() or []):
+                    continue
+                line_id = int(json.loads(msg.value())[1][-1])
+                with receipts.lock:
+                    if line_id in receipts.seen:
+                        receipts.duplicates += 1
+                    else:
+                        receipts.seen[line_id] = now
+    finally:
+        consumer.close()
+
+
+class Input:
+    """Produces ``"<id> <word>"`` lines; keeps each line's LogAppendTime."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.appended: dict[int, int] = {}
+        self.next_id = 0
+        self._rng = random.Random(7)
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+
+    def _delivered(self, error: Any, msg: Any) -> None:
+        if error is None:
+            self.appended[int(msg.value().split()[0])] = msg.timestamp()[1]
+
+    def produce(self, count: int) -> range:
+        """Produce ``count`` lines now; returns their ids."""
+        ids = range(self.next_id, self.next_id + count)
+        for line_id in ids:
+            word = f"w{self._rng.randrange(2000)}"
+            value = f"{line_id} {word}".encode()
+            self._producer.produce(
+                self.topic, value, partition=line_id % 2, on_delivery=self._delivered
+            )
+        self._producer.poll(0)
+        self.next_id += count
+        return ids
+
+    def at_rate(self, rate: int, seconds: float) -> range:
+        """Produce ``rate`` lines per second for ``seconds`` in 10 ms steps."""
+        first, started, sent = self.next_id, time.monotonic(), 0
+        while (elapsed := time.monotonic() - started) < seconds:
+            due = int(rate * elapsed) - sent
+            if due > 0:
+                self.produce(due)
+                sent += due
+            time.sleep(0.01)
+        self._producer.flush(30)
+        return range(first, self.next_id)
+
+    def flush(self) -> None:
+        """Wait for every delivery report."""
+        self._producer.flush(60)
+
+
+def wait_for(ids: Sequence[int], receipts: Sequence[Receipts], timeout_s: float) -> bool:
+    """Until every id was received by every sink; False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if all(all(i in r.seen for i in ids) for r in receipts):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def percentiles(values: list[int]) -> tuple[float, float]:
+    """p50 and p99 of ``values``."""
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[int(0.99 * (len(ordered) - 1))]
+
+
+def report_phase(rate: int, ids: range, source: Input, sinks: dict[str, Receipts]) -> None:
+    """Print p50/p99 per sink and the exactly-once overhead."""
+    stats = {}
+    for name, receipts in sinks.items():
+        lat = [receipts.seen[i] - source.appended[i] for i in ids if i in receipts.seen]
+        stats[name] = percentiles(lat)
+        print(
+            f"  {rate:>6}/s {name:<3} n={len(lat):<6} p50={stats[name][0]:7.0f} ms "
+            f"p99={stats[name][1]:7.0f} ms  duplicates={receipts.duplicates}"
+        )
+    p50 = stats["eo"][0] - stats["alo"][0]
+    p99 = stats["eo"][1] - stats["alo"][1]
+    print(f"  {rate:>6}/s overhead of exactly once: p50 {p50:+.0f} ms, p99 {p99:+.0f} ms")
+
+
+def main() -> None:
+    measured_s = float(sys.argv[1]) if len(sys.argv) > 1 else 15.0
+    with provision() as stack:
+        settings = stack.with_(parallelism=2)
+        bootstrap = settings.kafka_bootstrap
+        spark = spark_session(settings, "bench-latency", {"spark.master": "local[2]"})
+        app = f"lat{uuid.uuid4().hex[:6]}"
+        source, eo_topic, alo_topic = f"{app}-in", f"{app}-eo", f"{app}-alo"
+        graph = pipeline(app, source, eo_topic, alo_topic).graph()
+        sinks = {n.label: n.id for n in graph.nodes if n.label in ("eo", "alo")}
+        services = [
+            acker_for(settings, graph),
+            barrier_for(settings, graph, sinks["eo"], exactly_once=True),
+            barrier_for(settings, graph, sinks["alo"], exactly_once=False),
+        ]
+        for service in services:
+            service.start()
+        for service in services:
+            service.wait_ready()
+        run = SparkRunner(settings, spark, services="external").start(graph)
+        stop = threading.Event()
+        receipts = {"eo": Receipts(), "alo": Receipts()}
+        readers = [
+            threading.Thread(target=read_output, args=(bootstrap, topic, receipts[name], stop))
+            for name, topic in (("eo", eo_topic), ("alo", alo_topic))
+        ]
+        for reader in readers:
+            reader.start()
+        source_input = Input(bootstrap, source)
+        try:
+            print(f"latency, producer append -> committed output (2 cores, {settings.delta_ms=})")
+            for rate in RATES:
+                source_input.at_rate(rate, WARMUP_S)
+                ids = source_input.at_rate(rate, measured_s)
+                if not wait_for(ids, list(receipts.values()), 300):
+                    print(f"  {rate}/s: not everything arrived within 300 s")
+                report_phase(rate, ids, source_input, receipts)
+            ids = source_input.produce(BACKLOG)
+            source_input.flush()
+            started = time.monotonic()
+            done: dict[str, float] = {}
+            while len(done) < 2 and time.monotonic() - started < 600:
+                for name, r in receipts.items():
+                    if name not in done and all(i in r.seen for i in ids):
+                        done[name] = time.monotonic() - started
+                time.sleep(0.05)
+            for name, seconds in done.items():
+                print(f"  backlog {BACKLOG} {name:<3} {BACKLOG / seconds:9,.0f} records/s")
+            if len(done) == 2:
+                ratio = done["alo"] / done["eo"]
+                print(f"  exactly-once throughput = {ratio:.0%} of at-least-once")
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join()
+            run.stop()
+            for service in reversed(services):
+                service.stop_quietly()
+            spark.stop()
+
+
+if __name__ == "__main__":
+    main()
