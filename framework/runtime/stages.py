@@ -24,19 +24,31 @@ _SHUFFLES = frozenset({Kind.GROUP, Kind.AGGREGATE})
 
 @dataclass(frozen=True, slots=True)
 class Topics:
-    """Names of the framework's own topics for application ``app``."""
+    """Names of the framework's own topics for application ``app`` in ``epoch``.
+
+    A replay or a recovery starts a new epoch (`framework.zk.Epochs`): its internal topics
+    are new (``<app>.e<epoch>.*``), so nothing of the old epoch's acks, shuffles, state or
+    pre-barrier records can leak into the new one. Epoch 0 keeps the plain names. The
+    dead-letter topic is for people and stays the same across epochs.
+    """
 
     app: str
+    epoch: int = 0
+
+    @property
+    def prefix(self) -> str:
+        """``<app>`` in epoch 0, ``<app>.e<epoch>`` after."""
+        return self.app if self.epoch == 0 else f"{self.app}.e{self.epoch}"
 
     @property
     def acks(self) -> str:
         """Acks, heartbeats and node times for the acker, one partition per shard."""
-        return f"{self.app}.acks"
+        return f"{self.prefix}.acks"
 
     @property
     def mintime(self) -> str:
         """Min-time notifications of the acker (compacted)."""
-        return f"{self.app}.mintime"
+        return f"{self.prefix}.mintime"
 
     @property
     def dlq(self) -> str:
@@ -45,15 +57,15 @@ class Topics:
 
     def shuffle(self, node: str) -> str:
         """The input of a grouping or aggregate ``node``, partitioned by key."""
-        return f"{self.app}.{node}"
+        return f"{self.prefix}.{node}"
 
     def state(self, node: str) -> str:
         """The changelog of stateful ``node`` (compacted)."""
-        return f"{self.app}.{node}.state"
+        return f"{self.prefix}.{node}.state"
 
     def pre(self, sink: str) -> str:
         """Items and tombstones on their way to the barrier of ``sink``."""
-        return f"{self.app}.{sink}.pre"
+        return f"{self.prefix}.{sink}.pre"
 
 
 class ExitKind(StrEnum):
@@ -92,10 +104,12 @@ class Stage:
         return self.entry
 
 
-def plan_stages(graph: Graph, source_topics: Mapping[str, str]) -> tuple[Stage, ...]:
-    """The stages of ``graph``; ``source_topics`` maps each source node to its topic."""
+def plan_stages(
+    graph: Graph, source_topics: Mapping[str, str], epoch: int = 0
+) -> tuple[Stage, ...]:
+    """The stages of ``graph`` in ``epoch``; ``source_topics``: source node -> its topic."""
     graph.validate()
-    topics = Topics(graph.name)
+    topics = Topics(graph.name, epoch)
     kinds = {node.id: node.kind for node in graph.nodes}
     order = {node.id: i for i, node in enumerate(graph.nodes)}
     consumers = graph.consumers()
