@@ -23,8 +23,9 @@ from framework.spark import SparkRunner, spark_session
 
 
 def main() -> None:
-    lines_n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
-    per_line = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    lines_n = int(args[0]) if args else 20_000
+    per_line = int(args[1]) if len(args) > 1 else 10
     with provision() as stack:
         settings = stack.with_(parallelism=2)
         spark = spark_session(settings, "bench-wordcount", {"spark.master": "local[2]"})
@@ -42,12 +43,17 @@ def main() -> None:
                 producer.poll(0)
         producer.flush(60)
         started = time.monotonic()
+        print(f"produced {lines_n} lines at {time.strftime('%H:%M:%S')}")
         group = next(s for s in run.stats if s.endswith("group"))
-        while run.stats[group].records_in < words:
+        while run.stats[group].items_in < words:
             run.check()
             time.sleep(0.05)
         elapsed = time.monotonic() - started
         print(f"{words} words in {elapsed:.1f} s: {words / elapsed:,.0f} words/s (2 cores)")
+        if "--batches" in sys.argv:
+            for stage, query in run.queries.items():
+                for p in query.query.recentProgress:
+                    print(f"  {stage} {p['timestamp']} rows={p['numInputRows']} {p['durationMs']}")
         for stage, query in run.queries.items():
             durations = [p["durationMs"]["triggerExecution"] for p in query.query.recentProgress]
             durations = [d for d in durations[1:] if d]  # the first batch pays start-up

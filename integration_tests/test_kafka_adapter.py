@@ -422,6 +422,37 @@ def test_changelog_catches_up_incrementally_without_aborted_writes(
     assert fresh == expected + [(b"e", b"%d" % i) for i in range(10)]
 
 
+def test_a_task_skips_its_own_changelog_writes_but_reads_everyone_elses(
+    bootstrap: str, io_topics: tuple[str, str]
+) -> None:
+    source, _ = io_topics
+    changelog = _name("app.g.state")
+    ensure_topics(bootstrap, [compacted_spec(changelog, 1)])
+    group = _name("g")
+    mine, other = TaskCommitter(bootstrap, _name("mine")), TaskCommitter(bootstrap, _name("other"))
+    reader = ChangelogReader(bootstrap, changelog, 0)
+    records = [
+        Out(source, 0, None, b"out"),
+        Out(changelog, 0, b"a", b"1"),
+        Out(changelog, 0, b"b", b"2"),
+    ]
+    try:
+        assert reader.catch_up() == []
+        offsets = mine.commit(records, group, {(source, 0): 1})
+        assert offsets is not None and offsets[1:] == [0, 1]  # delivered offsets, in order
+        assert reader.skip_own(offsets[1:]) and reader.position == 2
+        other.commit([Out(changelog, 0, b"c", b"3")], group, {(source, 0): 2})
+        assert reader.catch_up() == [(b"c", b"3")]  # the other writer's, not ours again
+        # Something foreign lies before our next write: nothing is skipped.
+        other.commit([Out(changelog, 0, b"d", b"4")], group, {(source, 0): 3})
+        offsets = mine.commit([Out(changelog, 0, b"e", b"5")], group, {(source, 0): 4})
+        assert offsets is not None and not reader.skip_own(offsets)
+        assert reader.catch_up() == [(b"d", b"4"), (b"e", b"5")]
+    finally:
+        mine.close()
+        other.close()
+
+
 def test_changelog_reset_rereads(bootstrap: str) -> None:
     changelog = _name("state")
     ensure_topics(bootstrap, [compacted_spec(changelog, 1)])

@@ -1,7 +1,7 @@
 """Acker, min-time view, barrier and bundle consumer on the real broker.
 
-Stage tasks are played by hand: items go to the pre-barrier topic with their item header,
-acks and heartbeats go to the acks topic as `AckBatch` records, as a Spark stage writes them.
+Stage tasks are played by hand: items go to the pre-barrier topic in frames, acks and
+heartbeats go to the acks topic as `AckBatch` records, as a Spark stage writes them.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, ProtocolViolation
 from framework.kafka.admin import TopicSpec, ensure_topics
-from framework.kafka.serde import Pickle, Utf8
-from framework.kafka.wire import ITEM_HEADER, encode_ack_batch, encode_item_header
+from framework.kafka.frames import FRAME_HEADERS, FrameBuilder
+from framework.kafka.serde import Utf8
+from framework.kafka.wire import encode_ack_batch
 from framework.runtime.stages import Topics
 from framework.services import AckerService, BarrierService, MinTimeView
 from framework.services.common import is_eof, new_consumer
@@ -179,21 +180,25 @@ SINK_NODE = "9-sink"
 
 @dataclass
 class Stage:
-    """The last stage, played by hand: items to the pre-barrier topic, then their sent-acks."""
+    """The last stage, played by hand: items to the pre-barrier topic in frames of up to
+    three (so frames mix slots), then their sent-acks."""
 
     app: str
     producer: Producer
     node: Node
 
-    def send(self, items: list[tuple[Meta, str]]) -> None:
+    def send(self, items: list[tuple[Meta, str]], per_frame: int = 3) -> None:
         acks: dict[int, list[Ack]] = {}
-        for meta, payload in items:
-            ack = random.getrandbits(64) | 1
-            headers = [(ITEM_HEADER, encode_item_header(meta, ack))]
-            pre = Topics(self.app).pre(SINK_NODE)
-            self.producer.produce(pre, Pickle().dumps(payload), partition=0, headers=headers)
-            slot = meta.gt.slot
-            acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
+        pre = Topics(self.app).pre(SINK_NODE)
+        for first in range(0, len(items), per_frame):
+            frame = FrameBuilder(keyed=False)
+            for meta, payload in items[first : first + per_frame]:
+                ack = random.getrandbits(64) | 1
+                frame.add(meta, ack, payload)
+                slot = meta.gt.slot
+                acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
+            for value in frame.frames():
+                self.producer.produce(pre, value, partition=0, headers=list(FRAME_HEADERS))
         self.producer.flush(TIMEOUT)
         self.node.batch(acks)
 
@@ -316,7 +321,7 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
     crashing = rig.barrier().start()
     wait_until(
         lambda: (
-            (crashing.stats.records_in == 5 and crashing.stats.commits >= 1) or not crashing.running
+            (crashing.stats.items_in == 5 and crashing.stats.commits >= 1) or not crashing.running
         ),
         "receipt",
     )
@@ -343,7 +348,8 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
         (second,) = bundles(out, 1)
         assert (second.header.seq, values(second)) == (1, ["d"])
         assert rig.view.min_time(SEGMENT) == 12
-        assert barrier.stats.records_in == 5  # read again from P_rel = 0
+        assert barrier.stats.items_in == 5  # read again from P_rel = 0
+        assert barrier.stats.records_in == 2  # as two frames
     items = [value for value, header in read_output(rig.bootstrap, rig.sink.topic) if not header]
     assert items == ["a", "b", "d"]
 

@@ -61,7 +61,7 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
         time.sleep(5 * settings.delta_ms / 1000)
         produce_lines(bootstrap, source, late, partitions=1, first=1)
         late_words = sum(len(line.split()) - 1 for line in late)
-        _wait(lambda: run.stats["3-group"].records_in >= late_words, run)
+        _wait(lambda: run.stats["3-group"].items_in >= late_words, run)
         assert run.stats["3-group"].tombstones == 0
         holder.commit_transaction(30)
         until = time.time_ns() // 1_000_000

@@ -12,6 +12,9 @@ until the stable end reaches the high watermark (no transaction open), at most
 ``settle_s``; a transaction still open by then belongs to a fenced attempt whose producer
 is gone, and its writes will never be committed. (Starting the task's committer first,
 `TaskCommitter.start`, aborts such a transaction at once.)
+
+A task's own writes need no reading back: its state already holds them. After a commit,
+`skip_own` moves the position past them when that provably skips nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import contextlib
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from itertools import pairwise
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -99,6 +104,26 @@ class ChangelogReader:
     def reset(self, position: int | None = None) -> None:
         """Read from ``position`` next (None: from the beginning), e.g. after state loss."""
         self.position = position
+
+    def skip_own(self, offsets: Sequence[int]) -> bool:
+        """Read past ``offsets`` next: a committed transaction of the caller wrote them here.
+
+        Only if they start at the position and follow each other without a gap: then every
+        offset from the position to the last of them holds one of the caller's records
+        (nothing foreign, not even an aborted record or a marker, lies in between), and
+        the position's contract (everything committed below it was returned) still holds
+        past them. The caller's state already reflects its own records, so reading them
+        back would only apply them again. Otherwise nothing changes and `catch_up` reads
+        them as any other record. Returns whether the position moved.
+        """
+        if not offsets or self.position is None:
+            return False
+        if offsets[0] != self.position:
+            return False
+        if any(later != earlier + 1 for earlier, later in pairwise(offsets)):
+            return False
+        self.position = offsets[-1] + 1
+        return True
 
     def catch_up(self) -> list[tuple[bytes, bytes | None]]:
         """Committed ``(key, value)`` records since the last call, oldest first.

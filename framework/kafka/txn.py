@@ -7,7 +7,7 @@ for the consumer group of the task) tells a re-executed batch that it is already
     committer = TaskCommitter.cached(bootstrap, "app.s1.p0")
     if committer.is_committed(group, topic, partition, end):
         ...  # skip: outputs and acks of [first, end) are already visible
-    committer.commit(records, group, {(topic, partition): end})
+    offsets = committer.commit(records, group, {(topic, partition): end})
 
 Committers, group consumers and changelog readers are cached per process (Spark reuses its
 Python workers). Workers of one pool take turns with a partition, so a cached producer is
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -204,8 +205,11 @@ class TaskCommitter:
         records: Sequence[OutRecordLike],
         group: str,
         positions: Mapping[tuple[str, int], int],
-    ) -> None:
+    ) -> list[int] | None:
         """Write ``records`` and commit ``positions`` for ``group``, all or nothing.
+
+        Returns the offset each record was written at, in order (-1 where no delivery
+        report named one), or None if another attempt had committed the batch instead.
 
         1. Begin a transaction (starting the producer first if needed: its
            init_transactions fences every older producer of the transactional.id and
@@ -221,35 +225,40 @@ class TaskCommitter:
         Any other failure aborts the transaction and raises `PipelineError`, and so does
         a second fencing.
         """
-        fenced = self._attempt(records, group, positions)
+        offsets = [-1] * len(records)
+        fenced = self._attempt(records, group, positions, offsets)
         if fenced is None:
-            return
+            return offsets
         # Step 5
         self._ready()
         if positions and self._covered(group, positions):
-            return
-        again = self._attempt(records, group, positions)
+            return None
+        offsets = [-1] * len(records)  # the aborted attempt's offsets are not the records'
+        again = self._attempt(records, group, positions, offsets)
         if again is not None:
             raise self._failed(len(records), group, again) from again
+        return offsets
 
     def _attempt(
         self,
         records: Sequence[OutRecordLike],
         group: str,
         positions: Mapping[tuple[str, int], int],
+        offsets: list[int],
     ) -> KafkaException | None:
-        """Steps 1-4; the error if the producer must restart, None if committed."""
+        """Steps 1-4, noting delivered offsets; the error if the producer must restart,
+        None if committed."""
         producer = self._ready()
         try:
             # Step 1
             producer.begin_transaction()
             # Step 2
-            for record in records:
-                self._produce(producer, record)
+            for index, record in enumerate(records):
+                self._produce(producer, record, partial(_delivered, offsets, index))
             # Step 3
-            offsets = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+            marker = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
             metadata = group_consumer(self.bootstrap, group).consumer_group_metadata()
-            producer.send_offsets_to_transaction(offsets, metadata, self.timeout_s)
+            producer.send_offsets_to_transaction(marker, metadata, self.timeout_s)
             # Step 4
             self._commit_transaction(producer)
         except KafkaException as exc:
@@ -304,8 +313,10 @@ class TaskCommitter:
             return producer
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _produce(self, producer: Producer, record: OutRecordLike) -> None:
+    def _produce(self, producer: Producer, record: OutRecordLike, on_delivery: Any = None) -> None:
         kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
         if record.partition is not None:
             kwargs["partition"] = record.partition
         if record.headers:
@@ -342,6 +353,12 @@ class TaskCommitter:
         if self._producer is producer:
             self._producer = None
         _close_producer(producer)
+
+
+def _delivered(offsets: list[int], index: int, error: KafkaError | None, message: Any) -> None:
+    # Served by the flush inside commit_transaction, so complete once it returns.
+    if error is None:
+        offsets[index] = message.offset()
 
 
 def _close_producer(producer: Producer) -> None:

@@ -1,7 +1,8 @@
 """The barrier service of one sink: buffers, acks receipt, releases bundles by min time.
 
-It reads ``<app>.<sink>.pre`` (read_committed, every partition), acks each record into the
-sink's segment as received, buffers it in the core `Barrier` and, whenever the min time of
+It reads ``<app>.<sink>.pre`` (read_committed, every partition; each record a frame of
+items, `framework.kafka.frames`), acks each item into the sink's segment as received,
+buffers it in the core `Barrier` and, whenever the min time of
 that segment grows, writes the released bundle to the sink's topic (format:
 `framework.services.output`). Receipt acks must not wait for a bundle (the min time that
 releases a bundle needs them), so every round with new records commits too.
@@ -18,7 +19,10 @@ and ``GT_last`` (`framework.services.positions`). Start-up protocol:
 4. Resume: ``GT_last`` is the later of the metadata's and the header's, the next bundle
    follows the header's ``seq``; the node time continues past the metadata's.
 5. Seek every pre-barrier partition to ``P_rel``; records below ``P_ack`` are buffered
-   again but not acked again, records at or before ``GT_last`` are dropped as replays.
+   again but not acked again, items at or before ``GT_last`` are dropped as replays.
+
+Positions are per record, so per frame: a frame is acked whole (all its items in one
+transaction) and is needed until its latest item is at or before ``GT_last``.
 """
 
 from __future__ import annotations
@@ -35,10 +39,9 @@ from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph
 from framework.core.meta import Record
 from framework.core.time import GlobalTime
-from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
+from framework.errors import FlamepipeError, PipelineError
 from framework.kafka.admin import partition_count
-from framework.kafka.serde import Pickle
-from framework.kafka.wire import ITEM_HEADER, decode_item_header
+from framework.kafka.frames import read_items
 from framework.runtime.stages import Topics
 from framework.runtime.task import OutRecord
 from framework.services.common import (
@@ -52,7 +55,7 @@ from framework.services.common import (
 )
 from framework.services.loop import Service
 from framework.services.mintime import MinTimeView
-from framework.services.output import bundle_records, header_value
+from framework.services.output import bundle_records
 from framework.services.positions import BarrierMark, PartitionLedger
 from framework.services.tail import last_bundle_header
 from framework.services.writer import (
@@ -64,14 +67,13 @@ from framework.services.writer import (
 
 __all__ = ["BarrierService", "BarrierStats"]
 
-_PICKLE = Pickle()
-
 
 @dataclass
 class BarrierStats:
     """Counters of one barrier run."""
 
-    records_in: int = 0
+    records_in: int = 0  # frames
+    items_in: int = 0
     items_out: int = 0
     bundles: int = 0
     commits: int = 0
@@ -254,19 +256,20 @@ class BarrierService(Service):
 
     def _take(self, msg: Message) -> None:
         partition, offset = where(msg)
-        at = f"{self.pre}[{partition}]@{offset}"
-        raw = header_value(msg.headers(), ITEM_HEADER)
-        value = msg.value()
-        if raw is None or value is None:
-            raise ProtocolViolation(f"{at}: no {ITEM_HEADER} header or no value")
-        meta, ack = decode_item_header(raw)
+        items = read_items(msg.headers(), msg.value(), f"{self.pre}[{partition}]@{offset}")
         ledger = self._ledgers[partition]
         if ledger.needs_ack(offset):
-            slot = meta.gt.slot
-            self._acks[slot] = self._acks.get(slot, 0) ^ ack
-        ledger.read(offset, meta.gt)
-        self._barrier.push(Record(meta, _PICKLE.loads(value)))
+            acks = self._acks
+            for meta, ack, _ in items:
+                slot = meta.gt.slot
+                acks[slot] = acks.get(slot, 0) ^ ack
+        # A frame is needed until its latest item is released (items need not be sorted).
+        ledger.read(offset, max(meta.gt for meta, _, _ in items))
+        push = self._barrier.push
+        for meta, _, payload in items:
+            push(Record(meta, payload))
         self.stats.records_in += 1
+        self.stats.items_in += len(items)
         self._dirty = True
 
     def _commit(self, bundle: Bundle | None) -> None:

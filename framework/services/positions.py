@@ -8,9 +8,13 @@ Per partition the barrier keeps two offsets and commits both with every transact
   restarted barrier does not ack those records twice (an XOR acked twice re-opens its slot).
 
 A record is done once its global time is at or before ``GT_last``: it was released, or
-cancelled, or dropped as a replay. ``GT_last`` travels in the same metadata, so a restart
-never resumes with a ``GT_last`` older than the one its ``P_rel`` was computed with; that
-would re-read a tombstone without the item it cancelled.
+cancelled, or dropped as a replay. A record is a frame of items with several global times
+(`framework.kafka.frames`): it is done once its latest item is, and the bookkeeping stays
+per offset, i.e. per frame (a frame is read, acked and needed whole).
+
+``GT_last`` travels in the same metadata, so a restart never resumes with a ``GT_last``
+older than the one its ``P_rel`` was computed with; that would re-read a tombstone without
+the item it cancelled.
 """
 
 from __future__ import annotations
@@ -124,7 +128,7 @@ class PartitionLedger:
         return offset >= self.acked
 
     def read(self, offset: int, gt: GlobalTime) -> None:
-        """Record that the record at ``offset`` with global time ``gt`` was read."""
+        """Record that the record at ``offset`` was read; ``gt``: its latest item's time."""
         if offset < self.position:
             raise ProtocolViolation(f"offset {offset} read again (position {self.position})")
         self.position = offset + 1

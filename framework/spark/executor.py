@@ -9,7 +9,9 @@ Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and b
    the changelog gained since (another worker may have run the partition meanwhile).
 4. Run the stage program; prune the grouping with the min time the driver passed.
 5. Commit outputs, dead letters, acks, changelog and the new position in one transaction.
-   On failure drop the cached state, which may be ahead of what was committed.
+   On failure drop the cached state, which may be ahead of what was committed. On success
+   the changelog reader skips the records just written when that is provably safe
+   (`ChangelogReader.skip_own`): the cached state already holds them.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from framework.runtime.task import InRecord, StageProgram, StageSpec, apply_chan
 __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
 
 SUMMARY_SCHEMA = (
-    "partition LONG, records_in LONG, items_out LONG, dead_letters LONG, tombstones LONG, "
-    "skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG"
+    "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
+    "tombstones LONG, skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG"
 )
 
 
@@ -90,24 +92,43 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 
 def _records(batches: Iterator[Any]) -> list[InRecord]:
-    # Step 1
+    # Step 1. Column by column: to_pydict would build a dict per header and index every
+    # column per row; the headers column is split by its list offsets instead.
     out: list[InRecord] = []
     for batch in batches:
-        columns = batch.to_pydict()
-        for i in range(batch.num_rows):
-            headers = columns["headers"][i] or ()
-            out.append(
-                InRecord(
-                    columns["topic"][i],
-                    columns["partition"][i],
-                    columns["offset"][i],
-                    columns["ts"][i],
-                    columns["key"][i],
-                    columns["value"][i],
-                    tuple((h["key"], h["value"] or b"") for h in headers),
-                )
+        if not batch.num_rows:
+            continue
+        column = batch.column
+        out.extend(
+            map(
+                InRecord._make,
+                zip(
+                    column("topic").to_pylist(),
+                    column("partition").to_pylist(),
+                    column("offset").to_pylist(),
+                    column("ts").to_pylist(),
+                    column("key").to_pylist(),
+                    column("value").to_pylist(),
+                    _headers(column("headers")),
+                    strict=True,
+                ),
             )
+        )
     return out
+
+
+def _headers(column: Any) -> list[tuple[tuple[str, bytes], ...]]:
+    """Each row's headers as ``(name, value)`` pairs (a null value as empty bytes)."""
+    structs = column.values  # every row's header structs, indexed by the list offsets
+    names = structs.field("key").to_pylist()
+    values = [v or b"" for v in structs.field("value").to_pylist()]
+    pairs = list(zip(names, values, strict=True))
+    offsets = column.offsets.to_pylist()
+    valid = column.is_valid().to_pylist()
+    return [
+        tuple(pairs[start:end]) if ok else ()
+        for start, end, ok in zip(offsets, offsets[1:], valid, strict=False)
+    ]
 
 
 def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
@@ -124,7 +145,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
     state_key = (app, stage, partition, ctx.run_id)
-    grouping = _grouping(ctx, program, state_key, partition)
+    grouping, reader = _grouping(ctx, program, state_key, partition)
     try:
         # Step 4
         if grouping is not None:
@@ -132,12 +153,18 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         node = node_id(app, stage, partition, ctx.run_id)
         result = program.run(records, grouping, node, ctx.batch_id + 1)
         # Step 5
-        committer.commit(result.records, ctx.group, {(topic, partition): end})
+        offsets = committer.commit(result.records, ctx.group, {(topic, partition): end})
+        if reader is not None and offsets is not None:
+            changelog = spec.topics.state(stage)
+            reader.skip_own(
+                [o for r, o in zip(result.records, offsets, strict=True) if r.topic == changelog]
+            )
     except BaseException:
         _states.discard(state_key)
         raise
     return {
         **_summary(partition, records, skipped=False),
+        "items_in": result.items_in,
         "items_out": result.items_out,
         "dead_letters": result.dead_letters,
         "tombstones": result.tombstones,
@@ -146,24 +173,25 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
 
 def _grouping(
     ctx: TaskContext, program: StageProgram, key: tuple[str, str, int, str], partition: int
-) -> Grouping | None:
+) -> tuple[Grouping | None, ChangelogReader | None]:
     # Step 3
     fresh = program.new_grouping()
     if fresh is None:
-        return None
+        return None, None
     topic = ctx.spec.topics.state(ctx.spec.stage.id)
     grouping, reader = _states.get(
         key, lambda: (fresh, ChangelogReader(ctx.bootstrap, topic, partition))
     )
     apply_changelog(grouping, [value for _, value in reader.catch_up()])
     grouping.take_changed()  # replayed state is already in the changelog
-    return grouping
+    return grouping, reader
 
 
 def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str, Any]:
     return {
         "partition": partition,
         "records_in": len(records),
+        "items_in": 0,
         "items_out": 0,
         "dead_letters": 0,
         "tombstones": 0,

@@ -31,7 +31,8 @@ class StageStats:
     """Running totals of one stage, from its tasks' summaries."""
 
     batches: int = 0
-    records_in: int = 0
+    records_in: int = 0  # Kafka records: frames on internal topics
+    items_in: int = 0
     items_out: int = 0
     dead_letters: int = 0
     tombstones: int = 0
@@ -45,6 +46,7 @@ class StageStats:
             self.batches += 1
             for row in rows:
                 self.records_in += row["records_in"]
+                self.items_in += row["items_in"]
                 self.items_out += row["items_out"]
                 self.dead_letters += row["dead_letters"]
                 self.tombstones += row["tombstones"]

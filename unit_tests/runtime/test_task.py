@@ -11,9 +11,13 @@ from connectors import KafkaSource
 from framework import Pipeline
 from framework.core.graph import Graph, Kind
 from framework.core.messages import Ack
-from framework.errors import PipelineError
+from framework.core.meta import Meta
+from framework.core.ops import Keyed, key_bytes
+from framework.core.time import GlobalTime
+from framework.errors import PipelineError, ProtocolViolation
+from framework.kafka.frames import FRAME_HEADERS, FrameBuilder, FrameItem, read_items
 from framework.kafka.serde import Pickle
-from framework.kafka.wire import ITEM_HEADER, decode_ack_batch, decode_item_header
+from framework.kafka.wire import ITEM_HEADER, decode_ack_batch, encode_item_header
 from framework.runtime import Topics, plan_stages
 from framework.runtime.task import InRecord, OutRecord, StageProgram, StageSpec, apply_changelog
 from framework.testing import ListSink, ListSource
@@ -64,6 +68,23 @@ def as_input(records: Iterable[OutRecord], topic: str) -> list[InRecord]:
     ]
 
 
+def items_of(record: OutRecord) -> list[FrameItem]:
+    return read_items(record.headers, record.value, "test")
+
+
+def one_per_frame(records: Iterable[OutRecord], topic: str) -> list[InRecord]:
+    """Every item of ``topic`` in a frame of its own, so tests can reorder items."""
+    out: list[InRecord] = []
+    for record in records:
+        if record.topic == topic:
+            for meta, ack, payload in items_of(record):
+                builder = FrameBuilder(keyed=isinstance(payload, Keyed))
+                builder.add(meta, ack, payload)
+                (value,) = builder.frames()
+                out.append(InRecord(topic, 0, len(out), 0, None, value, FRAME_HEADERS))
+    return out
+
+
 def xor_table(records: Iterable[OutRecord], acks_topic: str) -> dict[tuple[str, int], int]:
     table: dict[tuple[str, int], int] = defaultdict(int)
     for record in records:
@@ -80,13 +101,16 @@ def test_source_stage_computes_global_time_and_partitions_by_key() -> None:
     first, _ = programs(graph)
     result = first.run(lines(b"a b", b"b"), None, node=1, node_time=1)
     shuffle = [r for r in result.records if r.topic == Topics("wc").shuffle("3-group")]
-    assert result.records_in == 2 and result.items_out == 3 == len(shuffle)
-    payloads = [Pickle().loads(r.value or b"") for r in shuffle]
-    assert [k.key for k in payloads] == ["a", "b", "b"]
-    for record, keyed in zip(shuffle, payloads, strict=True):
-        assert record.partition == keyed.hash % P
-        meta, ack = decode_item_header(dict(record.headers)[ITEM_HEADER])
-        assert meta.gt.slot in (100, 101) and ack != 0
+    assert (result.records_in, result.items_in, result.items_out) == (2, 2, 3)
+    assert len(shuffle) == len({r.partition for r in shuffle})  # one frame per partition
+    keys = []
+    for record in shuffle:
+        assert record.key is None and record.headers == FRAME_HEADERS
+        for meta, ack, keyed in items_of(record):
+            assert isinstance(keyed, Keyed) and record.partition == keyed.hash % P
+            assert meta.gt.slot in (100, 101) and ack != 0
+            keys.append(keyed.key)
+    assert sorted(keys) == ["a", "b", "b"]
 
 
 def test_acks_of_both_stages_and_the_barrier_balance_to_zero() -> None:
@@ -96,12 +120,12 @@ def test_acks_of_both_stages_and_the_barrier_balance_to_zero() -> None:
     one = first.run(lines(b"a b a", b"b c", b"a"), None, node=1, node_time=1)
     grouping = second.new_grouping()
     two = second.run(as_input(one.records, topics.shuffle("3-group")), grouping, 2, 1)
-    pre = [r for r in two.records if r.topic == topics.pre("5-sink")]
-    assert len(pre) == 6  # one window per word occurrence
+    pre = [item for r in two.records if r.topic == topics.pre("5-sink") for item in items_of(r)]
+    assert len(pre) == 6 == two.items_out  # one window per word occurrence
+    assert two.items_in == 6 == one.items_out
     table = xor_table([*one.records, *two.records], topics.acks)
     segment = graph.segments().of_node["5-sink"]
-    for record in pre:  # the barrier acks receipt of each pre-barrier item
-        meta, ack = decode_item_header(dict(record.headers)[ITEM_HEADER])
+    for meta, ack, _ in pre:  # the barrier acks receipt of each pre-barrier item
         table[(segment, meta.gt.slot)] ^= ack
     assert table and all(value == 0 for value in table.values())
 
@@ -122,7 +146,7 @@ def test_late_item_repairs_with_tombstones_and_changelog_rebuilds_state() -> Non
     first, second = programs(graph)
     topics = Topics("wc")
     one = first.run(lines(b"a", b"a", b"a"), None, node=1, node_time=1)
-    shuffled = as_input(one.records, topics.shuffle("3-group"))
+    shuffled = one_per_frame(one.records, topics.shuffle("3-group"))
     grouping = second.new_grouping()
     assert grouping is not None
     in_order = second.run(shuffled[::-1][:2][::-1], grouping, 2, 1)  # items 1 and 2 first
@@ -170,3 +194,65 @@ def test_aggregate_is_rejected_with_a_clear_message() -> None:
     spec = StageSpec(graph, stages[1], {"agg.3-sink.pre": 1}, shards=1)
     with pytest.raises(PipelineError, match="not supported on the Spark runner"):
         StageProgram(spec)
+
+
+def frame_record(builder: FrameBuilder, topic: str = "wc.3-group") -> InRecord:
+    (value,) = builder.frames()
+    return InRecord(topic, 0, 7, 0, None, value, FRAME_HEADERS)
+
+
+def keyed_item(word: str, offset: int) -> tuple[Meta, Keyed]:
+    from framework.core.ops import key_hash
+
+    return Meta(GlobalTime(100, 1, offset)), Keyed(word, key_hash(word), [word, str(offset)])
+
+
+def test_a_failing_item_of_a_frame_becomes_a_dead_letter_of_its_own() -> None:
+    def pair(window: tuple[list[str], ...]) -> list[str]:
+        if window[-1][1] == "1":
+            raise ValueError("cannot pair item 1")
+        return window[-1]
+
+    p = Pipeline("wc")
+    p.source(ListSource([], topic="lines")).key_by(lambda w: w).group(2).map(pair).sink(ListSink())
+    graph = p.graph()
+    _, second = plan_stages(graph, {"0-source": "lines"})
+    spec = StageSpec(graph, second, {"wc.4-sink.pre": 1}, shards=1)
+    program = StageProgram(spec)
+    builder = FrameBuilder(keyed=True)
+    for offset, word in enumerate(["x", "y", "z"]):
+        meta, keyed = keyed_item(word, offset)
+        builder.add(meta, 5 + offset, keyed)
+    result = program.run([frame_record(builder)], program.new_grouping(), 1, 1)
+    (dead,) = [r for r in result.records if r.topic == Topics("wc").dlq]
+    headers = dict(dead.headers)
+    assert (dead.key, Pickle().loads(dead.value or b"").value) == (key_bytes("y"), ["y", "1"])
+    assert b"item 1 of a frame" in headers["fp.dlq.reason"]
+    assert headers["fp.dlq.offset"] == b"7"  # the frame's coordinates
+    assert (result.records_in, result.items_in, result.items_out) == (1, 3, 2)
+
+
+def test_a_record_per_item_from_before_frames_is_still_read() -> None:
+    graph = wordcount()
+    _, second = programs(graph)
+    meta, keyed = keyed_item("a", 3)
+    headers = ((ITEM_HEADER, encode_item_header(meta, 9)),)
+    legacy = InRecord("wc.3-group", 0, 0, 0, None, Pickle().dumps(keyed), headers)
+    result = second.run([legacy], second.new_grouping(), 2, 1)
+    assert (result.items_in, result.items_out) == (1, 1)
+
+
+def test_a_malformed_or_unknown_frame_fails_the_task() -> None:
+    graph = wordcount()
+    _, second = programs(graph)
+    good = FrameBuilder(keyed=True)
+    meta, keyed = keyed_item("a", 1)
+    good.add(meta, 3, keyed)
+    record = frame_record(good)
+    for bad, match in (
+        (record._replace(headers=(("fp.frame", b"2"),)), "frame version b'2' is unknown"),
+        (record._replace(value=b"garbage"), "malformed frame"),
+        (record._replace(headers=()), "no fp.frame header"),
+    ):
+        with pytest.raises(ProtocolViolation, match=match):
+            second.run([bad], second.new_grouping(), 2, 1)

@@ -1,4 +1,8 @@
-"""Barrier positions: P_rel / P_ack bookkeeping and its restart, against a crash-free run."""
+"""Barrier positions: P_rel / P_ack bookkeeping and its restart, against a crash-free run.
+
+A pre-barrier record is a frame of items; the simulation reads logs of frames (a frame of
+one is the record per item of before).
+"""
 
 from __future__ import annotations
 
@@ -66,6 +70,16 @@ def test_release_position_is_the_first_record_still_needed() -> None:
         ledger.read(13, gt(9))
 
 
+def test_a_frame_is_held_until_its_latest_item_is_released() -> None:
+    ledger = PartitionLedger(start=0, acked=0)
+    frames = [[gt(5, 0), gt(3, 1)], [gt(4, 2)], [gt(3, 3), gt(6, 4), gt(2, 5)]]
+    for offset, times in enumerate(frames):
+        ledger.read(offset, max(times))
+    assert ledger.release_position(GlobalTime.slot_end(4)) == 0  # frame 0 still holds slot 5
+    assert ledger.release_position(GlobalTime.slot_end(5)) == 2
+    assert ledger.release_position(GlobalTime.slot_end(6)) == 3
+
+
 def test_acks_and_replay_after_a_restart() -> None:
     ledger = PartitionLedger(start=4, acked=7)
     assert ledger.replaying
@@ -86,18 +100,18 @@ def test_acks_and_replay_after_a_restart() -> None:
 
 @dataclass
 class Committed:
-    """What Kafka holds: positions with their metadata, bundles, acked offsets."""
+    """What Kafka holds: positions with their metadata, bundles, acked items."""
 
     p_rel: int = 0
     mark: BarrierMark = field(default_factory=lambda: BarrierMark(0, 0, None))
     bundles: list[tuple[int, GlobalTime, list[Record]]] = field(default_factory=list)
-    acked: list[int] = field(default_factory=list)
+    acked: list[tuple[int, int]] = field(default_factory=list)  # (offset, index in frame)
 
 
 class SimBarrier:
     """The barrier service's bookkeeping around the core Barrier, without Kafka."""
 
-    def __init__(self, log: list[Record], kafka: Committed) -> None:
+    def __init__(self, log: list[list[Record]], kafka: Committed) -> None:
         self.log = log
         self.kafka = kafka
         header_gt = kafka.bundles[-1][1] if kafka.bundles else None
@@ -105,20 +119,26 @@ class SimBarrier:
         next_seq = kafka.bundles[-1][0] + 1 if kafka.bundles else 0
         self.barrier = Barrier(max(gts) if gts else None, next_seq)
         self.ledger = PartitionLedger(kafka.p_rel, kafka.mark.acked)
-        self.acks: list[int] = []
+        self.acks: list[tuple[int, int]] = []
         self.pending: list[tuple[int, GlobalTime, list[Record]]] = []
 
     def read(self, count: int) -> None:
         for offset in range(self.ledger.position, min(self.ledger.position + count, len(self.log))):
-            record = self.log[offset]
+            frame = self.log[offset]
             if self.ledger.needs_ack(offset):
-                self.acks.append(offset)
-            self.ledger.read(offset, record.meta.gt)
-            self.barrier.push(record)
+                self.acks.extend((offset, index) for index in range(len(frame)))
+            self.ledger.read(offset, max(record.meta.gt for record in frame))
+            for record in frame:
+                self.barrier.push(record)
 
-    def min_time(self, acked: set[int]) -> int:
-        """The acker's view: the lowest slot of a record whose receipt is not acked."""
-        slots = [r.meta.gt.slot for o, r in enumerate(self.log) if o not in acked]
+    def min_time(self, acked: set[tuple[int, int]]) -> int:
+        """The acker's view: the lowest slot of an item whose receipt is not acked."""
+        slots = [
+            r.meta.gt.slot
+            for o, frame in enumerate(self.log)
+            for i, r in enumerate(frame)
+            if (o, i) not in acked
+        ]
         return min(slots, default=1 << 20)
 
     def step(self, count: int) -> None:
@@ -138,8 +158,9 @@ class SimBarrier:
         self.pending, self.acks = [], []
 
 
-def make_log(seed: int, groups: int) -> list[Record]:
-    """Items and tombstones (never more tombstones than items per meta), shuffled."""
+def make_log(seed: int, groups: int, largest_frame: int = 1) -> list[list[Record]]:
+    """Items and tombstones (never more tombstones than items per meta), shuffled, in
+    frames of 1 to ``largest_frame`` items."""
     rng = random.Random(seed)
     records: list[Record] = []
     for i in range(groups):
@@ -148,10 +169,15 @@ def make_log(seed: int, groups: int) -> list[Record]:
         records += [Record(meta, f"v{i}")] * items
         records += [Record(meta.as_tombstone(), f"v{i}")] * rng.randint(0, items)
     rng.shuffle(records)
-    return records
+    frames: list[list[Record]] = []
+    while records:
+        size = rng.randint(1, largest_frame)
+        frames.append(records[:size])
+        records = records[size:]
+    return frames
 
 
-def run(log: list[Record], steps: list[int], crashes: set[int]) -> Committed:
+def run(log: list[list[Record]], steps: list[int], crashes: set[int]) -> Committed:
     kafka = Committed()
     barrier = SimBarrier(log, kafka)
     for index, count in enumerate(steps):
@@ -170,16 +196,18 @@ def run(log: list[Record], steps: list[int], crashes: set[int]) -> Committed:
 @given(
     seed=st.integers(0, 2**32),
     groups=st.integers(1, 12),
+    largest_frame=st.sampled_from([1, 3]),
     steps=st.lists(st.integers(0, 4), min_size=1, max_size=30),
     crashes=st.sets(st.integers(0, 29), max_size=6),
 )
 def test_restarts_deliver_what_a_crash_free_run_delivers(
-    seed: int, groups: int, steps: list[int], crashes: set[int]
+    seed: int, groups: int, largest_frame: int, steps: list[int], crashes: set[int]
 ) -> None:
-    log = make_log(seed, groups)
+    log = make_log(seed, groups, largest_frame)
     clean = run(log, steps, set())
     crashed = run(log, steps, crashes)
-    assert sorted(crashed.acked) == list(range(len(log)))  # each receipt acked exactly once
+    every_item = [(o, i) for o, frame in enumerate(log) for i in range(len(frame))]
+    assert sorted(crashed.acked) == every_item  # each receipt acked exactly once
     assert [seq for seq, _, _ in crashed.bundles] == list(range(len(crashed.bundles)))
     delivered = [record for _, _, records in crashed.bundles for record in records]
     expected = [record for _, _, records in clean.bundles for record in records]
@@ -197,5 +225,32 @@ def test_gt_last_of_a_release_without_output_survives_a_restart() -> None:
         item.tombstone(),
         Record(Meta(GlobalTime(4, 1, 2)), "z"),
     ]
-    kafka = run(log, [3, 0, 1], crashes={2})
+    kafka = run([[record] for record in log], [3, 0, 1], crashes={2})
     assert [[r.value for r in records] for _, _, records in kafka.bundles] == [["z", "y"]]
+
+
+def test_a_frame_straddling_a_release_is_read_again_and_its_released_items_dropped() -> None:
+    """Frame 0 holds slots 1 and 4: the release through slot 2 keeps ``P_rel`` at 0, so
+    after a crash the restart reads frame 0 again, acks nothing twice, and drops its
+    slot-1 item as a replay while keeping the slot-4 one."""
+    a, d = Record(Meta(GlobalTime(1, 1, 0)), "a"), Record(Meta(GlobalTime(4, 1, 1)), "d")
+    b, c = Record(Meta(GlobalTime(2, 1, 2)), "b"), Record(Meta(GlobalTime(3, 1, 3)), "c")
+    log = [[a, d], [b], [c]]
+    kafka = Committed()
+    first = SimBarrier(log, kafka)
+    first.step(2)  # read frames 0 and 1; no min time yet
+    first.commit()
+    first.step(0)  # min time 3 (c is unread): a and b are released
+    first.commit()
+    assert (kafka.p_rel, kafka.mark.acked) == (0, 2)
+    assert [[r.value for r in records] for _, _, records in kafka.bundles] == [["a", "b"]]
+    first.step(1)  # reads c; then crashes before committing
+    again = SimBarrier(log, kafka)
+    while again.ledger.position < len(log) or again.barrier.pending:
+        again.step(len(log))
+        again.commit()
+    assert sorted(kafka.acked) == [(0, 0), (0, 1), (1, 0), (2, 0)]
+    assert [[r.value for r in records] for _, _, records in kafka.bundles] == [
+        ["a", "b"],
+        ["c", "d"],
+    ]

@@ -1,0 +1,149 @@
+"""In-process cost of the word_pairs stage tasks, without Spark or Kafka.
+
+Runs what one micro-batch of each stage does inside its Python worker: the Arrow rows to
+`InRecord`s (`executor._records`), `StageProgram.run`, and for the grouping stage the
+changelog catch-up a task would pay to read back what it wrote itself. Reported per stage:
+items per CPU second (process time, so other load on the machine counts less); with
+``--profile`` also cProfile's top functions.
+
+Run: ``.venv/bin/python benchmarks/profile_stage_task.py [lines] [words-per-line] [--profile]``
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+
+from framework.core.graph import Kind
+from framework.demos.text import generate_lines
+from framework.demos.wordcount import word_pairs
+from framework.runtime import Topics, plan_stages
+from framework.runtime.task import (
+    InRecord,
+    OutRecord,
+    StageProgram,
+    StageSpec,
+    TaskResult,
+    apply_changelog,
+)
+from framework.spark.executor import _records
+
+PARTITIONS = 2
+_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("ts", pa.int64()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
+
+
+def arrow_batch(records: list[InRecord]) -> pa.RecordBatch:
+    """The rows Spark's Kafka source hands ``mapInArrow`` for ``records``."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": [r.key for r in records],
+            "value": [r.value for r in records],
+            "topic": [r.topic for r in records],
+            "partition": [r.partition for r in records],
+            "offset": [r.offset for r in records],
+            "ts": [r.timestamp_ms for r in records],
+            "headers": [[{"key": k, "value": v} for k, v in r.headers] for r in records],
+        },
+        schema=_SCHEMA,
+    )
+
+
+def as_input(records: list[OutRecord], topic: str) -> dict[int, list[InRecord]]:
+    """What the next stage reads of ``topic``, per partition, as Kafka would number it."""
+    out: dict[int, list[InRecord]] = defaultdict(list)
+    for r in records:
+        if r.topic == topic:
+            part = out[r.partition or 0]
+            part.append(
+                InRecord(r.topic, r.partition or 0, len(part), 0, r.key, r.value, r.headers)
+            )
+    return out
+
+
+def timed(what: Callable[[], Any]) -> tuple[Any, float]:
+    # CPU time of this process: others share the machine, and wall time would count them.
+    start = time.process_time()
+    result = what()
+    return result, time.process_time() - start
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    profile = "--profile" in sys.argv
+    lines_n = int(args[0]) if args else 20_000
+    per_line = int(args[1]) if len(args) > 1 else 10
+    graph = word_pairs("prof", "lines", "out", partitions=PARTITIONS).graph()
+    sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
+    first, second = plan_stages(graph, sources)
+    topics = Topics("prof")
+    partitions = {e.topic: PARTITIONS for s in (first, second) for e in s.exits.values()}
+    source_decoder = graph.node(first.entry).endpoint
+    one = StageProgram(StageSpec(graph, first, partitions, PARTITIONS, source_decoder))
+    two = StageProgram(StageSpec(graph, second, partitions, PARTITIONS, None))
+    texts = [f"{i} {t}" for i, t in enumerate(generate_lines(lines_n, per_line))]
+    lines = [
+        InRecord("lines", 0, i, 1_700_000_000_000 + i // 50, None, t.encode())
+        for i, t in enumerate(texts)
+    ]
+    profiler = cProfile.Profile() if profile else None
+
+    def run(program: StageProgram, rows: pa.RecordBatch, grouping: Any) -> TaskResult:
+        if profiler is not None:
+            profiler.enable()
+        try:
+            return program.run(_records(iter([rows])), grouping, 1, 1)
+        finally:
+            if profiler is not None:
+                profiler.disable()
+
+    words = lines_n * per_line
+    source, took = timed(lambda: run(one, arrow_batch(lines), None))
+    print(f"source stage: {words} words in {took:.2f} s: {words / took:,.0f} words/s")
+    shuffle = as_input(source.records, topics.shuffle(second.entry))
+    print(f"  shuffle records: {sum(len(v) for v in shuffle.values())}")
+    took_total = 0.0
+    changelog_s = 0.0
+    for part, records in sorted(shuffle.items()):
+        grouping = two.new_grouping()
+        rows = arrow_batch(records)
+        result, took = timed(partial(run, two, rows, grouping))
+        took_total += took
+        changes = [r.value for r in result.records if r.topic == topics.state(second.entry)]
+        fresh = two.new_grouping()
+        assert fresh is not None
+        _, catch_up = timed(partial(apply_changelog, fresh, changes))
+        changelog_s += catch_up
+        pre = sum(len(r.value or b"") for r in result.records if r.topic.endswith(".pre"))
+        print(
+            f"  partition {part}: {len(records)} records in {took:.2f} s, {result.items_out} out "
+            f"({pre / 1e6:.1f} MB), changelog {len(changes)} records "
+            f"({sum(len(c or b'') for c in changes) / 1e6:.1f} MB) replay {catch_up:.2f} s"
+        )
+    print(
+        f"group stage: {words} words in {took_total:.2f} s: {words / took_total:,.0f} words/s "
+        f"(+{changelog_s:.2f} s changelog replay)"
+    )
+    if profiler is not None:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
