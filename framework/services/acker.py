@@ -111,17 +111,20 @@ class AckerService(Service):
         shards: int,
         *,
         partitions: Sequence[int] | None = None,
+        epoch: int = 0,
         poll_s: float = 0.005,
         max_batch: int = 1000,
     ) -> None:
-        """Acker of ``segments`` (name -> inbound names), ``fronts`` fixed, ``shards`` shards."""
+        """Acker of ``segments`` (name -> inbound names), ``fronts`` fixed, ``shards`` shards,
+        on the topics of ``epoch``."""
         super().__init__(f"flamepipe-acker-{app}")
         owned = sorted(set(range(shards) if partitions is None else partitions))
         if not owned or not all(0 <= p < shards for p in owned):
             raise PipelineError(f"acker partitions {partitions} not a subset of 0..{shards - 1}")
         self.bootstrap = bootstrap
         self.app = app
-        self.topics = Topics(app)
+        self.epoch = epoch
+        self.topics = Topics(app, epoch)
         self.partitions = tuple(owned)
         self.poll_s = poll_s
         self.max_batch = max_batch
@@ -143,7 +146,11 @@ class AckerService(Service):
     def _open(self) -> None:
         shards = self._shards[self.partitions[0]].shards
         ensure_topics(
-            self.bootstrap, [acks_topic_spec(self.app, shards), mintime_topic_spec(self.app)]
+            self.bootstrap,
+            [
+                acks_topic_spec(self.app, shards, self.epoch),
+                mintime_topic_spec(self.app, epoch=self.epoch),
+            ],
         )
         self._report_partitions = partition_count(self.bootstrap, self.topics.mintime)
         last = self._last_published()

@@ -55,15 +55,15 @@ def service_node_id(app: str, *parts: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
 
 
-def acks_topic_spec(app: str, shards: int) -> TopicSpec:
+def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:
     """``<app>.acks``: one partition per shard, kept forever (the acker replays it all)."""
     config = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
-    return TopicSpec(Topics(app).acks, shards, config)
+    return TopicSpec(Topics(app, epoch).acks, shards, config)
 
 
-def mintime_topic_spec(app: str, partitions: int = 1) -> TopicSpec:
+def mintime_topic_spec(app: str, partitions: int = 1, epoch: int = 0) -> TopicSpec:
     """``<app>.mintime``: compacted by ``<shard>:<segment>`` (see `framework.services.mintime`)."""
-    return compacted_spec(Topics(app).mintime, partitions)
+    return compacted_spec(Topics(app, epoch).mintime, partitions)
 
 
 def kafka_call(what: str, call: Callable[[], T]) -> T:

@@ -53,13 +53,15 @@ class MinTimeView(Service):
         shards: int,
         segments: Iterable[str],
         *,
+        epoch: int = 0,
         poll_s: float = 0.005,
     ) -> None:
-        """A view of ``shards`` acker shards tracking ``segments``; `start` it."""
+        """A view of ``shards`` acker shards tracking ``segments`` in ``epoch``; `start` it."""
         super().__init__(f"flamepipe-mintime-{app}")
         self.bootstrap = bootstrap
         self.app = app
-        self.topic = Topics(app).mintime
+        self.epoch = epoch
+        self.topic = Topics(app, epoch).mintime
         self.shards = shards
         self.segments = tuple(segments)
         self.poll_s = poll_s
@@ -120,7 +122,7 @@ class MinTimeView(Service):
     # -- the loop --------------------------------------------------------------------------
 
     def _open(self) -> None:
-        ensure_topics(self.bootstrap, [mintime_topic_spec(self.app)])
+        ensure_topics(self.bootstrap, [mintime_topic_spec(self.app, epoch=self.epoch)])
         partitions = partition_count(self.bootstrap, self.topic)
         self._consumer = consumer = new_consumer(self.bootstrap)
         assign(consumer, self.topic, dict.fromkeys(range(partitions)))
