@@ -94,11 +94,12 @@ class StageSpec:
     shards: int
     source: SourceDecoder | None = None  # how a source stage decodes its input records
     fail_fast: bool = False
+    epoch: int = 0
 
     @property
     def topics(self) -> Topics:
-        """The framework topic names of this pipeline."""
-        return Topics(self.graph.name)
+        """The framework topic names of this pipeline in its epoch."""
+        return Topics(self.graph.name, self.epoch)
 
 
 @dataclass

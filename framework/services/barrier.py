@@ -94,6 +94,7 @@ class BarrierService(Service):
         view: MinTimeView | None = None,
         segments: Iterable[str] = (),
         exactly_once: bool = True,
+        epoch: int = 0,
         poll_s: float = 0.005,
         max_batch: int = 1000,
         checkpoint_s: float = 1.0,
@@ -116,7 +117,10 @@ class BarrierService(Service):
         self.poll_s = poll_s
         self.max_batch = max_batch
         self.checkpoint_s = checkpoint_s
-        self.topics = Topics(app)
+        # The transactional id (below) does not depend on the epoch: a barrier of a new
+        # epoch must fence one of an older epoch still writing to the same output.
+        self.epoch = epoch
+        self.topics = Topics(app, epoch)
         self.pre = self.topics.pre(sink_node)
         self.group = f"{app}.{sink_node}.barrier"
         self.node = service_node_id(app, sink_node, "barrier")
@@ -147,6 +151,7 @@ class BarrierService(Service):
         *,
         view: MinTimeView | None = None,
         exactly_once: bool = True,
+        epoch: int = 0,
     ) -> BarrierService:
         """The barrier of ``sink_node`` of ``graph`` (a `KafkaSink`), as the constructor."""
         endpoint = graph.node(sink_node).endpoint
@@ -163,6 +168,7 @@ class BarrierService(Service):
             view=view,
             segments=tuple(segments.inbound),
             exactly_once=exactly_once,
+            epoch=epoch,
         )
 
     @property
@@ -208,7 +214,9 @@ class BarrierService(Service):
             self._ledgers[p] = PartitionLedger(start or 0, mark.acked)
         assign(consumer, self.pre, starts)
         if self._view is None:
-            self._view = MinTimeView(self.bootstrap, self.app, self.shards, self._segments)
+            self._view = MinTimeView(
+                self.bootstrap, self.app, self.shards, self._segments, epoch=self.epoch
+            )
             self._view.start()
 
     def _committed(
