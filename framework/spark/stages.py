@@ -66,8 +66,12 @@ class StageQuery:
         checkpoint: Path,
         settings: Settings,
         min_slot: Callable[[], int],
+        starting_offsets: str = "earliest",
     ) -> None:
+        """``starting_offsets``: Spark's option (JSON per partition for a replay); it only
+        applies to a new checkpoint, a restarted query resumes from its own."""
         self.spec = spec
+        self.starting_offsets = starting_offsets
         self.bootstrap = bootstrap
         self.checkpoint = checkpoint
         self.trigger_ms = settings.trigger_ms
@@ -83,7 +87,7 @@ class StageQuery:
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.bootstrap)
             .option("subscribe", self.spec.stage.topic)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", self.starting_offsets)
             .option("includeHeaders", "true")
             # Internal topics are written in transactions; never read an aborted one.
             .option("kafka.isolation.level", "read_committed")
