@@ -116,6 +116,17 @@ class TaskResult:
     max_timestamp_ms: int = -1
 
 
+class _ExitRoute(NamedTuple):
+    """Where an exit port's records go, resolved once per stage."""
+
+    node: str
+    target: str
+    topic: str
+    partitions: int
+    segment: str  # the target's, which the item is acked as sent into
+    shuffle: bool  # to a grouping: partitioned by key hash, keyed frames
+
+
 class StageProgram:
     """A stage compiled for execution: operations, routes inside the stage, exits."""
 
@@ -140,6 +151,17 @@ class StageProgram:
                 None if Port(node_id, p) in spec.stage.exits else consumers[Port(node_id, p)].id
                 for p in range(node.ports)
             ]
+        self._exits = {
+            port: _ExitRoute(
+                port.node,
+                exit_.target,
+                exit_.topic,
+                spec.partitions[exit_.topic],
+                self._segment[exit_.target],
+                exit_.kind is ExitKind.SHUFFLE,
+            )
+            for port, exit_ in spec.stage.exits.items()
+        }
         entry = graph.node(spec.stage.entry)
         self.window = entry.window if entry.kind is Kind.GROUP else 0
         self.group_op_id = op_id_of(graph.name, entry.id) if self.window else 0
@@ -206,6 +228,15 @@ class _TaskRun:
         self._fronts: dict[tuple[str, int], int] = {}
         entry = self.spec.stage.entry
         self._entry_segment = program._segment[entry]
+        self._appliers: dict[str, Callable[[Record], list[Record]]] = {}
+        for node_id in self.spec.stage.nodes:
+            kind = program._kinds[node_id]
+            if kind is Kind.SOURCE:
+                self._appliers[node_id] = _alone
+            elif kind is Kind.GROUP:
+                self._appliers[node_id] = self._group
+            else:
+                self._appliers[node_id] = program._ops[node_id].apply
 
     def decode(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
         """Step 1 for one input record: its items, with their index in a frame, ``into``."""
@@ -254,53 +285,58 @@ class _TaskRun:
             ack(segment, meta[0][0], value)
             append((Record(meta, payload), record, index))
 
-    def _flow(self, entry: str, first: Record) -> None:
-        """Step 2: depth-first through the stage, so outputs keep their causal order."""
-        work: list[tuple[str, Record]] = [(entry, first)]
-        while work:
-            node_id, record = work.pop()
-            outputs = self._apply(node_id, record)
-            routes = self.program._routes[node_id]
-            staged: list[tuple[str, Record]] = []
-            for index, out in enumerate(outputs):
-                port = index if len(routes) > 1 else 0
-                target = routes[port]
-                if target is None:
-                    self._emit(Port(node_id, port), out)
-                else:
-                    staged.append((target, out))
-            work.extend(reversed(staged))
+    def _flow(self, node_id: str, record: Record) -> None:
+        """Step 2: depth-first through the stage, so outputs keep their causal order.
 
-    def _apply(self, node_id: str, record: Record) -> list[Record]:
-        kind = self.program._kinds[node_id]
-        if kind is Kind.SOURCE:
-            return [record]
-        if kind is Kind.GROUP:
-            assert self.grouping is not None
-            outputs = self.grouping.push(record)
+        A node's outputs leaving the stage are emitted first, then each output staying in
+        it is followed to the end before the next one.
+        """
+        outputs = self._appliers[node_id](record)
+        routes = self.program._routes[node_id]
+        if len(routes) == 1:  # the common case: one port, one way on
+            target = routes[0]
+            if target is None:
+                route = self.program._exits[Port(node_id, 0)]
+                for out in outputs:
+                    self._emit(route, out)
+            else:
+                for out in outputs:
+                    self._flow(target, out)
+            return
+        staged: list[tuple[str, Record]] = []
+        for port, out in enumerate(outputs):
+            target = routes[port]
+            if target is None:
+                self._emit(self.program._exits[Port(node_id, port)], out)
+            else:
+                staged.append((target, out))
+        for target, out in staged:
+            self._flow(target, out)
+
+    def _group(self, record: Record) -> list[Record]:
+        assert self.grouping is not None
+        outputs = self.grouping.push(record)
+        if len(outputs) > 1:  # only repairs emit tombstones, and they emit several
             self.result.tombstones += sum(1 for o in outputs if o.meta.tombstone)
-            return outputs
-        return self.program._ops[node_id].apply(record)
+        elif outputs and outputs[0].meta.tombstone:
+            self.result.tombstones += 1
+        return outputs
 
-    def _emit(self, port: Port, record: Record) -> None:
+    def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
-        spec = self.spec
-        exit_ = spec.stage.exits[port]
-        partitions = spec.partitions[exit_.topic]
         meta = record.meta
         ack = self.rng()
-        self.acker.ack(self.program._segment[exit_.target], meta.gt.slot, ack)
-        if exit_.kind is ExitKind.SHUFFLE:
+        self.acker.ack(route.segment, meta.gt.slot, ack)
+        if route.shuffle:
             keyed = record.value
             if not isinstance(keyed, Keyed):
-                raise PipelineError(f"{port.node} must key its output before {exit_.target}")
-            partition = keyed.hash % partitions
+                raise PipelineError(f"{route.node} must key its output before {route.target}")
+            partition = keyed.hash % route.partitions
         else:
-            partition = meta.gt.front % partitions
-        builder = self.frames.get((exit_.topic, partition))
+            partition = meta.gt.front % route.partitions
+        builder = self.frames.get((route.topic, partition))
         if builder is None:
-            keyed_ = exit_.kind is ExitKind.SHUFFLE
-            builder = self.frames[(exit_.topic, partition)] = FrameBuilder(keyed_)
+            builder = self.frames[(route.topic, partition)] = FrameBuilder(route.shuffle)
         builder.add(meta, ack, record.value)
         self.result.items_out += 1
 
@@ -372,6 +408,11 @@ def _plain_state(state: tuple[list[Meta], list[Any], list[Any]] | None) -> Any:
         values,
         [((tuple(m[0]), m[1], m[2], m[3]), v) for m, v in early],
     )
+
+
+def _alone(record: Record) -> list[Record]:
+    """A source node passes its record on as it is."""
+    return [record]
 
 
 def _item_record(frame: InRecord, item: Record) -> InRecord:
