@@ -1,0 +1,260 @@
+"""`SnapshotCoordinator`: periodic snapshots of a pipeline taken from its changelogs.
+
+Decision: ``docs/decisions/snapshots-from-changelogs.md``. Grouping state is durable in
+compacted changelog topics, written in the same transaction as the task's outputs and
+receipt acks, so the coordinator reads state instead of asking the groupings to save it,
+and reads the barriers' committed positions instead of asking them to accept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from dataclasses import dataclass
+
+from framework.core.graph import Graph, Kind
+from framework.core.ops import op_id_of
+from framework.errors import ConfigError, FlamepipeError
+from framework.kafka.admin import partition_count
+from framework.runtime.stages import Topics
+from framework.services.loop import Service
+from framework.services.mintime import MinTimeView
+from framework.services.plan import kafka_sources, sink_nodes
+from framework.snapshots.barriers import BarrierMarks
+from framework.snapshots.changelogs import ChangelogCopies, Part
+from framework.snapshots.offsets import replay_offsets
+from framework.snapshots.units import encode_unit, unit_name
+from framework.state.backend import StateBackend
+from framework.state.writer import SnapshotWriter
+from framework.zk.records import SnapshotRecord
+from framework.zk.registry import SnapshotRegistry
+
+__all__ = ["KEEP", "SnapshotCoordinator", "SnapshotStats"]
+
+KEEP = 2
+"""Committed snapshots kept in ZooKeeper (and so in the backend)."""
+
+_TIMEOUT_S = 60.0
+
+
+@dataclass(slots=True)
+class SnapshotStats:
+    """Counters of one coordinator run."""
+
+    snapshots: int = 0  # committed
+    last_slot: int = -1
+    last_duration_ms: float = 0.0  # min time seen -> committed, of the last snapshot
+    waiting_barriers: int = 0  # rounds skipped: a barrier had not released everything
+    waiting_changelogs: int = 0  # rounds skipped: a changelog transaction was still open
+    units_saved: int = 0
+    bytes_saved: int = 0
+    records_read: int = 0  # changelog records applied to the copies
+    collected: int = 0  # snapshot records deleted by gc
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """The snapshot in progress: its slot, the changelog marks, when min time was seen."""
+
+    slot: int
+    marks: dict[Part, int]
+    started: float
+
+
+class SnapshotCoordinator(Service):
+    """Takes a snapshot of ``graph`` in ``epoch`` every ``interval_ms``.
+
+    Protocol of a round, with ``M`` the global min time, only when ``M`` is after the
+    last committed slot:
+
+    1. Barrier acceptance: every sink's barrier committed a ``GT_last`` at or after the
+       end of slot ``M - 1`` (`framework.snapshots.barriers`). If one has not, skip the
+       round; the next tick tries again with the min time of then.
+    2. State: mark the changelogs' ends; once no transaction below the marks is open
+       (possibly a later tick), catch every unit's copy up to its stable end and save
+       ``snapshot(below=M)`` of each unit (``"<node>/<p>"``) at slot ``M`` through a
+       `SnapshotWriter`; wait until every save is durable.
+    3. Replay offsets: per source partition, the first offset stamped at or after
+       ``M * delta_ms`` (`replay_offsets`).
+    4. Commit ``SnapshotRecord(M, offsets, units, epoch)`` to the registry.
+    5. Collect: ``registry.gc(keep=2)``, then ``backend.drop_below`` the oldest kept slot.
+
+    The backend must hold this application's snapshots only: step 5 drops every unit's
+    older snapshots. Groupings must prune only below the committed slot (the prune rule
+    of the decision), or a copy may miss items that ``snapshot(below=M)`` needs.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        graph: Graph,
+        epoch: int,
+        backend: StateBackend,
+        registry: SnapshotRegistry,
+        *,
+        view: MinTimeView | None = None,
+        delta_ms: int | None = None,
+        interval_ms: int = 1000,
+        shards: int = 2,
+    ) -> None:
+        """A coordinator; without ``view`` it runs its own over ``shards`` acker shards."""
+        super().__init__(f"flamepipe-snapshots-{graph.name}")
+        if interval_ms < 1:
+            raise ConfigError(f"snapshot interval_ms={interval_ms} must be >= 1")
+        self.bootstrap = bootstrap
+        self.graph = graph.validate()
+        self.epoch = epoch
+        self.backend = backend
+        self.registry = registry
+        self.delta_ms = graph.delta_ms if delta_ms is None else delta_ms
+        self.interval_s = interval_ms / 1000
+        self.shards = shards
+        self.topics = Topics(graph.name, epoch)
+        self.stats = SnapshotStats()
+        self.last: SnapshotRecord | None = None
+        self._view = view
+        self._own_view = view is None
+        self._groups = [node for node in self.graph.by_kind(Kind.GROUP)]
+        self._sources = sorted(s.topic for s in kafka_sources(self.graph).values())
+        self._barriers: BarrierMarks | None = None
+        self._copies: ChangelogCopies | None = None
+        self._partitions: dict[str, int] = {}
+        self._writer: SnapshotWriter | None = None
+        self._target: _Target | None = None
+        self._next_tick = 0.0
+
+    @property
+    def committed_slot(self) -> int | None:
+        """The slot of the last committed snapshot (this run's or an earlier one's)."""
+        return None if self.last is None else self.last.slot
+
+    def _open(self) -> None:
+        self.last = self.registry.latest()
+        if self._view is None:
+            segments = tuple(self.graph.segments().inbound)
+            self._view = MinTimeView(
+                self.bootstrap, self.graph.name, self.shards, segments, epoch=self.epoch
+            ).start()
+        self._view.wait_ready()
+        sinks = sink_nodes(self.graph)
+        self._barriers = BarrierMarks(self.bootstrap, self.graph.name, self.epoch, sinks)
+        self._writer = SnapshotWriter(self.backend)
+
+    def _step(self) -> None:
+        wait = self._next_tick - time.monotonic()
+        if wait > 0:
+            self._stopping.wait(min(wait, 0.1))
+            return
+        self._next_tick = time.monotonic() + self.interval_s
+        self._round()
+
+    def _round(self) -> None:
+        """One round of the protocol (class docstring); returns early to try again later."""
+        assert self._view is not None and self._barriers is not None
+        self._view.check()
+        target = self._target
+        if target is None:
+            slot = self._view.min_time()
+            if slot <= (self.committed_slot or 0):
+                return
+            # Step 1
+            if not self._barriers.accept(slot):
+                self.stats.waiting_barriers += 1
+                return
+            copies = self._changelogs()
+            if copies is None:
+                return
+            # Step 2, marks: after min time `slot` was seen.
+            target = self._target = _Target(slot, copies.mark(), time.monotonic())
+        copies = self._changelogs()
+        assert copies is not None
+        if not copies.settled(target.marks):
+            self.stats.waiting_changelogs += 1
+            return
+        self.stats.records_read += copies.catch_up()
+        units = self._save(copies, target.slot)
+        # Step 3
+        sources = {topic: self._partition_count(topic) or 0 for topic in self._sources}
+        offsets = replay_offsets(self.bootstrap, sources, target.slot, self.delta_ms)
+        # Step 4
+        record = SnapshotRecord(
+            slot=target.slot,
+            offsets=offsets,
+            units=units,
+            epoch=self.epoch,
+            created_ms=time.time_ns() // 1_000_000,
+        )
+        self.registry.commit(record)
+        self.last, self._target = record, None
+        self.stats.snapshots += 1
+        self.stats.last_slot = record.slot
+        self.stats.last_duration_ms = (time.monotonic() - target.started) * 1000
+        # Step 5: records first, so no kept record ever names a dropped snapshot.
+        self.stats.collected += len(self.registry.gc(keep=KEEP))
+        self.backend.drop_below(min(self.registry.slots()))
+
+    def _save(self, copies: ChangelogCopies, slot: int) -> dict[str, tuple[str, ...]]:
+        """Step 2, saving: every unit's snapshot at ``slot``, durable on return."""
+        assert self._writer is not None
+        units: dict[str, tuple[str, ...]] = {}
+        futures = []
+        for node in self._groups:
+            topic = self.topics.state(node.id)
+            names = []
+            for p in range(self._partitions[topic]):
+                state = copies.snapshot(topic, p, below=slot)
+                names.append(unit_name(node.id, p))
+                futures.append(
+                    self._writer.submit(names[-1], slot, functools.partial(encode_unit, state))
+                )
+            units[node.id] = tuple(names)
+        for future in futures:
+            saved = future.result(timeout=_TIMEOUT_S)
+            self.stats.units_saved += 1
+            self.stats.bytes_saved += saved.size
+        return units
+
+    def _changelogs(self) -> ChangelogCopies | None:
+        """The unit copies, once every state and source topic exists (None before)."""
+        if self._copies is None:
+            topics = [self.topics.state(node.id) for node in self._groups]
+            counts = [self._partition_count(t) for t in (*topics, *self._sources)]
+            if not all(counts):
+                return None  # the runner has not created them yet
+            self._copies = ChangelogCopies(
+                self.bootstrap,
+                {
+                    self.topics.state(node.id): (
+                        self._partitions[self.topics.state(node.id)],
+                        op_id_of(self.graph.name, node.id),
+                        node.window,
+                    )
+                    for node in self._groups
+                },
+            )
+        return self._copies
+
+    def _partition_count(self, topic: str) -> int | None:
+        if topic not in self._partitions:
+            try:
+                self._partitions[topic] = partition_count(self.bootstrap, topic)
+            except ConfigError:
+                return None
+        return self._partitions[topic]
+
+    def _close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            # A failed save already failed its round through its future.
+            with contextlib.suppress(FlamepipeError):
+                writer.close(_TIMEOUT_S)
+        for part in (self._barriers, self._copies):
+            if part is not None:
+                part.close()
+        self._barriers = self._copies = None
+        view = self._view
+        if self._own_view and view is not None:
+            self._view = None
+            with contextlib.suppress(FlamepipeError):  # our own failure comes first
+                view.stop()

@@ -1,0 +1,73 @@
+"""Where sources replay from after a snapshot at a slot: the first offset of that slot.
+
+Input topics stamp records with LogAppendTime, so timestamps never go back inside a
+partition and the first offset whose timestamp is at or after ``slot * delta_ms`` is the
+first record with a slot at or after ``slot``: every record before it is in the snapshot,
+none after it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, TopicPartition
+
+from framework.services.common import close_quietly, kafka_call, kafka_retry
+
+__all__ = ["replay_offsets"]
+
+_TIMEOUT_S = 30.0
+
+
+def replay_offsets(
+    bootstrap: str, sources: Mapping[str, int], slot: int, delta_ms: int
+) -> dict[str, dict[int, int]]:
+    """Per topic of ``sources`` (topic -> partition count) and partition: the replay start.
+
+    1. Read each partition's end offset (high watermark).
+    2. Ask for the first offset stamped at or after ``slot * delta_ms``.
+    3. None (-1): no record that late yet; the end offset of step 1 is the answer. A
+       record appended after step 1 was stamped after the caller saw min time ``slot``,
+       so it is in ``slot`` or later: starting at that end skips nothing.
+    """
+    if slot < 0 or delta_ms < 1:
+        raise ValueError(f"slot={slot} must be >= 0 and delta_ms={delta_ms} >= 1")
+    consumer = kafka_call(
+        f"cannot create a consumer for {bootstrap}",
+        lambda: Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"flamepipe-offsets-{uuid.uuid4().hex}",  # never commits
+                "enable.auto.commit": False,
+            }
+        ),
+    )
+    try:
+        return {
+            topic: _topic_offsets(consumer, topic, partitions, slot * delta_ms)
+            for topic, partitions in sources.items()
+        }
+    finally:
+        close_quietly(consumer)
+
+
+def _topic_offsets(consumer: Consumer, topic: str, partitions: int, at_ms: int) -> dict[int, int]:
+    # Step 1
+    ends = {
+        p: kafka_retry(
+            f"cannot read the end offset of {topic}[{p}]",
+            lambda p=p: consumer.get_watermark_offsets(  # type: ignore[misc]
+                TopicPartition(topic, p), _TIMEOUT_S, cached=False
+            ),
+        )[1]
+        for p in range(partitions)
+    }
+    # Step 2
+    asked = [TopicPartition(topic, p, at_ms) for p in range(partitions)]
+    found = kafka_retry(
+        f"cannot look up the offsets of {topic} at {at_ms} ms",
+        lambda: consumer.offsets_for_times(asked, _TIMEOUT_S),
+    )
+    # Step 3
+    return {tp.partition: tp.offset if tp.offset >= 0 else int(ends[tp.partition]) for tp in found}

@@ -1,0 +1,171 @@
+"""Seeding a new epoch's changelogs from a committed snapshot (recovery, replay).
+
+A task of the new epoch builds its grouping state from its changelog partition, as in
+any epoch; the seed makes that state the snapshot's. The caller bumps the epoch in
+ZooKeeper only after `restore_epoch` returned, with the snapshot's offsets as the start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, Producer
+
+from framework.core.graph import Graph, Kind
+from framework.errors import ConfigError, PipelineError, SnapshotMissing
+from framework.kafka.admin import compacted_spec, ensure_topics, partition_count
+from framework.kafka.serde import Pickle
+from framework.runtime.stages import Topics
+from framework.services.common import read_to_end
+from framework.snapshots.units import changelog_records, decode_unit, parse_unit, unit_name
+from framework.state.backend import StateBackend
+from framework.zk.records import SnapshotRecord
+
+__all__ = ["CHANGELOG_CONFIG", "Restored", "restore_epoch"]
+
+CHANGELOG_CONFIG = {"max.message.bytes": str(16 * 1024 * 1024)}
+"""Changelog topic configs, as the Spark runner creates them (a bucket is one record)."""
+
+_TIMEOUT_S = 60.0
+_PICKLE = Pickle()
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What `restore_epoch` wrote: changelog partitions, buckets, and stale keys deleted."""
+
+    units: int
+    buckets: int
+    deleted: int
+
+
+def restore_epoch(
+    bootstrap: str, graph: Graph, record: SnapshotRecord, backend: StateBackend, new_epoch: int
+) -> Restored:
+    """Seed the changelogs of ``new_epoch`` with the state of snapshot ``record``.
+
+    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node.
+    2. Create each node's changelog in ``new_epoch`` with ``n`` partitions (compacted,
+       16 MB records); an existing one must have exactly ``n``.
+    3. Start one transactional producer (its ``transactional.id`` names the app and
+       epoch, so it aborts whatever an earlier, crashed attempt left open).
+    4. Read every unit's snapshot from the backend and turn it into changelog records
+       (`changelog_records`: the format stage tasks write). A key an earlier attempt
+       committed and the snapshot lacks gets a deletion record.
+    5. Write everything in one transaction: a crash before its commit leaves nothing
+       visible, and running it again gives the same result.
+    """
+    if new_epoch <= record.epoch:
+        raise ConfigError(f"new epoch {new_epoch} must be after the snapshot's {record.epoch}")
+    topics = Topics(graph.name, new_epoch)
+    # Step 1
+    partitions = {node.id: _partitions(record, node.id) for node in graph.by_kind(Kind.GROUP)}
+    # Step 2
+    specs = [
+        compacted_spec(topics.state(n), count, CHANGELOG_CONFIG) for n, count in partitions.items()
+    ]
+    ensure_topics(bootstrap, specs)
+    for spec in specs:
+        actual = partition_count(bootstrap, spec.name)
+        if actual != spec.partitions:
+            raise ConfigError(
+                f"{spec.name} has {actual} partitions, the snapshot {spec.partitions}: "
+                "delete the topic or restore into another epoch"
+            )
+    # Step 3
+    producer = _producer(bootstrap, f"{graph.name}.e{new_epoch}.restore")
+    try:
+        _call("begin the transaction", producer.begin_transaction)
+        buckets = deleted = 0
+        for node, count in partitions.items():
+            topic = topics.state(node)
+            # Step 4
+            stale = _committed_keys(bootstrap, topic, count)
+            for p in range(count):
+                unit = unit_name(node, p)
+                state = decode_unit(
+                    backend.get(unit, record.slot), f"snapshot {unit}@{record.slot}"
+                )
+                for key, value in changelog_records(state):
+                    _produce(producer, topic, p, key, value)
+                    stale[p].pop(key, None)
+                    buckets += 1
+                for key, original in stale[p].items():
+                    _produce(producer, topic, p, key, _PICKLE.dumps((original, None)))
+                    deleted += 1
+        # Step 5
+        _call("flush the seed", lambda: _flush(producer))
+        _call("commit the seed", lambda: producer.commit_transaction(_TIMEOUT_S))
+    except BaseException:
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(_TIMEOUT_S)
+        raise
+    return Restored(sum(partitions.values()), buckets, deleted)
+
+
+def _partitions(record: SnapshotRecord, node: str) -> int:
+    units = record.units.get(node)
+    if not units:
+        raise SnapshotMissing(f"snapshot at slot {record.slot} has no units of grouping {node!r}")
+    found = sorted(parse_unit(u)[1] for u in units if parse_unit(u)[0] == node)
+    if found != list(range(len(units))):
+        raise SnapshotMissing(
+            f"snapshot at slot {record.slot}: units of {node!r} are {list(units)}, "
+            f"not {node}/0..{node}/{len(units) - 1}"
+        )
+    return len(units)
+
+
+def _committed_keys(bootstrap: str, topic: str, partitions: int) -> list[dict[bytes, object]]:
+    """Per partition, the keys (bytes -> key) with a committed record in ``topic`` now."""
+    keys: list[dict[bytes, object]] = [{} for _ in range(partitions)]
+    for msg in read_to_end(bootstrap, topic, partitions):
+        value = msg.value()
+        if value is not None:
+            key, _ = _PICKLE.loads(value)
+            keys[msg.partition() or 0][bytes(msg.key() or b"")] = key
+    return keys
+
+
+def _producer(bootstrap: str, transactional_id: str) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+            "message.max.bytes": 16 * 1024 * 1024,
+            "queue.buffering.max.messages": 1_000_000,
+            "transaction.timeout.ms": 300_000,
+        }
+    )
+    _call("start the restore producer", lambda: producer.init_transactions(_TIMEOUT_S))
+    return producer
+
+
+def _produce(producer: Producer, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, partition=partition)
+            return
+        except BufferError:
+            # The local queue is full: let it drain into the transaction.
+            if time.monotonic() > deadline:
+                raise PipelineError(f"restoring {topic}: the producer queue stays full") from None
+            producer.poll(0.1)
+
+
+def _flush(producer: Producer) -> None:
+    if producer.flush(_TIMEOUT_S) > 0:
+        raise PipelineError(f"restore: records not delivered within {_TIMEOUT_S:g} s")
+
+
+def _call(what: str, call: Callable[[], object]) -> None:
+    try:
+        call()
+    except KafkaException as exc:
+        raise PipelineError(f"restore: cannot {what}: {exc}") from exc

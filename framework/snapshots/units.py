@@ -1,0 +1,103 @@
+"""Unit snapshots: names, the bytes saved in a state backend, and changelog records.
+
+A unit is one hash unit of a grouping node: partition ``p`` of its changelog (and of its
+shuffle topic), named ``"<node>/<p>"`` in the backend and in `SnapshotRecord.units`.
+
+What is saved is `Grouping.snapshot(below=slot)` with every meta as a plain tuple, so
+the bytes do not depend on where flamepipe's classes live, pickled with a format number.
+`changelog_records` turns it back into the records a stage task would have written
+(``framework.runtime.task``): key ``key_bytes(key)``, value ``pickle((key, state))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from framework.core.ops import key_bytes
+from framework.errors import DecodeError
+from framework.kafka.serde import Pickle
+
+__all__ = [
+    "UNIT_FORMAT",
+    "changelog_records",
+    "decode_unit",
+    "encode_unit",
+    "parse_unit",
+    "unit_name",
+]
+
+UNIT_FORMAT = 1
+"""Version of the saved unit bytes; `decode_unit` reads this version only."""
+
+_PICKLE = Pickle()
+
+
+def unit_name(node: str, partition: int) -> str:
+    """``"<node>/<partition>"``: the backend key of one hash unit of ``node``."""
+    if not node or "/" in node:
+        raise ValueError(f"node id {node!r} must be non-empty and hold no '/'")
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition {partition!r} must be an int >= 0")
+    return f"{node}/{partition}"
+
+
+def parse_unit(unit: str) -> tuple[str, int]:
+    """Inverse of `unit_name`; `ValueError` for anything else."""
+    node, sep, partition = unit.rpartition("/")
+    if not sep or not node or not partition.isdigit():
+        raise ValueError(f"unit {unit!r} is not '<node>/<partition>'")
+    return node, int(partition)
+
+
+def _plain_meta(meta: Any) -> tuple[Any, ...]:
+    # The same plain form stage tasks write to changelogs (`meta_from_plain` reads both).
+    return (tuple(meta[0]), tuple(meta[1]), int(meta[2]), bool(meta[3]))
+
+
+def encode_unit(state: Mapping[str, Any]) -> bytes:
+    """The bytes to save for a `Grouping.snapshot` result."""
+    buckets = [
+        (
+            key,
+            [(_plain_meta(m), v) for m, v in items],
+            [(_plain_meta(m), v) for m, v in early],
+        )
+        for key, items, early in state["buckets"]
+    ]
+    return _PICKLE.dumps({"format": UNIT_FORMAT, "window": state["window"], "buckets": buckets})
+
+
+def decode_unit(data: bytes, where: str) -> dict[str, Any]:
+    """The snapshot saved by `encode_unit` (as `Grouping.restore` takes it).
+
+    `DecodeError` naming ``where`` if the bytes are not a unit snapshot of this format.
+    """
+    try:
+        state = _PICKLE.loads(data)
+    except DecodeError as exc:
+        raise DecodeError(f"{where}: not a unit snapshot: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != UNIT_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise DecodeError(
+            f"{where}: unit snapshot format {found!r}; this flamepipe reads format "
+            f"{UNIT_FORMAT} only"
+        )
+    return {"window": state["window"], "buckets": state["buckets"]}
+
+
+def changelog_records(state: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
+    """``(key, value)`` changelog records that rebuild ``state``, one per bucket.
+
+    Byte for byte the format of a stage task's changelog (bucket state = metas, values,
+    early tombstones), so `apply_changelog` reads them like any task's records.
+    """
+    records = []
+    for key, items, early in state["buckets"]:
+        bucket = (
+            [_plain_meta(m) for m, _ in items],
+            [v for _, v in items],
+            [(_plain_meta(m), v) for m, v in early],
+        )
+        records.append((key_bytes(key), _PICKLE.dumps((key, bucket))))
+    return records
