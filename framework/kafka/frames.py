@@ -13,8 +13,8 @@ Wire format, version 1:
   ``(slot, front, offset, child_ids, trace, tombstone, ack, *payload)``, where payload is
   ``key, hash, value`` of a `Keyed` if ``keyed``, else the payload alone. Plain tuples, not
   `Meta` and `Keyed`: pickling a NamedTuple costs a Python call per object (3x slower).
-* a frame holds at most ``FRAME_BYTES`` (one larger item travels alone), well below the
-  broker's default 1 MB record limit.
+* a frame holds at most ``FRAME_ITEMS`` items and ``FRAME_BYTES`` (one larger item
+  travels alone), well below the broker's default 1 MB record limit.
 
 Each item keeps its own ack value: the receiver acks exactly what a record per item would
 have made it ack. Readers also take a record with the per-item header ``fp.item`` (the
@@ -39,6 +39,7 @@ __all__ = [
     "FRAME_BYTES",
     "FRAME_HEADER",
     "FRAME_HEADERS",
+    "FRAME_ITEMS",
     "FRAME_VERSION",
     "FrameBuilder",
     "FrameItem",
@@ -53,6 +54,8 @@ FRAME_HEADERS: tuple[tuple[str, bytes], ...] = ((FRAME_HEADER, str(FRAME_VERSION
 """The headers every frame of this version carries."""
 FRAME_BYTES = 512 * 1024
 """Most bytes in one frame's value, unless a single item needs more."""
+FRAME_ITEMS = 4096
+"""Most items in one frame: a stage reading N frames reads at most N * FRAME_ITEMS items."""
 
 _PROBE = 64  # items encoded first to learn the size of one
 _FILL = 0.75  # aim below the limit: item sizes vary
@@ -98,16 +101,17 @@ class FrameBuilder:
         else:
             self.rows.append((gt[0], gt[1], gt[2], meta[1], meta[2], meta[3], ack, payload))
 
-    def frames(self, max_bytes: int = FRAME_BYTES) -> list[bytes]:
+    def frames(self, max_bytes: int = FRAME_BYTES, max_items: int = FRAME_ITEMS) -> list[bytes]:
         """The values of the frames holding every item added, in order."""
         rows, keyed = self.rows, self.keyed
         if not rows:
             return []
         # Bytes per item, from the first few: a frame size to aim at.
-        probe = pickle.dumps((keyed, rows[:_PROBE]), protocol=5)
-        if len(rows) <= _PROBE and len(probe) <= max_bytes:
+        probe = pickle.dumps((keyed, rows[: min(_PROBE, max_items)]), protocol=5)
+        if len(rows) <= min(_PROBE, max_items) and len(probe) <= max_bytes:
             return [probe]
         count = max(1, int(max_bytes * _FILL * min(len(rows), _PROBE) / len(probe)))
+        count = min(count, max_items)
         out: list[bytes] = []
         start = 0
         while start < len(rows):
@@ -118,7 +122,7 @@ class FrameBuilder:
                 continue
             out.append(data)
             start += len(chunk)
-            count = max(1, int(max_bytes * _FILL * len(chunk) / len(data)))
+            count = min(max_items, max(1, int(max_bytes * _FILL * len(chunk) / len(data))))
         return out
 
 

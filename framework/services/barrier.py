@@ -96,13 +96,15 @@ class BarrierService(Service):
         exactly_once: bool = True,
         epoch: int = 0,
         poll_s: float = 0.005,
-        max_batch: int = 1000,
+        max_batch: int = 16,
         checkpoint_s: float = 1.0,
     ) -> None:
         """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
 
         Without a ``view`` it runs its own `MinTimeView` over ``segments`` (all segment
         names of the pipeline). ``exactly_once=False`` writes without transactions.
+        ``max_batch`` bounds the records (frames of up to thousands of items) taken per
+        step, so a step, and a stop waiting for it, stays short.
         """
         super().__init__(f"flamepipe-barrier-{app}-{sink_node}")
         if view is None and not segments:

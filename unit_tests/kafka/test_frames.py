@@ -16,6 +16,7 @@ from framework.kafka.frames import (
     FRAME_BYTES,
     FRAME_HEADER,
     FRAME_HEADERS,
+    FRAME_ITEMS,
     FrameBuilder,
     FrameItem,
     decode_frame,
@@ -39,12 +40,14 @@ def items(n: int, keyed: bool, size: int = 3) -> list[FrameItem]:
     return out
 
 
-def frames_of(batch: list[FrameItem], keyed: bool, max_bytes: int = FRAME_BYTES) -> list[bytes]:
+def frames_of(
+    batch: list[FrameItem], keyed: bool, max_bytes: int = FRAME_BYTES, max_items: int = FRAME_ITEMS
+) -> list[bytes]:
     builder = FrameBuilder(keyed)
     for meta, ack, payload in batch:
         builder.add(meta, ack, payload)
     assert len(builder) == len(batch)
-    return builder.frames(max_bytes)
+    return builder.frames(max_bytes, max_items)
 
 
 def decode_all(frames: list[bytes]) -> list[FrameItem]:
@@ -63,13 +66,21 @@ def test_items_round_trip_in_order_with_their_types(keyed: bool) -> None:
 
 
 @settings(max_examples=50, deadline=None)
-@given(n=st.integers(1, 400), size=st.integers(1, 60), max_bytes=st.integers(200, 20_000))
-def test_frames_stay_under_the_limit_and_keep_every_item(n: int, size: int, max_bytes: int) -> None:
+@given(
+    n=st.integers(1, 400),
+    size=st.integers(1, 60),
+    max_bytes=st.integers(200, 20_000),
+    max_items=st.integers(1, 500),
+)
+def test_frames_stay_under_the_limits_and_keep_every_item(
+    n: int, size: int, max_bytes: int, max_items: int
+) -> None:
     batch = items(n, keyed=True, size=size)
-    frames = frames_of(batch, keyed=True, max_bytes=max_bytes)
+    frames = frames_of(batch, keyed=True, max_bytes=max_bytes, max_items=max_items)
     assert decode_all(frames) == batch
-    for data in frames:  # over the limit only as a frame of one item
-        assert len(data) <= max_bytes or len(pickle.loads(data)[1]) == 1
+    for data in frames:  # over the byte limit only as a frame of one item
+        count = len(pickle.loads(data)[1])
+        assert (len(data) <= max_bytes or count == 1) and count <= max_items
 
 
 def test_an_item_larger_than_the_limit_travels_alone() -> None:
@@ -78,6 +89,11 @@ def test_an_item_larger_than_the_limit_travels_alone() -> None:
     frames = frames_of([small, big, small], keyed=False, max_bytes=1_000)
     assert [len(pickle.loads(f)[1]) for f in frames] == [1, 1, 1]
     assert decode_all(frames) == [small, big, small]
+
+
+def test_a_large_batch_fills_frames_up_to_the_item_limit() -> None:
+    frames = frames_of(items(10_000, keyed=True), keyed=True)
+    assert [len(pickle.loads(f)[1]) for f in frames] == [FRAME_ITEMS, FRAME_ITEMS, 1808]
 
 
 def test_an_empty_builder_writes_no_frame() -> None:
