@@ -6,7 +6,7 @@ snapshots; `restore_epoch` seeds a new epoch's changelogs from one; `replay_offs
 where sources start after a slot.
 """
 
-from framework.snapshots.barriers import BarrierMarks, accepts, barrier_group
+from framework.snapshots.barriers import BarrierMarks, accepted_slot, accepts, barrier_group
 from framework.snapshots.changelogs import ChangelogCopies, UnitCopy
 from framework.snapshots.coordinator import KEEP, SnapshotCoordinator, SnapshotStats
 from framework.snapshots.offsets import replay_offsets
@@ -30,6 +30,7 @@ __all__ = [
     "SnapshotCoordinator",
     "SnapshotStats",
     "UnitCopy",
+    "accepted_slot",
     "accepts",
     "barrier_group",
     "changelog_records",

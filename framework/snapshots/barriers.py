@@ -21,7 +21,7 @@ from framework.runtime.stages import Topics
 from framework.services.common import close_quietly, kafka_retry, new_consumer
 from framework.services.positions import BarrierMark
 
-__all__ = ["BarrierMarks", "accepts", "barrier_group"]
+__all__ = ["BarrierMarks", "accepted_slot", "accepts", "barrier_group"]
 
 _TIMEOUT_S = 30.0
 
@@ -48,6 +48,22 @@ def accepts(marks: Iterable[BarrierMark | None], slot: int) -> bool:
     )
 
 
+def accepted_slot(marks: Iterable[BarrierMark | None]) -> int:
+    """The largest slot ``M`` that ``marks`` accept (`accepts`); 0 if none.
+
+    ``accepts(marks, M)`` holds exactly for ``1 <= M <= accepted_slot(marks)``.
+    """
+    bound: int | None = None
+    for mark in marks:
+        gt = None if mark is None else mark.gt_last
+        if gt is None:
+            return 0
+        # Slot S is wholly released once GT_last is the end of S: then S + 1 is accepted.
+        accepted = gt.slot + 1 if gt >= GlobalTime.slot_end(gt.slot) else gt.slot
+        bound = accepted if bound is None else min(bound, accepted)
+    return bound or 0
+
+
 class BarrierMarks:
     """Reads the committed `BarrierMark` of every pre-barrier partition of some sinks."""
 
@@ -65,6 +81,10 @@ class BarrierMarks:
     def accept(self, slot: int) -> bool:
         """Whether every barrier accepts a snapshot at ``slot`` (see `accepts`)."""
         return all(accepts(self.marks(sink), slot) for sink in self.sinks)
+
+    def accepted(self) -> int:
+        """The largest slot every barrier accepts (`accepted_slot`); 0 if one accepts none."""
+        return min((accepted_slot(self.marks(sink)) for sink in self.sinks), default=0)
 
     def marks(self, sink: str) -> list[BarrierMark | None]:
         """The committed mark of each partition of ``sink``'s pre-barrier topic (None: none).

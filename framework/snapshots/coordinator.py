@@ -45,7 +45,7 @@ class SnapshotStats:
     snapshots: int = 0  # committed
     last_slot: int = -1
     last_duration_ms: float = 0.0  # min time seen -> committed, of the last snapshot
-    waiting_barriers: int = 0  # rounds skipped: a barrier had not released everything
+    waiting_barriers: int = 0  # rounds skipped: a barrier had released no new slot
     waiting_changelogs: int = 0  # rounds skipped: a changelog transaction was still open
     units_saved: int = 0
     bytes_saved: int = 0
@@ -65,12 +65,12 @@ class _Target:
 class SnapshotCoordinator(Service):
     """Takes a snapshot of ``graph`` in ``epoch`` every ``interval_ms``.
 
-    Protocol of a round, with ``M`` the global min time, only when ``M`` is after the
-    last committed slot:
+    Protocol of a round, each step only if the one before succeeded:
 
-    1. Barrier acceptance: every sink's barrier committed a ``GT_last`` at or after the
-       end of slot ``M - 1`` (`framework.snapshots.barriers`). If one has not, skip the
-       round; the next tick tries again with the min time of then.
+    1. Slot: ``M`` is the global min time, lowered to the largest slot every sink's
+       barrier has accepted (committed a ``GT_last`` at or after the end of slot
+       ``M - 1``, `framework.snapshots.barriers`). Only an ``M`` after the last committed
+       slot goes on; otherwise the round is skipped and the next tick tries again.
     2. State: mark the changelogs' ends; once no transaction below the marks is open
        (possibly a later tick), catch every unit's copy up to its stable end and save
        ``snapshot(below=M)`` of each unit (``"<node>/<p>"``) at slot ``M`` through a
@@ -155,11 +155,13 @@ class SnapshotCoordinator(Service):
         self._view.check()
         target = self._target
         if target is None:
-            slot = self._view.min_time()
-            if slot <= (self.committed_slot or 0):
+            # Step 1. Not "wait until the barriers reach min time": min time moves on
+            # while an idle barrier commits its mark about once a second.
+            min_time = self._view.min_time()
+            if min_time <= (self.committed_slot or 0):
                 return
-            # Step 1
-            if not self._barriers.accept(slot):
+            slot = min(min_time, self._barriers.accepted())
+            if slot <= (self.committed_slot or 0):
                 self.stats.waiting_barriers += 1
                 return
             copies = self._changelogs()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from connectors import KafkaSink
 from framework.core.barrier import Barrier
 from framework.core.time import GlobalTime
 from framework.services.barrier import BarrierService
 from framework.services.positions import BarrierMark
-from framework.snapshots import accepts, barrier_group
+from framework.snapshots import accepted_slot, accepts, barrier_group
 
 
 def mark(gt_last: GlobalTime | None) -> BarrierMark:
@@ -51,3 +54,17 @@ def test_barrier_group_is_the_barrier_service_group() -> None:
         "localhost:1", "app", "sink_4", "s", KafkaSink("out"), shards=1, view=None, segments=("s",)
     )
     assert barrier_group("app", "sink_4") == service.group == "app.sink_4.barrier"
+
+
+_gts = st.one_of(
+    st.none(),
+    st.builds(GlobalTime.slot_end, st.integers(0, 20)),
+    st.builds(GlobalTime.slot_start, st.integers(0, 20)),
+    st.builds(GlobalTime, st.integers(0, 20), st.integers(0, 3), st.integers(-1, 3)),
+)
+
+
+@given(st.lists(st.one_of(st.none(), st.builds(mark, _gts)), max_size=3), st.integers(0, 25))
+def test_accepted_slot_is_the_largest_accepted(marks: list[BarrierMark | None], slot: int) -> None:
+    bound = accepted_slot(marks)
+    assert accepts(marks, slot) == (1 <= slot <= bound)

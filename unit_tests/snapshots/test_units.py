@@ -150,3 +150,19 @@ def test_any_state_restores_through_the_changelog(
     for slot, key, offset in items:
         whole.push(item(slot, f"{key}@{slot}.{offset}", key, offset))
     assert canonical(whole.snapshot(below=below)) == canonical(state)
+
+
+def test_pruning_past_the_snapshot_slot_loses_what_it_needs() -> None:
+    # Why groupings may prune only below the committed snapshot slot: pruned at min time
+    # 4, the bucket keeps only its last item below 4 (slot 3), and a snapshot at slot 2
+    # no longer finds the slot-1 item a restored window would start with.
+    early, late = item(1, "a"), item(3, "b")
+    kept = Grouping(OP, 2)
+    pruned = Grouping(OP, 2)
+    for grouping in (kept, pruned):
+        grouping.push(early)
+        grouping.push(late)
+    kept.on_min_time(2)
+    pruned.on_min_time(4)
+    assert canonical(kept.snapshot(below=2)) == {"k": ([(((1, 1, 0), (), 0, False), "a")], [])}
+    assert canonical(pruned.snapshot(below=2)) == {}
