@@ -115,7 +115,7 @@ class SnapshotCoordinator(Service):
         self.last: SnapshotRecord | None = None
         self._view = view
         self._own_view = view is None
-        self._groups = [node for node in self.graph.by_kind(Kind.GROUP)]
+        self._groups = list(self.graph.by_kind(Kind.GROUP))
         self._sources = sorted(s.topic for s in kafka_sources(self.graph).values())
         self._barriers: BarrierMarks | None = None
         self._copies: ChangelogCopies | None = None

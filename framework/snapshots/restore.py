@@ -47,7 +47,8 @@ def restore_epoch(
 ) -> Restored:
     """Seed the changelogs of ``new_epoch`` with the state of snapshot ``record``.
 
-    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node.
+    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node
+       (and, as each is read, the window of the node).
     2. Create each node's changelog in ``new_epoch`` with ``n`` partitions (compacted,
        16 MB records); an existing one must have exactly ``n``.
     3. Start one transactional producer (its ``transactional.id`` names the app and
@@ -63,6 +64,7 @@ def restore_epoch(
     topics = Topics(graph.name, new_epoch)
     # Step 1
     partitions = {node.id: _partitions(record, node.id) for node in graph.by_kind(Kind.GROUP)}
+    windows = {node.id: node.window for node in graph.by_kind(Kind.GROUP)}
     # Step 2
     specs = [
         compacted_spec(topics.state(n), count, CHANGELOG_CONFIG) for n, count in partitions.items()
@@ -89,6 +91,11 @@ def restore_epoch(
                 state = decode_unit(
                     backend.get(unit, record.slot), f"snapshot {unit}@{record.slot}"
                 )
+                if state["window"] != windows[node]:
+                    raise ConfigError(
+                        f"snapshot {unit}@{record.slot} has window {state['window']}, the "
+                        f"pipeline's {node} {windows[node]}: restore needs the same pipeline"
+                    )
                 for key, value in changelog_records(state):
                     _produce(producer, topic, p, key, value)
                     stale[p].pop(key, None)
