@@ -44,10 +44,10 @@ class ServiceProcess:
         )
 
     def wait_ready(self, timeout_s: float = 120) -> None:
-        """Until the process prints ``ready:``; `AssertionError` with its log if it dies."""
+        """Until the process says it is ready; `AssertionError` with its log if it dies."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if "ready:" in self.log.read_text(errors="replace"):
+            if "ready (epoch" in self.log.read_text(errors="replace"):
                 return
             assert self.proc.poll() is None, f"died:\n{self.tail()}"
             time.sleep(0.1)

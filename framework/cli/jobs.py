@@ -1,4 +1,4 @@
-"""Commands that run a user's pipeline or one of its services: run, acker, barrier.
+"""Commands that run a user's pipeline or its services: run, acker, barrier, replay.
 
 A pipeline is named ``package.module:attribute`` (`framework.cli.spec`). ``run`` starts the
 Spark queries and, by default, the acker and barriers in the same process; with
@@ -12,7 +12,7 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -25,6 +25,7 @@ from framework.errors import ConfigError
 __all__ = ["COMMANDS", "add_parsers", "serve"]
 
 _PROGRESS_S = 10.0
+_EPOCH_CHECK_S = 2.0
 
 
 def _interrupt_on_sigterm() -> None:
@@ -34,32 +35,86 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def serve(services: Sequence[Any], describe: Callable[[], str]) -> int:
-    """Start ``services``, print ``describe()`` every 10 s, stop them on Ctrl-C / SIGTERM."""
+def serve(
+    build: Callable[[int], list[Any]],
+    describe: Callable[[list[Any]], str],
+    epoch_of: Callable[[], int],
+) -> int:
+    """Run the services ``build(epoch)`` makes until Ctrl-C / SIGTERM.
+
+    Prints ``describe`` every 10 s. When the pipeline's epoch changes (a replay or a
+    recovery started the next one), the services stop and start again on its topics.
+    """
     _interrupt_on_sigterm()
+    started: list[Any] = []
+    try:
+        epoch = epoch_of()
+        while True:
+            started = _start_all(build(epoch))
+            print(f"ready (epoch {epoch}): {describe(started)}", file=sys.stderr, flush=True)
+            epoch = _until_epoch_changes(started, describe, epoch, epoch_of)
+            print(f"epoch {epoch} started: restarting", file=sys.stderr, flush=True)
+            _stop_all(started)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr, flush=True)
+    finally:
+        _stop_all(started)
+    for service in started:
+        service.check()
+    return 0
+
+
+def _start_all(services: list[Any]) -> list[Any]:
     started: list[Any] = []
     try:
         for service in services:
             started.append(service.start())
         for service in started:
             service.wait_ready()
-        print(f"ready: {describe()}", file=sys.stderr, flush=True)
-        last = time.monotonic()
-        while True:
-            for service in started:
-                service.check()
-            time.sleep(0.2)
-            if time.monotonic() - last >= _PROGRESS_S:
-                last = time.monotonic()
-                print(describe(), file=sys.stderr, flush=True)
-    except KeyboardInterrupt:
-        print("stopping", file=sys.stderr, flush=True)
-    finally:
-        for service in reversed(started):
-            service.stop_quietly()
-    for service in started:
-        service.check()
-    return 0
+    except BaseException:
+        _stop_all(started)
+        raise
+    return started
+
+
+def _stop_all(services: list[Any]) -> None:
+    for service in reversed(services):
+        service.stop_quietly()
+
+
+def _until_epoch_changes(
+    services: list[Any],
+    describe: Callable[[list[Any]], str],
+    epoch: int,
+    epoch_of: Callable[[], int],
+) -> int:
+    last_progress = last_epoch_check = time.monotonic()
+    while True:
+        for service in services:
+            service.check()
+        time.sleep(0.2)
+        now = time.monotonic()
+        if now - last_progress >= _PROGRESS_S:
+            last_progress = now
+            print(describe(services), file=sys.stderr, flush=True)
+        if now - last_epoch_check >= _EPOCH_CHECK_S:
+            last_epoch_check = now
+            current = epoch_of()
+            if current != epoch:
+                return current
+
+
+class _EpochWatch:
+    """The current epoch of ``app``, through one ZooKeeper session kept open."""
+
+    def __init__(self, settings: Settings, app: str) -> None:
+        from framework.zk import Epochs
+
+        self._epochs = Epochs(settings.zookeeper, app)
+
+    def __call__(self) -> int:
+        record = self._epochs.current()
+        return 0 if record is None else record.epoch
 
 
 def _graph(args: argparse.Namespace) -> Graph:
@@ -81,15 +136,19 @@ def _cmd_acker(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     settings = settings_of(args)
-    acker = acker_for(settings, graph, _partitions(args.partitions, settings))
+    partitions = _partitions(args.partitions, settings)
 
-    def describe() -> str:
+    def build(epoch: int) -> list[Any]:
+        return [acker_for(settings, graph, partitions, epoch=epoch)]
+
+    def describe(services: list[Any]) -> str:
+        (acker,) = services
         return (
             f"acker of {graph.name!r}, shards {list(acker.partitions)}: "
             f"{acker.batches} ack batches, {acker.published} reports"
         )
 
-    return serve([acker], describe)
+    return serve(build, describe, _EpochWatch(settings, graph.name))
 
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
@@ -98,21 +157,54 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     graph = _graph(args)
     settings = settings_of(args)
     sinks = [_sink_node(graph, name) for name in args.sink] or sink_nodes(graph)
-    view = view_for(settings, graph)
-    barriers = [
-        barrier_for(settings, graph, sink, view=view, exactly_once=not args.at_least_once)
-        for sink in sinks
-    ]
 
-    def describe() -> str:
+    def build(epoch: int) -> list[Any]:
+        view = view_for(settings, graph, epoch)
+        barriers = [
+            barrier_for(
+                settings,
+                graph,
+                sink,
+                view=view,
+                exactly_once=not args.at_least_once,
+                epoch=epoch,
+            )
+            for sink in sinks
+        ]
+        return [view, *barriers]
+
+    def describe(services: list[Any]) -> str:
         parts = [
             f"{b.sink_node}->{b.sink.topic}: {b.stats.bundles} bundles, "
             f"{b.stats.items_out} items, GT_last {b.gt_last}"
-            for b in barriers
+            for b in services[1:]
         ]
         return f"barrier of {graph.name!r}: " + "; ".join(parts)
 
-    return serve([view, *barriers], describe)
+    return serve(build, describe, _EpochWatch(settings, graph.name))
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from framework.services.replay import parse_offsets, resolve_start, start_replay
+
+    graph = _graph(args)
+    with stack_for(args) as settings:
+        given = parse_offsets(args.offsets) if args.offsets else None
+        offsets = resolve_start(
+            settings.kafka_bootstrap, graph, offsets=given, at_ms=args.from_time
+        )
+        record = start_replay(settings, graph, offsets)
+        print(
+            f"{graph.name}: epoch {record.epoch} replays from {record.offsets}"
+            + (f" (snapshot at slot {record.snapshot})" if record.snapshot is not None else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+        if not args.no_run:
+            from framework.spark import SparkRunner
+
+            SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S).run(graph)
+    return 0
 
 
 def _partitions(text: str | None, settings: Settings) -> list[int] | None:
@@ -162,6 +254,21 @@ def add_parsers(
     barrier.add_argument(
         "--at-least-once", action="store_true", help="no transactions (for comparison)"
     )
+    replay = sub.add_parser(
+        "replay", parents=[spec], help="start the next epoch from chosen offsets, then run"
+    )
+    where = replay.add_mutually_exclusive_group(required=True)
+    where.add_argument("--from-start", action="store_true", help="from every first offset")
+    where.add_argument("--from-time", type=int, metavar="MS", help="from this append time")
+    where.add_argument("--offsets", help="topic:partition=offset,... (others from the start)")
+    replay.add_argument("--no-run", action="store_true", help="only start the epoch")
+    replay.add_argument("--services", choices=("embedded", "external"), default="embedded")
+    replay.add_argument("--keep-stack", action="store_true", help="leave the local stack running")
 
 
-COMMANDS = {"run": _cmd_run, "acker": _cmd_acker, "barrier": _cmd_barrier}
+COMMANDS = {
+    "run": _cmd_run,
+    "acker": _cmd_acker,
+    "barrier": _cmd_barrier,
+    "replay": _cmd_replay,
+}

@@ -41,6 +41,7 @@ __all__ = [
     "end_offsets",
     "ensure_topics",
     "input_topic_spec",
+    "offsets_at",
     "partition_count",
     "require_log_append_time",
     "timestamp_type",
@@ -261,3 +262,29 @@ def end_offsets(bootstrap: str, topic: str, *, committed: bool = False) -> dict[
         return {tp.partition: f.result(timeout=_TIMEOUT_S).offset for tp, f in futures.items()}
 
     return _ask(bootstrap, what, ask)
+
+
+def offsets_at(bootstrap: str, topic: str, at_ms: int | None) -> dict[int, int]:
+    """Per partition, the first offset stamped at or after ``at_ms`` (None: the first offset).
+
+    A partition with no record that late gets its end offset: a replay from there reads
+    only what comes next.
+    """
+    partitions = partition_count(bootstrap, topic)
+    spec = (
+        OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+        if at_ms is None
+        else OffsetSpec.for_timestamp(at_ms)
+    )
+    request = {TopicPartition(topic, p): spec for p in range(partitions)}
+    what = f"list the offsets of topic {topic!r} at {at_ms}"
+
+    def ask() -> dict[int, int]:
+        futures = _admin(bootstrap).list_offsets(request, request_timeout=_TIMEOUT_S)
+        return {tp.partition: f.result(timeout=_TIMEOUT_S).offset for tp, f in futures.items()}
+
+    found = _ask(bootstrap, what, ask)
+    if all(offset >= 0 for offset in found.values()):
+        return found
+    ends = end_offsets(bootstrap, topic)
+    return {p: offset if offset >= 0 else ends[p] for p, offset in found.items()}

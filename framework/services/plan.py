@@ -24,6 +24,7 @@ from framework.services.mintime import MinTimeView
 __all__ = [
     "acker_for",
     "barrier_for",
+    "current_epoch",
     "kafka_sources",
     "pre_topic_spec",
     "sink_nodes",
@@ -64,27 +65,51 @@ def source_fronts(bootstrap: str, graph: Graph) -> list[int]:
     ]
 
 
-def pre_topic_spec(app: str, sink_node: str) -> TopicSpec:
+def pre_topic_spec(app: str, sink_node: str, epoch: int = 0) -> TopicSpec:
     """The pre-barrier topic of ``sink_node``: one partition, so the barrier reads it whole."""
-    return TopicSpec(Topics(app).pre(sink_node), 1)
+    return TopicSpec(Topics(app, epoch).pre(sink_node), 1)
+
+
+def current_epoch(settings: Settings, app: str) -> int:
+    """The epoch ``app`` runs in (ZooKeeper; 0 before its first replay or recovery)."""
+    from framework.zk import Epochs
+
+    epochs = Epochs(settings.zookeeper, app)
+    try:
+        record = epochs.current()
+    finally:
+        epochs.close()
+    return 0 if record is None else record.epoch
 
 
 def acker_for(
-    settings: Settings, graph: Graph, partitions: Sequence[int] | None = None
+    settings: Settings,
+    graph: Graph,
+    partitions: Sequence[int] | None = None,
+    *,
+    epoch: int = 0,
 ) -> AckerService:
-    """The acker of ``graph`` owning ``partitions`` of the acks topic (all by default)."""
+    """The acker of ``graph`` in ``epoch`` owning ``partitions`` of the acks topic (all)."""
     bootstrap = settings.kafka_bootstrap
     inbound = graph.segments().inbound
     fronts = source_fronts(bootstrap, graph)
     return AckerService(
-        bootstrap, graph.name, inbound, fronts, settings.acker_shards, partitions=partitions
+        bootstrap,
+        graph.name,
+        inbound,
+        fronts,
+        settings.acker_shards,
+        partitions=partitions,
+        epoch=epoch,
     )
 
 
-def view_for(settings: Settings, graph: Graph) -> MinTimeView:
-    """A min-time view of every segment of ``graph``."""
+def view_for(settings: Settings, graph: Graph, epoch: int = 0) -> MinTimeView:
+    """A min-time view of every segment of ``graph`` in ``epoch``."""
     segments = tuple(graph.segments().inbound)
-    return MinTimeView(settings.kafka_bootstrap, graph.name, settings.acker_shards, segments)
+    return MinTimeView(
+        settings.kafka_bootstrap, graph.name, settings.acker_shards, segments, epoch=epoch
+    )
 
 
 def barrier_for(
@@ -94,13 +119,14 @@ def barrier_for(
     *,
     view: MinTimeView | None = None,
     exactly_once: bool = True,
+    epoch: int = 0,
 ) -> BarrierService:
-    """The barrier of ``sink_node``, its pre-barrier topic created if missing."""
+    """The barrier of ``sink_node`` in ``epoch``, its pre-barrier topic created if missing."""
     if sink_node not in sink_nodes(graph):
         known = ", ".join(sink_nodes(graph)) or "none"
         raise PipelineError(f"{graph.name!r} has no sink {sink_node!r} (sinks: {known})")
     bootstrap = settings.kafka_bootstrap
-    ensure_topics(bootstrap, [pre_topic_spec(graph.name, sink_node)])
+    ensure_topics(bootstrap, [pre_topic_spec(graph.name, sink_node, epoch)])
     return BarrierService.for_graph(
         bootstrap,
         graph,
@@ -108,4 +134,5 @@ def barrier_for(
         settings.acker_shards,
         view=view,
         exactly_once=exactly_once,
+        epoch=epoch,
     )

@@ -2,8 +2,10 @@
 
 Start-up protocol of `SparkRunner.start`:
 
-1. Plan the stages and check what the runner supports; every source must be a
-   `KafkaSource` and every sink a `KafkaSink`.
+1. Read the pipeline's epoch from ZooKeeper (`framework.zk.Epochs`; 0 before the first
+   replay or recovery) and plan the stages on that epoch's topics; every source must be a
+   `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
+   offsets its record gives.
 2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
    framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
 3. Start the min-time view the stages prune with and, with embedded services (the
@@ -14,6 +16,7 @@ Start-up protocol of `SparkRunner.start`:
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Mapping
@@ -32,6 +35,7 @@ from framework.services.common import acks_topic_spec, mintime_topic_spec
 from framework.services.plan import kafka_sources, pre_topic_spec, sink_nodes
 from framework.spark.fronts import FrontHeartbeats
 from framework.spark.stages import StageQuery, StageStats
+from framework.zk.records import Offsets
 
 __all__ = ["PipelineRun", "SparkRunner"]
 
@@ -101,6 +105,8 @@ class PipelineRun:
         self.embedded = embedded
         self.graph = graph.validate()
         self.spark = spark
+        self.epoch = 0
+        self.start_offsets: Offsets | None = None
         self.topics = Topics(graph.name)
         self.bootstrap = settings.kafka_bootstrap
         self.queries: dict[str, StageQuery] = {}
@@ -118,13 +124,16 @@ class PipelineRun:
         # Step 1
         sources = kafka_sources(self.graph)
         sink_nodes(self.graph)
-        stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()})
+        self._read_epoch()
+        stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
         # Step 2
         partitions = self._prepare_topics(sources, stages)
         # Step 3
         from framework.spark.services import start_services
 
-        self.view, self.services = start_services(self.settings, self.graph, embedded=self.embedded)
+        self.view, self.services = start_services(
+            self.settings, self.graph, self.epoch, embedded=self.embedded
+        )
         # Step 4
         for stage in stages:
             self._start_stage(stage, sources, partitions)
@@ -140,6 +149,18 @@ class PipelineRun:
         )
         self.fronts.start()
 
+    def _read_epoch(self) -> None:
+        from framework.zk import Epochs
+
+        epochs = Epochs(self.settings.zookeeper, self.graph.name)
+        try:
+            record = epochs.current()
+        finally:
+            epochs.close()
+        if record is not None:
+            self.epoch, self.start_offsets = record.epoch, record.offsets
+            self.topics = Topics(self.graph.name, self.epoch)
+
     def _prepare_topics(
         self, sources: Mapping[str, KafkaSource], stages: tuple[Stage, ...]
     ) -> dict[str, int]:
@@ -151,8 +172,8 @@ class PipelineRun:
         topics, parallelism = self.topics, self.settings.parallelism
         specs = [
             # Acks are kept forever (a restarted acker replays them); min times compacted.
-            acks_topic_spec(self.graph.name, self.settings.acker_shards),
-            mintime_topic_spec(self.graph.name),
+            acks_topic_spec(self.graph.name, self.settings.acker_shards, self.epoch),
+            mintime_topic_spec(self.graph.name, epoch=self.epoch),
             TopicSpec(topics.dlq, 1),
         ]
         for stage in stages:
@@ -162,7 +183,7 @@ class PipelineRun:
                 specs.append(compacted_spec(topics.state(stage.id), parallelism, changelog))
             for exit_ in stage.exits.values():
                 if exit_.kind is ExitKind.SINK:
-                    specs.append(pre_topic_spec(self.graph.name, exit_.target))
+                    specs.append(pre_topic_spec(self.graph.name, exit_.target, self.epoch))
         ensure_topics(self.bootstrap, specs)
         counts.update({spec.name: spec.partitions for spec in specs})
         return counts
@@ -178,6 +199,7 @@ class PipelineRun:
             self.settings.acker_shards,
             source,
             self.settings.fail_fast,
+            self.epoch,
         )
         segment = self.graph.segments().of_node[stage.entry]
         view = self.view
@@ -187,12 +209,21 @@ class PipelineRun:
             self._checkpoints() / stage.id,
             self.settings,
             (lambda: view.min_time(segment)) if view is not None else (lambda: 0),
+            starting_offsets=self._starting_offsets(stage),
         )
         query.start(self.spark)
         self.queries[stage.id] = query
 
+    def _starting_offsets(self, stage: Stage) -> str:
+        """Spark's startingOffsets: the epoch's replay offsets for a source, else earliest."""
+        offsets = (self.start_offsets or {}).get(stage.topic)
+        if not stage.is_source or not offsets:
+            return "earliest"
+        return json.dumps({stage.topic: {str(p): o for p, o in sorted(offsets.items())}})
+
     def _checkpoints(self) -> Path:
-        return self.settings.state_dir / "apps" / self.graph.name / "checkpoints"
+        """Spark checkpoints of this epoch: a new epoch starts every query afresh."""
+        return self.settings.state_dir / "apps" / self.graph.name / f"e{self.epoch}"
 
     def check(self) -> None:
         """Raise `PipelineError` if a query or service died."""

@@ -13,20 +13,21 @@ __all__ = ["start_services"]
 
 
 def start_services(
-    settings: Settings, graph: Graph, *, embedded: bool = True
+    settings: Settings, graph: Graph, epoch: int = 0, *, embedded: bool = True
 ) -> tuple[MinTimeView, list[Any]]:
     """Start and await the min-time view and, if ``embedded``, the acker and the barriers.
 
     Not embedded: ``flamepipe acker`` and ``flamepipe barrier`` run them elsewhere; the
     driver still needs the view to prune grouping state.
     """
-    view = view_for(settings, graph).start()
+    view = view_for(settings, graph, epoch).start()
     services: list[Any] = []
     try:
         if embedded:
-            services.append(acker_for(settings, graph).start())
+            services.append(acker_for(settings, graph, epoch=epoch).start())
             services.extend(
-                barrier_for(settings, graph, sink, view=view).start() for sink in sink_nodes(graph)
+                barrier_for(settings, graph, sink, view=view, epoch=epoch).start()
+                for sink in sink_nodes(graph)
             )
         for service in (view, *services):
             service.wait_ready()
