@@ -138,15 +138,26 @@ def _cmd_acker(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     partitions = _partitions(args.partitions, settings)
 
+    # One instance takes and commits the snapshots: the one owning shard 0.
+    snapshots = partitions is None or 0 in partitions
+
     def build(epoch: int) -> list[Any]:
-        return [acker_for(settings, graph, partitions, epoch=epoch)]
+        from framework.snapshots.plan import coordinator_for
+
+        services: list[Any] = [acker_for(settings, graph, partitions, epoch=epoch)]
+        if snapshots:
+            services.append(coordinator_for(settings, graph, epoch))
+        return services
 
     def describe(services: list[Any]) -> str:
-        (acker,) = services
-        return (
+        acker = services[0]
+        line = (
             f"acker of {graph.name!r}, shards {list(acker.partitions)}: "
             f"{acker.batches} ack batches, {acker.published} reports"
         )
+        if len(services) > 1:
+            line += f", snapshots {services[1].stats.snapshots} (slot {services[1].committed_slot})"
+        return line
 
     return serve(build, describe, _EpochWatch(settings, graph.name))
 
@@ -193,7 +204,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         offsets = resolve_start(
             settings.kafka_bootstrap, graph, offsets=given, at_ms=args.from_time
         )
-        record = start_replay(settings, graph, offsets)
+        from framework.snapshots.plan import restorer
+
+        record = start_replay(settings, graph, offsets, restore=restorer(settings, graph))
         print(
             f"{graph.name}: epoch {record.epoch} replays from {record.offsets}"
             + (f" (snapshot at slot {record.snapshot})" if record.snapshot is not None else ""),

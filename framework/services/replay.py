@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from framework.config import Settings
 from framework.core.graph import Graph, Kind
-from framework.errors import ConfigError
+from framework.errors import ConfigError, ProtocolViolation
 from framework.kafka.admin import offsets_at
 from framework.services.plan import kafka_sources
 from framework.zk.records import EpochRecord
@@ -89,31 +89,40 @@ def start_replay(
     offsets: Offsets,
     *,
     reason: str = "replay",
-    restore: Callable[[Offsets], ReplayStart | None] | None = None,
+    restore: Callable[[Offsets, int], ReplayStart | None] | None = None,
 ) -> EpochRecord:
     """Steps 2-3 for ``offsets`` (from `resolve_start`); returns the new epoch's record.
 
-    ``restore`` does step 2 for a stateful pipeline that does not start at the beginning:
-    it seeds the new epoch's state from a snapshot and returns where that snapshot starts.
+    ``restore(offsets, new_epoch)`` does step 2 for a stateful pipeline that does not
+    start at the beginning: it seeds the new epoch's state from a snapshot and returns
+    where that snapshot starts (`framework.snapshots.plan.restorer`).
     """
     from framework.zk import Epochs
 
     bootstrap = settings.kafka_bootstrap
     start = ReplayStart(offsets)
     stateful = any(True for _ in graph.by_kind(Kind.GROUP))
-    # Step 2
-    if stateful and not _is_start(bootstrap, offsets):
-        found = restore(offsets) if restore is not None else None
-        if found is None:
-            raise ConfigError(
-                f"{graph.name!r} has groupings: a replay that does not start at the first "
-                "offsets needs a committed snapshot at or before them, and there is none; "
-                "replay from the start (--from-start) instead"
-            )
-        start = found
-    # Step 3
     epochs = Epochs(settings.zookeeper, graph.name)
     try:
-        return epochs.bump(reason, start.snapshot, start.offsets)
+        current = epochs.current()
+        planned = 1 if current is None else current.epoch + 1
+        # Step 2
+        if stateful and not _is_start(bootstrap, offsets):
+            found = restore(offsets, planned) if restore is not None else None
+            if found is None:
+                raise ConfigError(
+                    f"{graph.name!r} has groupings: a replay that does not start at the "
+                    "first offsets needs a committed snapshot at or before them, and there "
+                    "is none; replay from the start (--from-start) instead"
+                )
+            start = found
+        # Step 3
+        record = epochs.bump(reason, start.snapshot, start.offsets)
     finally:
         epochs.close()
+    if record.epoch != planned:
+        raise ProtocolViolation(
+            f"{graph.name!r}: another replay started epoch {planned} meanwhile; this one got "
+            f"{record.epoch}, whose state was not restored: replay again"
+        )
+    return record

@@ -33,6 +33,7 @@ from framework.runtime.stages import ExitKind, Stage, Topics, plan_stages
 from framework.runtime.task import StageSpec
 from framework.services.common import acks_topic_spec, mintime_topic_spec
 from framework.services.plan import kafka_sources, pre_topic_spec, sink_nodes
+from framework.snapshots.plan import CommittedSlot
 from framework.spark.fronts import FrontHeartbeats
 from framework.spark.stages import StageQuery, StageStats
 from framework.zk.records import Offsets
@@ -113,6 +114,7 @@ class PipelineRun:
         self.services: list[Any] = []
         self.view: Any = None
         self.fronts: FrontHeartbeats | None = None
+        self._committed: CommittedSlot | None = None
 
     @property
     def stats(self) -> Mapping[str, StageStats]:
@@ -202,17 +204,24 @@ class PipelineRun:
             self.epoch,
         )
         segment = self.graph.segments().of_node[stage.entry]
-        view = self.view
+        view, committed = self.view, self._committed_slot()
         query = StageQuery(
             spec,
             self.bootstrap,
             self._checkpoints() / stage.id,
             self.settings,
-            (lambda: view.min_time(segment)) if view is not None else (lambda: 0),
+            # Prune only below the committed snapshot: a later snapshot is cut from the
+            # state, which must still hold what it needs (snapshots-from-changelogs.md).
+            (lambda: min(view.min_time(segment), committed())) if view is not None else (lambda: 0),
             starting_offsets=self._starting_offsets(stage),
         )
         query.start(self.spark)
         self.queries[stage.id] = query
+
+    def _committed_slot(self) -> CommittedSlot:
+        if self._committed is None:
+            self._committed = CommittedSlot(self.settings, self.graph.name)
+        return self._committed
 
     def _starting_offsets(self, stage: Stage) -> str:
         """Spark's startingOffsets: the epoch's replay offsets for a source, else earliest."""
@@ -288,3 +297,5 @@ class PipelineRun:
             service.stop()
         if self.view is not None:
             self.view.stop()
+        if self._committed is not None:
+            self._committed.close()

@@ -16,17 +16,19 @@ if TYPE_CHECKING:
 __all__ = ["open_backend"]
 
 
-def open_backend(settings: Settings) -> StateBackend:
+def open_backend(settings: Settings, app: str | None = None) -> StateBackend:
     """Open ``settings.state_backend`` under ``settings.snapshot_path``.
 
-    ``file`` keeps files in ``<snapshot_path>/files``, ``rocksdb`` a database in
-    ``<snapshot_path>/rocksdb``: switching backends never mixes their files.
+    ``file`` keeps files in ``<snapshot_path>/files[/<app>]``, ``rocksdb`` a database in
+    ``<snapshot_path>/rocksdb[/<app>]``: switching backends never mixes their files, and
+    one application's garbage collection never touches another's snapshots.
     """
     kind = settings.state_backend
+    tail = () if app is None else (app,)
     if kind == "memory":
         return MemoryBackend()
     if kind == "file":
-        return FileBackend(settings.snapshot_path / "files")
+        return FileBackend(settings.snapshot_path.joinpath("files", *tail))
     if kind == "rocksdb":
-        return RocksBackend(settings.snapshot_path / "rocksdb")
+        return RocksBackend(settings.snapshot_path.joinpath("rocksdb", *tail))
     raise ConfigError(f"state_backend={kind!r} is not a state backend (FLAMEPIPE_STATE_BACKEND)")
