@@ -268,9 +268,11 @@ def offsets_at(bootstrap: str, topic: str, at_ms: int | None) -> dict[int, int]:
     """Per partition, the first offset stamped at or after ``at_ms`` (None: the first offset).
 
     A partition with no record that late gets its end offset: a replay from there reads
-    only what comes next.
+    only what comes next. The end is read first: a record appended between the two
+    questions is then after the end, never skipped.
     """
-    partitions = partition_count(bootstrap, topic)
+    ends = end_offsets(bootstrap, topic)
+    partitions = len(ends)
     spec = (
         OffsetSpec.earliest()  # type: ignore[no-untyped-call]
         if at_ms is None
@@ -284,7 +286,4 @@ def offsets_at(bootstrap: str, topic: str, at_ms: int | None) -> dict[int, int]:
         return {tp.partition: f.result(timeout=_TIMEOUT_S).offset for tp, f in futures.items()}
 
     found = _ask(bootstrap, what, ask)
-    if all(offset >= 0 for offset in found.values()):
-        return found
-    ends = end_offsets(bootstrap, topic)
     return {p: offset if offset >= 0 else ends[p] for p, offset in found.items()}
