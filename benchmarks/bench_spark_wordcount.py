@@ -4,13 +4,16 @@ The pipeline starts, a backlog of generated lines is produced, and the clock run
 end of producing until the grouping stage has taken every word. Reported: words/s over that
 span, and the micro-batch duration (``triggerExecution``) of each stage, p50/p90, from
 Spark's progress. ``--warm`` first runs 200 lines through, so the backlog does not pay the
-Python workers' start-up; ``--batches`` prints every batch's progress.
+Python workers' start-up; ``--batches`` prints every batch's progress; ``--cpu`` the CPU
+time each process of the stack used meanwhile (from /proc).
 
 Run: ``.venv/bin/python benchmarks/bench_spark_wordcount.py [lines] [words-per-line] [--warm]``
 """
 
 from __future__ import annotations
 
+import math
+import os
 import statistics
 import sys
 import time
@@ -50,11 +53,56 @@ def _report(stage: str, progress: list[dict[str, Any]]) -> None:
         ]
         durations = [d for d in durations if d]
         if durations:
-            p90 = sorted(durations)[int(0.9 * (len(durations) - 1))]
+            p90 = sorted(durations)[math.ceil(0.9 * len(durations)) - 1]  # nearest rank
             print(
                 f"  stage {stage:<10} {label:<11} batches={len(durations):<4} "
                 f"p50={statistics.median(durations):6.0f} ms  p90={p90:6.0f} ms"
             )
+
+
+def _cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process and its descendants, by role."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    mine = {os.getpid()}
+    grew = True
+    while grew:
+        more = {pid for pid, ppid in parents.items() if ppid in mine} - mine
+        grew = bool(more)
+        mine |= more
+    roles: dict[str, float] = {}
+    for pid in mine:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        role = (
+            "driver (python: barrier, acker, fronts)"
+            if pid == os.getpid()
+            else "python workers (stage tasks)"
+            if "pyspark.daemon" in cmd
+            else "zookeeper"
+            if "#zookeeper" in cmd
+            else "kafka broker"
+            if "#kafka" in cmd
+            else "spark jvm"
+            if "java" in cmd
+            else "other"
+        )
+        roles[role] = roles.get(role, 0.0) + times.get(pid, 0.0)
+    return roles
 
 
 def main() -> None:
@@ -84,10 +132,16 @@ def main() -> None:
         skip = {stage: len(q.query.recentProgress) for stage, q in run.queries.items()}
         _produce(producer, source, lines)
         started = time.monotonic()
+        cpu_before = _cpu_seconds()
         _wait_items(run, group, before + words)
         elapsed = time.monotonic() - started
+        cpu = _cpu_seconds()
         warmed = " warm" if before else ""
         print(f"{words} words in {elapsed:.1f} s: {words / elapsed:,.0f} words/s (2 cores{warmed})")
+        if "--cpu" in sys.argv:
+            print(f"  CPU seconds in those {elapsed:.1f} s, by process:")
+            for role, seconds in sorted(cpu.items()):
+                print(f"    {role:<42} {seconds - cpu_before.get(role, 0.0):6.1f}")
         for stage, query in run.queries.items():
             progress = query.query.recentProgress[skip[stage] :]
             if "--batches" in sys.argv:
