@@ -138,15 +138,20 @@ def _cmd_acker(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     partitions = _partitions(args.partitions, settings)
 
-    # One instance takes and commits the snapshots: the one owning shard 0.
+    # One instance takes and commits the snapshots and watches for stalls: the one owning
+    # shard 0.
     snapshots = partitions is None or 0 in partitions
 
     def build(epoch: int) -> list[Any]:
+        from framework.services.plan import view_for
         from framework.snapshots.plan import coordinator_for
+        from framework.snapshots.recovery import StallWatch
 
         services: list[Any] = [acker_for(settings, graph, partitions, epoch=epoch)]
         if snapshots:
-            services.append(coordinator_for(settings, graph, epoch))
+            view = view_for(settings, graph, epoch)
+            coordinator = coordinator_for(settings, graph, epoch, view)
+            services += [view, coordinator, StallWatch(settings, graph, epoch, view)]
         return services
 
     def describe(services: list[Any]) -> str:
@@ -155,8 +160,10 @@ def _cmd_acker(args: argparse.Namespace) -> int:
             f"acker of {graph.name!r}, shards {list(acker.partitions)}: "
             f"{acker.batches} ack batches, {acker.published} reports"
         )
-        if len(services) > 1:
-            line += f", snapshots {services[1].stats.snapshots} (slot {services[1].committed_slot})"
+        if len(services) > 2:
+            coordinator = services[2]
+            snapshots, slot = coordinator.stats.snapshots, coordinator.committed_slot
+            line += f", snapshots {snapshots} (slot {slot})"
         return line
 
     return serve(build, describe, _EpochWatch(settings, graph.name))

@@ -42,7 +42,9 @@ class Settings:
     the run on the first bad record instead of sending it to the dead-letter topic.
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
     ``framework.state``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
-    ``snapshot_interval_ms`` is how often the acker asks for a snapshot.
+    ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
+    ``stall_timeout_ms``: a min time that does not advance that long (lost acks) starts a
+    recovery, a new epoch from the last snapshot.
     """
 
     bootstrap_servers: str | None = None
@@ -64,6 +66,7 @@ class Settings:
     state_backend: str = "file"
     snapshot_dir: Path | None = None
     snapshot_interval_ms: int = 1000
+    stall_timeout_ms: int = 120_000
 
     def __post_init__(self) -> None:
         self._validate()
@@ -128,6 +131,7 @@ class Settings:
             ("heartbeat_ms", 1),
             ("max_batch_records", 1),
             ("snapshot_interval_ms", 1),
+            ("stall_timeout_ms", 1000),
         )
         for name, low in minimums:
             if getattr(self, name) < low:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -73,12 +74,12 @@ class SparkRunner:
             raise
         return run
 
-    def run(self, graph: Graph) -> PipelineRun:
-        """Start and run until interrupted (Ctrl-C) or a part fails."""
+    def run(self, graph: Graph, stop: threading.Event | None = None) -> PipelineRun:
+        """Start and run until interrupted (Ctrl-C), ``stop`` is set, or a part fails."""
         run = self.start(graph)
         last = time.monotonic()
         try:
-            while True:
+            while stop is None or not stop.is_set():
                 run.check()
                 time.sleep(1)
                 if self.progress_s > 0 and time.monotonic() - last >= self.progress_s:

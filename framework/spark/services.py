@@ -16,12 +16,13 @@ def start_services(
     settings: Settings, graph: Graph, epoch: int = 0, *, embedded: bool = True
 ) -> tuple[MinTimeView, list[Any]]:
     """Start and await the min-time view and, if ``embedded``, the acker, the snapshot
-    coordinator and the barriers.
+    coordinator, the stall watch and the barriers.
 
     Not embedded: ``flamepipe acker`` (with the coordinator) and ``flamepipe barrier`` run
     them elsewhere; the driver still needs the view to prune grouping state.
     """
     from framework.snapshots.plan import coordinator_for
+    from framework.snapshots.recovery import StallWatch
 
     view = view_for(settings, graph, epoch).start()
     services: list[Any] = []
@@ -29,6 +30,7 @@ def start_services(
         if embedded:
             services.append(acker_for(settings, graph, epoch=epoch).start())
             services.append(coordinator_for(settings, graph, epoch, view).start())
+            services.append(StallWatch(settings, graph, epoch, view).start())
             services.extend(
                 barrier_for(settings, graph, sink, view=view, epoch=epoch).start()
                 for sink in sink_nodes(graph)

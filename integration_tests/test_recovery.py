@@ -1,0 +1,98 @@
+"""Recovery from a lost ack: min time stalls, a new epoch starts from the last snapshot.
+
+An ack that no item will ever cancel (what a lost ack looks like to the acker: a slot
+whose XOR never returns to zero) is written into the acks topic. Min time stops there;
+after ``stall_timeout_ms`` the stall watch starts epoch 1 from the committed snapshot,
+the runner follows it, and the output completes: equal to the oracle, nothing twice.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+from confluent_kafka import Producer
+
+from framework.config import Settings
+from framework.core.messages import Ack
+from framework.core.sharded import shard_of
+from framework.core.time import GlobalTime
+from framework.demos.oracle import pair_key, word_pairs_oracle
+from framework.demos.text import generate_lines
+from framework.demos.wordcount import word_pairs
+from framework.kafka.wire import encode_ack_batch
+from framework.runtime.stages import Topics
+from framework.spark import SparkRunner
+from framework.zk import Epochs
+from integration_tests.pipeline_helpers import produce_lines, read_output
+
+
+def _lose_an_ack(bootstrap: str, app: str, segment: str, slot: int, shards: int) -> None:
+    """An ack of a send whose receipt never comes: the slot's XOR stays non-zero."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    node = random.getrandbits(62)
+    for shard in range(shards):
+        acks = (
+            [Ack(segment, slot, random.getrandbits(64) | 1)]
+            if shard == shard_of(slot, shards)
+            else []
+        )
+        producer.produce(Topics(app).acks, encode_ack_batch(node, 1, acks, []), partition=shard)
+    producer.flush(30)
+
+
+def _wait_items(bootstrap: str, sink: str, count: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(read_output(bootstrap, sink)) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} output items"
+        time.sleep(0.5)
+
+
+def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
+    stack: Settings, spark: Any
+) -> None:
+    settings = stack.with_(parallelism=2, stall_timeout_ms=8000, snapshot_interval_ms=300)
+    bootstrap = settings.kafka_bootstrap
+    app = f"stall{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-pairs"
+    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=9)
+    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    pipeline = word_pairs(app, source, sink)
+    graph = pipeline.graph()
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            SparkRunner(settings, spark).run(graph, stop)
+        except BaseException as exc:  # the test thread reports it
+            failures.append(exc)
+
+    driver = threading.Thread(target=drive, name="driver")
+    driver.start()
+    try:
+        produce_lines(bootstrap, source, lines[:150], partitions=2)
+        _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts[:150]), 180)
+        now_ms = time.time_ns() // 1_000_000
+        now_slot = GlobalTime.of_record(now_ms, "", 0, 0, settings.delta_ms).slot
+        segment = graph.segments().of_node["3-group"]
+        _lose_an_ack(bootstrap, app, segment, now_slot + 50, settings.acker_shards)
+        produce_lines(bootstrap, source, lines[150:], partitions=2)
+        _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts), 240)
+        assert not failures, failures
+    finally:
+        stop.set()
+        driver.join(120)
+    epochs = Epochs(settings.zookeeper, app)
+    try:
+        record = epochs.current()
+    finally:
+        epochs.close()
+    assert record is not None and record.epoch == 1
+    assert record.reason.startswith("recovery")
+    output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
+    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
