@@ -143,3 +143,63 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
     assert aborted <= output
     assert _plain_read_committed(bootstrap, sink) == output
     assert _verified(bootstrap, sink) == output
+
+
+def _leader(pair: list[ServiceProcess], timeout_s: float = 120) -> ServiceProcess:
+    """The one process of ``pair`` that leads (prints ready); the other must stand by."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready = [p for p in pair if "ready (epoch" in p.log.read_text(errors="replace")]
+        if ready:
+            assert len(ready) == 1, "two leaders at once"
+            return ready[0]
+        time.sleep(0.1)
+    raise AssertionError("no leader:\n" + "\n".join(p.tail() for p in pair))
+
+
+def test_standby_acker_and_barrier_take_over_from_killed_leaders(
+    stack: Settings, spark: Any, tmp_path: Path
+) -> None:
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = f"sby{uuid.uuid4().hex[:6]}"
+    names = {"FP_TEST_APP": app, "FP_TEST_SOURCE": f"{app}-lines", "FP_TEST_SINK": f"{app}-out"}
+    source, sink = names["FP_TEST_SOURCE"], names["FP_TEST_SINK"]
+    env = service_env(settings, names)
+    texts = generate_lines(400, words_per_line=5, vocabulary=40, seed=6)
+    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    words = sum(len(t.split()) for t in texts)
+    with services() as procs:
+        ackers = [ServiceProcess("acker", SPEC, env, tmp_path / f"acker{i}.log") for i in (1, 2)]
+        barriers = [
+            ServiceProcess("barrier", SPEC, env, tmp_path / f"barrier{i}.log") for i in (1, 2)
+        ]
+        procs += [*ackers, *barriers]
+        acker, barrier = _leader(ackers), _leader(barriers)
+        graph = word_pairs(app, source, sink, 2).graph()
+        run = SparkRunner(settings, spark, services="external").start(graph)
+        try:
+            produce_lines(bootstrap, source, lines[:200], partitions=2)
+            _wait(lambda: read_to_end(bootstrap, sink), "the first bundle")
+            acker.kill()
+            barrier.kill()
+            killed = time.monotonic()
+            produce_lines(bootstrap, source, lines[200:], partitions=2)
+            standby_acker = next(p for p in ackers if p is not acker)
+            standby_barrier = next(p for p in barriers if p is not barrier)
+            assert _leader([standby_acker]) and _leader([standby_barrier])
+            takeover_s = time.monotonic() - killed
+            _wait(
+                lambda: sum(_items(read_to_end(bootstrap, sink)).values()) >= words,
+                f"{words} output items",
+            )
+            run.check()
+        finally:
+            run.stop()
+    print(f"standbys led {takeover_s:.1f} s after the leaders were killed")
+    output = _items(read_to_end(bootstrap, sink))
+    oracle = word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    assert Counter(pair_key(json.loads(item)) for item in output.elements()) == oracle
+    assert _plain_read_committed(bootstrap, sink) == output
+    assert _verified(bootstrap, sink) == output
+    assert takeover_s < 60

@@ -9,112 +9,19 @@ Spark queries and, by default, the acker and barriers in the same process; with
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import time
-from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
+from framework.cli.serve import EpochWatch, election_for, serve
 from framework.cli.spec import load_pipeline
 from framework.cli.stack import settings_of, stack_for
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError
 
-__all__ = ["COMMANDS", "add_parsers", "serve"]
+__all__ = ["COMMANDS", "add_parsers"]
 
 _PROGRESS_S = 10.0
-_EPOCH_CHECK_S = 2.0
-
-
-def _interrupt_on_sigterm() -> None:
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
-def serve(
-    build: Callable[[int], list[Any]],
-    describe: Callable[[list[Any]], str],
-    epoch_of: Callable[[], int],
-) -> int:
-    """Run the services ``build(epoch)`` makes until Ctrl-C / SIGTERM.
-
-    Prints ``describe`` every 10 s. When the pipeline's epoch changes (a replay or a
-    recovery started the next one), the services stop and start again on its topics.
-    """
-    _interrupt_on_sigterm()
-    started: list[Any] = []
-    try:
-        epoch = epoch_of()
-        while True:
-            started = _start_all(build(epoch))
-            print(f"ready (epoch {epoch}): {describe(started)}", file=sys.stderr, flush=True)
-            epoch = _until_epoch_changes(started, describe, epoch, epoch_of)
-            print(f"epoch {epoch} started: restarting", file=sys.stderr, flush=True)
-            _stop_all(started)
-    except KeyboardInterrupt:
-        print("stopping", file=sys.stderr, flush=True)
-    finally:
-        _stop_all(started)
-    for service in started:
-        service.check()
-    return 0
-
-
-def _start_all(services: list[Any]) -> list[Any]:
-    started: list[Any] = []
-    try:
-        for service in services:
-            started.append(service.start())
-        for service in started:
-            service.wait_ready()
-    except BaseException:
-        _stop_all(started)
-        raise
-    return started
-
-
-def _stop_all(services: list[Any]) -> None:
-    for service in reversed(services):
-        service.stop_quietly()
-
-
-def _until_epoch_changes(
-    services: list[Any],
-    describe: Callable[[list[Any]], str],
-    epoch: int,
-    epoch_of: Callable[[], int],
-) -> int:
-    last_progress = last_epoch_check = time.monotonic()
-    while True:
-        for service in services:
-            service.check()
-        time.sleep(0.2)
-        now = time.monotonic()
-        if now - last_progress >= _PROGRESS_S:
-            last_progress = now
-            print(describe(services), file=sys.stderr, flush=True)
-        if now - last_epoch_check >= _EPOCH_CHECK_S:
-            last_epoch_check = now
-            current = epoch_of()
-            if current != epoch:
-                return current
-
-
-class _EpochWatch:
-    """The current epoch of ``app``, through one ZooKeeper session kept open."""
-
-    def __init__(self, settings: Settings, app: str) -> None:
-        from framework.zk import Epochs
-
-        self._epochs = Epochs(settings.zookeeper, app)
-
-    def __call__(self) -> int:
-        record = self._epochs.current()
-        return 0 if record is None else record.epoch
 
 
 def _graph(args: argparse.Namespace) -> Graph:
@@ -138,6 +45,8 @@ def _cmd_acker(args: argparse.Namespace) -> int:
     settings = settings_of(args)
     partitions = _partitions(args.partitions, settings)
 
+    # Instances owning the same shards are one role: one leads, the others stand by.
+    role = "acker" if partitions is None else "acker-" + "-".join(map(str, sorted(partitions)))
     # One instance takes and commits the snapshots and watches for stalls: the one owning
     # shard 0.
     snapshots = partitions is None or 0 in partitions
@@ -166,7 +75,9 @@ def _cmd_acker(args: argparse.Namespace) -> int:
             line += f", snapshots {snapshots} (slot {slot})"
         return line
 
-    return serve(build, describe, _EpochWatch(settings, graph.name))
+    return serve(
+        build, describe, EpochWatch(settings, graph.name), election_for(settings, graph.name, role)
+    )
 
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
@@ -175,6 +86,8 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     graph = _graph(args)
     settings = settings_of(args)
     sinks = [_sink_node(graph, name) for name in args.sink] or sink_nodes(graph)
+    # Instances serving the same sinks are one role: one leads, the others stand by.
+    role = "barrier" if not args.sink else "barrier-" + "-".join(sorted(sinks))
 
     def build(epoch: int) -> list[Any]:
         view = view_for(settings, graph, epoch)
@@ -199,7 +112,9 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
         ]
         return f"barrier of {graph.name!r}: " + "; ".join(parts)
 
-    return serve(build, describe, _EpochWatch(settings, graph.name))
+    return serve(
+        build, describe, EpochWatch(settings, graph.name), election_for(settings, graph.name, role)
+    )
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

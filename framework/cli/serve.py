@@ -1,0 +1,159 @@
+"""Serving a pipeline's services from the command line: standby, epochs, progress.
+
+Protocol of `serve`:
+
+1. With an election, wait to lead: every instance of one role (the acker of some shards,
+   the barrier of some sinks) queues in ZooKeeper; a standby takes over when the leader's
+   session ends (kill -9: when ZooKeeper expires it).
+2. Build and start the services on the current epoch's topics; print ``ready (epoch N)``.
+3. Run them, printing progress every 10 s, until the epoch changes (a replay or a
+   recovery), the leadership is lost, or Ctrl-C / SIGTERM.
+4. Stop them. A new epoch: back to step 2. Leadership lost: back to step 1 (what the
+   old leader still had in flight is fenced by Kafka: the new leader's producer uses the
+   same transactional.id). Ctrl-C: done.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+from framework.config import Settings
+
+__all__ = ["EpochWatch", "election_for", "serve"]
+
+_PROGRESS_S = 10.0
+_EPOCH_CHECK_S = 2.0
+_TAKEOVER_S = 6.0  # ZooKeeper session timeout: how soon a standby replaces a dead leader
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _interrupt_on_sigterm() -> None:
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class EpochWatch:
+    """The current epoch of ``app``, through one ZooKeeper session kept open."""
+
+    def __init__(self, settings: Settings, app: str) -> None:
+        from framework.zk import Epochs
+
+        self._epochs = Epochs(settings.zookeeper, app)
+
+    def __call__(self) -> int:
+        record = self._epochs.current()
+        return 0 if record is None else record.epoch
+
+
+def serve(
+    build: Callable[[int], list[Any]],
+    describe: Callable[[list[Any]], str],
+    epoch_of: Callable[[], int],
+    election: Any = None,
+) -> int:
+    """Run what ``build(epoch)`` makes; see the module docstring (``election``: step 1)."""
+    _interrupt_on_sigterm()
+    try:
+        while True:
+            if election is None:
+                _serve_epochs(build, describe, epoch_of, lambda: False)
+                return 0
+            # Step 1
+            _say(f"standby: waiting to lead {election.path}")
+            with election.lead() as leadership:
+                _say(f"leader of {election.path} (fencing token {leadership.token})")
+                _serve_epochs(build, describe, epoch_of, lambda: leadership.is_lost)
+            _say("leadership lost: standing by again")
+    except KeyboardInterrupt:
+        _say("stopping")
+        return 0
+
+
+def election_for(settings: Settings, app: str, role: str) -> Any:
+    """The leader election of ``role`` of ``app`` (identity: host and pid)."""
+    import os
+    import socket
+
+    from framework.zk import LeaderElection, leader_path
+
+    identity = f"{socket.gethostname()}:{os.getpid()}"
+    path = leader_path(app, role)
+    return LeaderElection(settings.zookeeper, path, identity, timeout_s=_TAKEOVER_S)
+
+
+def _serve_epochs(
+    build: Callable[[int], list[Any]],
+    describe: Callable[[list[Any]], str],
+    epoch_of: Callable[[], int],
+    lost: Callable[[], bool],
+) -> None:
+    """Steps 2-4 until the leadership is lost (or forever without an election)."""
+    epoch = epoch_of()
+    while not lost():
+        # Step 2
+        started = _start_all(build(epoch))
+        try:
+            _say(f"ready (epoch {epoch}): {describe(started)}")
+            # Step 3
+            changed = _until_change(started, describe, epoch, epoch_of, lost)
+        finally:
+            # Step 4
+            _stop_all(started)
+        for service in started:
+            service.check()
+        if changed is not None:
+            _say(f"epoch {changed} started: restarting")
+            epoch = changed
+
+
+def _start_all(services: list[Any]) -> list[Any]:
+    started: list[Any] = []
+    try:
+        for service in services:
+            started.append(service.start())
+        for service in started:
+            service.wait_ready()
+    except BaseException:
+        _stop_all(started)
+        raise
+    return started
+
+
+def _stop_all(services: list[Any]) -> None:
+    for service in reversed(services):
+        service.stop_quietly()
+
+
+def _until_change(
+    services: list[Any],
+    describe: Callable[[list[Any]], str],
+    epoch: int,
+    epoch_of: Callable[[], int],
+    lost: Callable[[], bool],
+) -> int | None:
+    """The new epoch when it changes; None when the leadership is lost."""
+    last_progress = last_epoch_check = time.monotonic()
+    while not lost():
+        for service in services:
+            service.check()
+        time.sleep(0.2)
+        now = time.monotonic()
+        if now - last_progress >= _PROGRESS_S:
+            last_progress = now
+            _say(describe(services))
+        if now - last_epoch_check >= _EPOCH_CHECK_S:
+            last_epoch_check = now
+            current = epoch_of()
+            if current != epoch:
+                return current
+    return None
