@@ -251,7 +251,7 @@ class PipelineRun:
     def progress(self) -> str:
         """One line: records in and items out per stage, bundles per barrier, min time."""
         parts = [
-            f"{stage} in={stats.records_in} out={stats.items_out}"
+            f"{stage} in={stats.items_in} out={stats.items_out}"
             for stage, stats in self.stats.items()
         ]
         parts += [

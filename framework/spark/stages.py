@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Settings
+from framework.kafka.frames import FRAME_ITEMS
 from framework.runtime.task import StageSpec
 from framework.spark.executor import SUMMARY_SCHEMA, TaskContext, stage_task
 
@@ -66,6 +67,7 @@ class StageQuery:
         checkpoint: Path,
         settings: Settings,
         min_slot: Callable[[], int],
+        *,
         starting_offsets: str = "earliest",
     ) -> None:
         """``starting_offsets``: Spark's option (JSON per partition for a replay); it only
@@ -92,7 +94,7 @@ class StageQuery:
             # Internal topics are written in transactions; never read an aborted one.
             .option("kafka.isolation.level", "read_committed")
             # Bounded batches keep min time moving (so state is pruned) under a backlog.
-            .option("maxOffsetsPerTrigger", str(self.max_batch_records))
+            .option("maxOffsetsPerTrigger", str(self._max_offsets()))
             .load()
             .selectExpr(*_COLUMNS)
         )
@@ -103,6 +105,13 @@ class StageQuery:
             .trigger(processingTime=f"{self.trigger_ms} milliseconds")
             .start()
         )
+
+    def _max_offsets(self) -> int:
+        """Spark counts Kafka records; an internal topic's record is a frame of up to
+        `FRAME_ITEMS` items, so a shuffle stage reads that many times fewer."""
+        if self.spec.stage.is_source:
+            return self.max_batch_records
+        return max(1, self.max_batch_records // FRAME_ITEMS)
 
     def _batch(self, frame: Any, batch_id: int) -> None:
         ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
