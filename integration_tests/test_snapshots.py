@@ -27,7 +27,6 @@ from framework.kafka.read import read_to_end
 from framework.runtime.stages import Topics
 from framework.runtime.task import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
-from framework.spark import PipelineRun
 from framework.state import FileBackend
 from framework.zk import SnapshotRecord, SnapshotRegistry
 from integration_tests.pipeline_helpers import produce_lines, running
@@ -105,14 +104,6 @@ def _plain(state: dict[str, Any]) -> dict[Any, Any]:
     }
 
 
-def _prune_below_snapshots(run: PipelineRun, coordinator: SnapshotCoordinator) -> None:
-    # The prune rule the driver must follow (docs/decisions/snapshots-from-changelogs.md):
-    # groupings prune only below the last committed snapshot slot.
-    for query in run.queries.values():
-        min_slot = query.min_slot
-        query.min_slot = lambda f=min_slot: min(f(), coordinator.committed_slot or 0)
-
-
 def _wait(what: str, until: Any, timeout_s: float, coordinator: SnapshotCoordinator) -> None:
     deadline = time.monotonic() + timeout_s
     while not until():
@@ -124,7 +115,14 @@ def _wait(what: str, until: Any, timeout_s: float, coordinator: SnapshotCoordina
 def test_snapshots_hold_the_state_below_their_slot(
     stack: Settings, spark: Any, tmp_path: Path
 ) -> None:
-    settings = stack.with_(parallelism=2)
+    # The run's own coordinator (started beside its acker) snapshots every 200 ms into
+    # files under tmp_path; the runner prunes only below its committed snapshots.
+    settings = stack.with_(
+        parallelism=2,
+        snapshot_interval_ms=200,
+        state_backend="file",
+        snapshot_dir=tmp_path / "snaps",
+    )
     bootstrap = settings.kafka_bootstrap
     app = f"snap{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-pairs"
@@ -133,37 +131,27 @@ def test_snapshots_hold_the_state_below_their_slot(
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
     node = next(graph.by_kind(Kind.GROUP)).id
-    backend = FileBackend(tmp_path / "snapshots")
+    files_dir = tmp_path / "snaps" / "files" / app
+    backend = FileBackend(files_dir)
     registry = SnapshotRegistry(stack.zookeeper, app)
     try:
         with running(settings, spark, pipeline) as run:
-            coordinator = SnapshotCoordinator(
-                bootstrap,
-                graph,
-                0,  # a new application runs in epoch 0
-                backend,
-                registry,
-                view=run.view,
-                interval_ms=200,
-                shards=settings.acker_shards,
+            coordinator = next(s for s in run.services if isinstance(s, SnapshotCoordinator))
+            until = produce_lines(bootstrap, source, lines[:150], partitions=2)
+            covered = GlobalTime.of_record(until, "", 0, 0, graph.delta_ms).slot + 1
+            _wait(
+                "a snapshot covering the first round",
+                lambda: (
+                    (coordinator.committed_slot or 0) >= covered
+                    and coordinator.stats.snapshots >= 3
+                ),
+                60,
+                coordinator,
             )
-            _prune_below_snapshots(run, coordinator)
-            with coordinator:
-                until = produce_lines(bootstrap, source, lines[:150], partitions=2)
-                covered = GlobalTime.of_record(until, "", 0, 0, graph.delta_ms).slot + 1
-                _wait(
-                    "a snapshot covering the first round",
-                    lambda: (
-                        (coordinator.committed_slot or 0) >= covered
-                        and coordinator.stats.snapshots >= 3
-                    ),
-                    60,
-                    coordinator,
-                )
-                # More input while snapshots go on: the last one cuts through it.
-                for chunk in (lines[150:210], lines[210:270]):
-                    produce_lines(bootstrap, source, chunk, partitions=2)
-                    time.sleep(0.4)
+            # More input while snapshots go on: the last one cuts through it.
+            for chunk in (lines[150:210], lines[210:270]):
+                produce_lines(bootstrap, source, chunk, partitions=2)
+                time.sleep(0.4)
             # Input after the last snapshot: its replay offsets must point before it.
             until = produce_lines(bootstrap, source, lines[270:], partitions=2)
             run.wait_released(until, timeout_s=60)
@@ -173,7 +161,7 @@ def test_snapshots_hold_the_state_below_their_slot(
         records = [registry.at_or_below(slot) for slot in kept]
         # (d) Garbage collection: two records kept, the backend holds only their slots.
         assert stats.snapshots >= 3 and len(kept) == 2, (stats, kept)
-        files = sorted(p.name for p in (tmp_path / "snapshots").rglob("*.snap"))
+        files = sorted(p.name for p in files_dir.rglob("*.snap"))
         assert files == sorted(f"{slot:020d}.snap" for slot in kept for _ in range(2))
         for record in records:
             assert record is not None and record.epoch == 0
