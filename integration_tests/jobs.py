@@ -9,11 +9,33 @@ from __future__ import annotations
 
 import os
 
-from framework.demos.wordcount import word_pairs
+from connectors import KafkaSink, KafkaSource
+from framework.demos.wordcount import two_groupings, word_pairs
 from framework.pipeline import Pipeline
+
+PIPELINES = ("word_pairs", "two_groupings")
+"""The pipelines `build` makes (and the ``*_job`` specs name)."""
+
+
+def build(pipeline: str, app: str, source: str, sink: str) -> Pipeline:
+    """``pipeline`` (one of `PIPELINES`) over two source partitions, with these names."""
+    if pipeline == "word_pairs":
+        return word_pairs(app, source, sink, 2)
+    if pipeline == "two_groupings":
+        return two_groupings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    raise ValueError(f"unknown test pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
+
+
+def _from_env(pipeline: str) -> Pipeline:
+    env = os.environ
+    return build(pipeline, env["FP_TEST_APP"], env["FP_TEST_SOURCE"], env["FP_TEST_SINK"])
 
 
 def word_pairs_job() -> Pipeline:
     """`word_pairs` over two source partitions, named by the environment."""
-    env = os.environ
-    return word_pairs(env["FP_TEST_APP"], env["FP_TEST_SOURCE"], env["FP_TEST_SINK"], 2)
+    return _from_env("word_pairs")
+
+
+def two_groupings_job() -> Pipeline:
+    """`two_groupings` over two source partitions, named by the environment."""
+    return _from_env("two_groupings")
