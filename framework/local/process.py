@@ -115,16 +115,25 @@ class Daemon:
             return False
         self._signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._is_ours(pid):
+        while time.monotonic() < deadline and self._running(pid):
             self._reap()
             time.sleep(0.1)
-        if self._is_ours(pid):
+        if self._running(pid):
             self._signal(pid, signal.SIGKILL)
-            while self._is_ours(pid):
+            while self._running(pid):
                 self._reap()
                 time.sleep(0.05)
         self.pid_file.unlink(missing_ok=True)
         return True
+
+    def _running(self, pid: int) -> bool:
+        """True until ``pid`` has ended. A child of ours counts until its handle reaps it:
+        an exiting process loses its /proc cmdline (the marker) before it ends, and
+        `alive` would still see it running through the handle."""
+        child: subprocess.Popen[bytes] | None = getattr(self, "_child", None)
+        if child is not None and child.pid == pid:
+            return child.poll() is None
+        return self._is_ours(pid)
 
     def kill(self) -> None:
         """SIGKILL at once (crash tests)."""
