@@ -563,7 +563,7 @@ class _Run:
                 [*cli, "run", spec, "--services", "external"],
                 env,
                 logs / "driver.log",
-                self._driver_committed,
+                self._driver_ready,
             ),
         }
         for component in self.components.values():
@@ -581,11 +581,14 @@ class _Run:
         """A service is ready once its current process printed ``ready (epoch N)``."""
         return lambda: "ready (epoch" in self.components[name].output()
 
-    def _driver_committed(self) -> bool:
-        """The driver is ready once Spark committed a micro-batch after its start."""
-        since = self.components["driver"].started_wall
+    def _driver_ready(self) -> bool:
+        """The driver is ready once Spark committed a micro-batch after its start, or (no
+        input to process) once it printed its first progress line: its queries started."""
+        driver = self.components["driver"]
         root = self.state_dir / "apps" / self.app
-        return any(p.stat().st_mtime >= since for p in root.glob("e*/*/commits/[0-9]*"))
+        if any(p.stat().st_mtime >= driver.started_wall for p in root.glob("e*/*/commits/[0-9]*")):
+            return True
+        return f"flamepipe {self.app}:" in driver.output()
 
     # --- the run ------------------------------------------------------------------------
 
@@ -663,11 +666,12 @@ class _Run:
         try:
             self.stack.up()
         except StackError as exc:
+            # Which process ended and how (143: SIGTERM) tells a stale handle from a crash.
             zk = getattr(self.stack.zookeeper, "_child", None)
             kafka = getattr(self.stack.kafka, "_child", None)
             self.clock.say(
-                f"DIAG stack up failed: zk child {zk and zk.pid} rc {zk and zk.returncode}, "
-                f"kafka child {kafka and kafka.pid} rc {kafka and kafka.returncode}: {exc}"
+                f"stack up failed: zookeeper pid {zk and zk.pid} rc {zk and zk.returncode}, "
+                f"kafka pid {kafka and kafka.pid} rc {kafka and kafka.returncode}: {exc}"
             )
             raise
 

@@ -36,9 +36,9 @@ def _check(report: HarnessReport, kills: int) -> None:
 
 
 def test_short_chaos_run_output_is_exactly_once(tmp_path: Path) -> None:
-    # 20k lines at 120/s: ~170 s of input, 6 events (the third restarts the stack).
+    # 20k lines at 100/s: ~200 s of input, 6 events (the third restarts the stack).
     config = HarnessConfig(
-        records=20_000, rate=120, kill_every_s=5, kills=6, complete_timeout_s=300
+        records=20_000, rate=100, kill_every_s=5, kills=6, complete_timeout_s=300
     )
     _check(run_harness(config, tmp_path), kills=6)
 
