@@ -39,6 +39,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -87,6 +88,8 @@ STACK = "stack"
 """The chaos target that restarts the broker and ZooKeeper."""
 
 _SPECS = {name: f"integration_tests.jobs:{name}_job" for name in PIPELINES}
+# A Python exception line, not one of the JVM's or the wrappers' that only carry it.
+_PYTHON_EXCEPTION = re.compile(r"^(?!pyspark\.|py4j\.|org\.|java\.)[\w.]*(Error|Exception): ")
 _SETTLE_S = 30.0  # after GT_last passed the input: how long missing items may still come
 
 
@@ -335,11 +338,16 @@ class Component:
             time.sleep(0.1)
 
     def last_line(self) -> str:
-        """Why the current process ended: its ``flamepipe: error`` line, else its last line."""
+        """Why the current process ended: its ``flamepipe: error`` line, else its last line;
+        with the last Python exception it logged (a Spark task's cause) if there is one."""
         lines = [ln for ln in self.output().splitlines() if ln.strip() and not ln.startswith("%")]
         errors = [ln for ln in lines if ln.startswith("flamepipe: error")]
         found = errors or lines
-        return found[-1][:400] if found else "(nothing logged)"
+        line = found[-1][:300] if found else "(nothing logged)"
+        causes = [ln for ln in lines if _PYTHON_EXCEPTION.match(ln)]
+        if causes and causes[-1] not in line:
+            line += f" [cause: {causes[-1][:200]}]"
+        return line
 
     def tail(self, lines: int = 40) -> str:
         """The end of the log without librdkafka's connection noise."""
