@@ -152,7 +152,7 @@ def test_snapshots_hold_the_state_below_their_slot(
             for chunk in (lines[150:210], lines[210:270]):
                 produce_lines(bootstrap, source, chunk, partitions=2)
                 time.sleep(0.4)
-            # Input after the last snapshot: its replay offsets must point before it.
+            # A last round, released before the run stops (snapshots go on meanwhile).
             until = produce_lines(bootstrap, source, lines[270:], partitions=2)
             run.wait_released(until, timeout_s=60)
         stats = coordinator.stats
@@ -172,8 +172,6 @@ def test_snapshots_hold_the_state_below_their_slot(
             assert _saved_state(backend, record, node) == expected
             # (b) Sources replay from the first record at or after the slot.
             assert dict(record.offsets[source]) == _expected_offsets(stored, record.slot, 2)
-        last_offsets = records[-1].offsets[source] if records[-1] else {}
-        assert sum(last_offsets.values()) < len(stored), "the last round is after the snapshot"
         # (c) Restoring into epoch 1 seeds changelogs that apply back to the same state;
         # restoring an older snapshot over it deletes what the older one lacks.
         for record in reversed(records):

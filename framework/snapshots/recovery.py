@@ -4,8 +4,10 @@ Acks that never arrive (or an ack that was never sent) leave a slot's XOR non-ze
 forever: min time stops there and nothing behind it is released. Seed 002 answers with
 replay. `StallWatch` runs beside the snapshot coordinator:
 
-1. Watch the global min time of its epoch; remember when it last grew.
-2. When it has not grown for ``stall_timeout_ms``, recover: start the next epoch from
+1. Watch the global min time of its epoch; remember when it last grew. Before the
+   first min time (0: Spark's cold start, a replay catching up) there is nothing to
+   stall: a new epoch takes as long as its first batches take.
+2. When it has grown once and then not for ``stall_timeout_ms``, recover: start the next epoch from
    the committed snapshot (its offsets, its state; `framework.services.replay`), or from
    the first offsets when there is none yet.
 3. Stop: this epoch is over. The driver, the acker and the barriers follow the epoch
@@ -57,7 +59,7 @@ class StallWatch(Service):
         now = time.monotonic()
         if min_time != self._seen:
             self._seen, self._since = min_time, now
-        elif now - self._since > self.timeout_s:
+        elif min_time > 0 and now - self._since > self.timeout_s:
             # Step 2
             self.recovered = self._recover()
         time.sleep(0.1)

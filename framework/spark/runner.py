@@ -75,7 +75,14 @@ class SparkRunner:
         return run
 
     def run(self, graph: Graph, stop: threading.Event | None = None) -> PipelineRun:
-        """Start and run until interrupted (Ctrl-C), ``stop`` is set, or a part fails."""
+        """Start and run until interrupted (Ctrl-C), ``stop`` is set, or a part fails.
+
+        When the pipeline's epoch changes (a replay, or a recovery after a stall), the run
+        stops and starts again on the new epoch's topics.
+        """
+        from framework.zk import Epochs
+
+        epochs = Epochs(self.settings.zookeeper, graph.name)
         run = self.start(graph)
         last = time.monotonic()
         try:
@@ -85,10 +92,21 @@ class SparkRunner:
                 if self.progress_s > 0 and time.monotonic() - last >= self.progress_s:
                     last = time.monotonic()
                     print(run.progress(), file=sys.stderr, flush=True)
+                current = epochs.current()
+                if current is not None and current.epoch != run.epoch:
+                    print(
+                        f"flamepipe: epoch {current.epoch} started ({current.reason}): "
+                        "restarting",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    run.stop()
+                    run = self.start(graph)
         except KeyboardInterrupt:
             print("flamepipe: stopping", file=sys.stderr)
         finally:
             run.stop()
+            epochs.close()
         return run
 
     def _session(self) -> Any:
