@@ -95,8 +95,7 @@ class SparkRunner:
                 current = epochs.current()
                 if current is not None and current.epoch != run.epoch:
                     print(
-                        f"flamepipe: epoch {current.epoch} started ({current.reason}): "
-                        "restarting",
+                        f"flamepipe: epoch {current.epoch} started ({current.reason}): restarting",
                         file=sys.stderr,
                         flush=True,
                     )
