@@ -12,8 +12,9 @@ own state directory), never the session stack of the tests:
   Python workers too) and restarts it at once; components are taken in shuffled rounds so
   each is hit. Every ``stack_every``-th event (the first at event ``stack_first``) restarts
   the broker AND ZooKeeper instead (``down()`` without purge, then ``up()``). A component
-  that exits by itself is restarted too and recorded as an exit (the driver exits when
-  Kafka goes away; the acker and the barrier ride it out).
+  that exits by itself is restarted too and recorded as an exit with its cause (measured:
+  the driver mostly exits when Kafka goes away; the acker and the barrier mostly ride it
+  out, losing and winning back their ZooKeeper leadership).
 
 Recovery of an event, two numbers from the committed output (bundle headers):
 ``first output``: from the kill to the first bundle produced after it, as a read_committed

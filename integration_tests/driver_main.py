@@ -1,6 +1,6 @@
 """A pipeline driver as its own process, for tests that kill it (``kill -9``) and restart it.
 
-Usage: ``python -m integration_tests.driver_main <bootstrap> <state_dir> <app> <source> <sink>``
+Usage: ``python -m integration_tests.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP SOURCE SINK``
 It runs `wordcount` on Spark until killed; it prints ``running`` once every part started.
 """
 
@@ -15,9 +15,13 @@ from framework.spark import SparkRunner, spark_session
 
 
 def main(argv: list[str]) -> None:
-    bootstrap, state_dir, app, source, sink = argv
+    bootstrap, zookeeper, state_dir, app, source, sink = argv
     settings = Settings.load(
-        bootstrap_servers=bootstrap, state_dir=state_dir, parallelism=2, spark_master="local[2]"
+        bootstrap_servers=bootstrap,
+        zookeeper_connect=zookeeper,  # the epoch is read from ZooKeeper at start
+        state_dir=state_dir,
+        parallelism=2,
+        spark_master="local[2]",
     )
     spark = spark_session(settings, f"driver-{app}")
     run = SparkRunner(settings, spark).start(wordcount(app, source, sink).graph())

@@ -33,11 +33,14 @@ def _driver(
     stack: Settings, state: Path, app: str, source: str, sink: str
 ) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "integration_tests.driver_main"]
-    cmd += [stack.kafka_bootstrap, str(state), app, source, sink]
-    return subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink]
+    # stderr (Spark, flamepipe) goes to the driver.log that a failure prints; every
+    # restart appends to it.
+    with (state / "driver.log").open("ab") as log:
+        return subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+            start_new_session=True,
+        )  # fmt: skip
 
 
 def _await_running(proc: subprocess.Popen[str], timeout_s: float = 120) -> None:
