@@ -99,7 +99,8 @@ class HarnessConfig:
     """One harness run: how much input, how fast, how much chaos.
 
     ``kills``: the number of chaos events (None: until the input is written; if given,
-    the chaos goes on after production until that many happened).
+    the chaos goes on after production until that many happened). Every run restarts the
+    stack at least once: if no event did before the last one, the last one does.
     """
 
     records: int = 20_000
@@ -623,7 +624,7 @@ class _Run:
         next_at = time.monotonic() + self.config.kill_every_s
         while True:
             done_producing = self.producer.finished.is_set()
-            if wanted is None and done_producing:
+            if wanted is None and done_producing and self._stack_restarted():
                 break
             if wanted is not None and len(self.events) >= wanted:
                 break
@@ -644,10 +645,17 @@ class _Run:
                 )
         return ready
 
+    def _stack_restarted(self) -> bool:
+        return any(event.target == STACK for event in self.events)
+
     def _next_target(self) -> str:
+        assert self.producer is not None
         index = len(self.events)
         first, every = self.config.stack_first, self.config.stack_every
-        if index >= first and (index - first) % every == 0:
+        due = index >= first and (index - first) % every == 0
+        # At least one stack restart per run: the last event, if none came before it.
+        last = self.producer.finished.is_set() or index + 1 == self.config.kills
+        if due or (last and not self._stack_restarted()):
             return STACK
         if not self._turns:
             # Shuffled rounds: random order, yet every component is hit.
