@@ -11,25 +11,35 @@ minus the record's LogAppendTime (from the producer's delivery report; one machi
 clock). Phases: 1k and 10k records/s (one word per record), 5 s warm-up then 15 s
 measured each; then a backlog drained by both sinks for throughput.
 
-Run: ``.venv/bin/python benchmarks/bench_latency.py [seconds-per-phase]``
+Where the services run: ``--processes`` (the deployed shape, as docker-compose runs it)
+starts the acker and each barrier as a ``flamepipe acker|barrier`` process of its own;
+without it they are threads of this process (the embedded default of ``pipeline.run()``),
+sharing one interpreter lock with the Spark driver, the producer and the readers.
+
+Run: ``.venv/bin/python benchmarks/bench_latency.py [seconds-per-phase] [--processes]``
 """
 
 from __future__ import annotations
 
-import json
+import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from connectors import KafkaSink, KafkaSource
+from framework.config import Settings
 from framework.local.provision import provision
 from framework.pipeline import Pipeline
 from framework.services.plan import acker_for, barrier_for
@@ -67,6 +77,58 @@ def pipeline(app: str, source: str, eo: str, alo: str) -> Pipeline:
     return p
 
 
+def job() -> Pipeline:
+    """`pipeline` named by the environment: the spec the service processes load."""
+    env = os.environ
+    return pipeline(
+        env["FP_BENCH_APP"], env["FP_BENCH_IN"], env["FP_BENCH_EO"], env["FP_BENCH_ALO"]
+    )
+
+
+@contextmanager
+def service_processes(settings: Settings, names: dict[str, str]) -> Iterator[None]:
+    """The acker and both barriers as ``flamepipe`` processes, ready; stopped on exit."""
+    here = Path(__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLAMEPIPE_")}
+    env.update(
+        names,
+        PYTHONPATH=os.pathsep.join([str(here), str(here.parent)]),
+        FLAMEPIPE_BOOTSTRAP_SERVERS=settings.kafka_bootstrap,
+        FLAMEPIPE_ZOOKEEPER_CONNECT=settings.zookeeper,
+        FLAMEPIPE_ACKER_SHARDS=str(settings.acker_shards),
+    )
+    cli = [sys.executable, "-m", "framework.cli"]
+    commands = {
+        "acker": [*cli, "acker", "bench_latency:job"],
+        "eo": [*cli, "barrier", "bench_latency:job", "--sink", "eo"],
+        "alo": [*cli, "barrier", "bench_latency:job", "--sink", "alo", "--at-least-once"],
+    }
+    logs = Path(tempfile.mkdtemp(prefix="flamepipe-bench-latency-"))
+    procs = {
+        name: subprocess.Popen(
+            command, env=env, stdout=(logs / f"{name}.log").open("wb"), stderr=subprocess.STDOUT
+        )
+        for name, command in commands.items()
+    }
+    try:
+        deadline = time.monotonic() + 120
+        for name, proc in procs.items():
+            log = logs / f"{name}.log"
+            while "ready (epoch" not in log.read_text(errors="replace"):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")
+                time.sleep(0.1)
+        yield
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+        for proc in procs.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
 @dataclass
 class Receipts:
     """Wall-clock ms at which each line id's item was first seen; duplicates counted."""
@@ -94,7 +156,8 @@ def read_output(bootstrap: str, topic: str, receipts: Receipts, stop: threading.
                 now = time.time_ns() // 1_000_000
                 if msg.error() is not None or "fp.bundle" in dict(msg.headers() or []):
                     continue
-                line_id = int(json.loads(msg.value())[1][-1])
+                # The value is ``["word", ["previous id", "id"]]``: the last quoted field.
+                line_id = int(msg.value().rsplit(b'"', 2)[1])
                 with receipts.lock:
                     if line_id in receipts.seen:
                         receipts.duplicates += 1
@@ -179,65 +242,90 @@ def report_phase(rate: int, ids: range, source: Input, sinks: dict[str, Receipts
     print(f"  {rate:>6}/s overhead of exactly once: p50 {p50:+.0f} ms, p99 {p99:+.0f} ms")
 
 
-def main() -> None:
-    measured_s = float(sys.argv[1]) if len(sys.argv) > 1 else 15.0
-    with provision() as stack:
-        settings = stack.with_(parallelism=2)
-        bootstrap = settings.kafka_bootstrap
-        spark = spark_session(settings, "bench-latency", {"spark.master": "local[2]"})
-        app = f"lat{uuid.uuid4().hex[:6]}"
-        source, eo_topic, alo_topic = f"{app}-in", f"{app}-eo", f"{app}-alo"
-        graph = pipeline(app, source, eo_topic, alo_topic).graph()
-        sinks = {n.label: n.id for n in graph.nodes if n.label in ("eo", "alo")}
-        services = [
-            acker_for(settings, graph),
-            barrier_for(settings, graph, sinks["eo"], exactly_once=True),
-            barrier_for(settings, graph, sinks["alo"], exactly_once=False),
-        ]
+@contextmanager
+def services_in_process(settings: Settings, graph: Any) -> Iterator[None]:
+    """The acker and both barriers as threads of this process; stopped on exit."""
+    sinks = {n.label: n.id for n in graph.nodes if n.label in ("eo", "alo")}
+    services = [
+        acker_for(settings, graph),
+        barrier_for(settings, graph, sinks["eo"], exactly_once=True),
+        barrier_for(settings, graph, sinks["alo"], exactly_once=False),
+    ]
+    try:
         for service in services:
             service.start()
         for service in services:
             service.wait_ready()
-        run = SparkRunner(settings, spark, services="external").start(graph)
-        stop = threading.Event()
-        receipts = {"eo": Receipts(), "alo": Receipts()}
-        readers = [
-            threading.Thread(target=read_output, args=(bootstrap, topic, receipts[name], stop))
-            for name, topic in (("eo", eo_topic), ("alo", alo_topic))
-        ]
+        yield
+    finally:
+        for service in reversed(services):
+            service.stop_quietly()
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    processes = "--processes" in sys.argv[1:]
+    measured_s = float(args[0]) if args else 15.0
+    with provision() as stack:
+        settings = stack.with_(parallelism=2)
+        app = f"lat{uuid.uuid4().hex[:6]}"
+        source, eo_topic, alo_topic = f"{app}-in", f"{app}-eo", f"{app}-alo"
+        graph = pipeline(app, source, eo_topic, alo_topic).graph()
+        names = {"FP_BENCH_APP": app, "FP_BENCH_IN": source}
+        names.update(FP_BENCH_EO=eo_topic, FP_BENCH_ALO=alo_topic)
+        with (
+            service_processes(settings, names)
+            if processes
+            else services_in_process(settings, graph)
+        ):
+            where = "processes" if processes else "threads of the driver"
+            print(f"services: acker and barriers as {where}")
+            measure(settings, graph, (source, eo_topic, alo_topic), measured_s)
+
+
+def measure(settings: Settings, graph: Any, topics: tuple[str, str, str], seconds: float) -> None:
+    """The phases of the module docstring on ``graph`` (services running): source, eo, alo."""
+    bootstrap = settings.kafka_bootstrap
+    source, eo_topic, alo_topic = topics
+    spark = spark_session(settings, "bench-latency", {"spark.master": "local[2]"})
+    run = SparkRunner(settings, spark, services="external").start(graph)
+    stop = threading.Event()
+    receipts = {"eo": Receipts(), "alo": Receipts()}
+    readers = [
+        threading.Thread(target=read_output, args=(bootstrap, topic, receipts[name], stop))
+        for name, topic in (("eo", eo_topic), ("alo", alo_topic))
+    ]
+    for reader in readers:
+        reader.start()
+    source_input = Input(bootstrap, source)
+    try:
+        print(f"latency, producer append -> committed output (2 cores, {settings.delta_ms=})")
+        for rate in RATES:
+            source_input.at_rate(rate, WARMUP_S)
+            ids = source_input.at_rate(rate, seconds)
+            if not wait_for(ids, list(receipts.values()), 300):
+                print(f"  {rate}/s: not everything arrived within 300 s")
+            report_phase(rate, ids, source_input, receipts)
+        ids = source_input.produce(BACKLOG)
+        source_input.flush()
+        started = time.monotonic()
+        done: dict[str, float] = {}
+        while len(done) < 2 and time.monotonic() - started < 600:
+            for name, r in receipts.items():
+                if name not in done and all(i in r.seen for i in ids):
+                    done[name] = time.monotonic() - started
+            time.sleep(0.05)
+        for name, took in done.items():
+            print(f"  backlog {BACKLOG} {name:<3} {BACKLOG / took:9,.0f} records/s")
+        if len(done) == 2:
+            ratio = done["alo"] / done["eo"]
+            print(f"  exactly-once throughput = {ratio:.0%} of at-least-once")
+    finally:
+        stop.set()
         for reader in readers:
-            reader.start()
-        source_input = Input(bootstrap, source)
-        try:
-            print(f"latency, producer append -> committed output (2 cores, {settings.delta_ms=})")
-            for rate in RATES:
-                source_input.at_rate(rate, WARMUP_S)
-                ids = source_input.at_rate(rate, measured_s)
-                if not wait_for(ids, list(receipts.values()), 300):
-                    print(f"  {rate}/s: not everything arrived within 300 s")
-                report_phase(rate, ids, source_input, receipts)
-            ids = source_input.produce(BACKLOG)
-            source_input.flush()
-            started = time.monotonic()
-            done: dict[str, float] = {}
-            while len(done) < 2 and time.monotonic() - started < 600:
-                for name, r in receipts.items():
-                    if name not in done and all(i in r.seen for i in ids):
-                        done[name] = time.monotonic() - started
-                time.sleep(0.05)
-            for name, seconds in done.items():
-                print(f"  backlog {BACKLOG} {name:<3} {BACKLOG / seconds:9,.0f} records/s")
-            if len(done) == 2:
-                ratio = done["alo"] / done["eo"]
-                print(f"  exactly-once throughput = {ratio:.0%} of at-least-once")
-        finally:
-            stop.set()
-            for reader in readers:
-                reader.join()
-            run.stop()
-            for service in reversed(services):
-                service.stop_quietly()
-            spark.stop()
+            reader.join()
+        run.stop()
+        spark.stop()
 
 
 if __name__ == "__main__":

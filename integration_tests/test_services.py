@@ -159,6 +159,41 @@ def test_restarted_acker_continues_without_repeating_a_report(
         assert fresh.min_time() == 20
 
 
+def test_restarted_acker_resumes_from_its_checkpoint(
+    bootstrap: str, app: str, producer: Producer
+) -> None:
+    front = Node(app, producer, FRONT_NODE)
+    with MinTimeView(bootstrap, app, SHARDS, SEGMENTS) as view:
+        with AckerService(bootstrap, app, SEGMENTS, [FRONT], SHARDS, checkpoint_s=0) as first:
+            front.batch({0: [Ack(SEGMENT, 4, 1)]}, [Heartbeat(FRONT, 9)])
+            settle(first, view, 2)
+            wait_until(lambda: first.checkpoints >= 2, "a checkpoint of both shards")
+            # From here on nothing is saved, not even by the clean stop: as if killed.
+            first.checkpoint_s = 1e9
+            first._checkpoint = lambda: None  # type: ignore[method-assign]
+            front.batch({0: [Ack(SEGMENT, 4, 1)]}, [Heartbeat(FRONT, 12)])
+            settle(first, view, 4)
+            assert view.min_time() == 12
+        before = view.reports
+        with AckerService(bootstrap, app, SEGMENTS, [FRONT], SHARDS) as second:
+            wait_until(lambda: second.batches >= 2 and not second.replaying, "the replay")
+            assert second.resumed == {0: 1, 1: 1}  # after the first batch of each partition
+            assert second.batches == 2  # only what came after the checkpoint was replayed
+            assert second.published == 0  # and it re-made only reports already out
+            front.batch({}, [Heartbeat(FRONT, 20)])
+            settle(second, view, 4, before)
+            assert view.min_time() == 20
+        # The clean stop saved both shards: the next start replays nothing.
+        with AckerService(bootstrap, app, SEGMENTS, [FRONT], SHARDS) as third:
+            third.wait_ready()
+            wait_until(lambda: not third.replaying, "the start")
+            assert third.resumed == {0: 3, 1: 3}
+            assert third.batches == 0
+            front.batch({}, [Heartbeat(FRONT, 25)])
+            assert view.wait_for(None, 25, TIMEOUT)
+        assert view.error is None  # no vector went back
+
+
 def test_acker_instances_split_the_shards(bootstrap: str, app: str, producer: Producer) -> None:
     front = Node(app, producer, FRONT_NODE)
     with (

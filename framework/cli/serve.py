@@ -32,7 +32,10 @@ _TAKEOVER_S = 6.0  # ZooKeeper session timeout: how soon a standby replaces a de
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    # Wall-clock stamps let an operator line a takeover up with a kill or an outage.
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+    print(f"{stamp} {text}", file=sys.stderr, flush=True)
 
 
 def _interrupt_on_sigterm() -> None:

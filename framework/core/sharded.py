@@ -28,14 +28,36 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from framework.core.acker import topological_order
 from framework.core.messages import Ack, AckerInput, Heartbeat, MinTimeNotification, NodeTime
 from framework.errors import ProtocolViolation
 
-__all__ = ["AckerShard", "MinTimeListener", "ShardRouter", "ShardedAcker", "shard_of"]
+__all__ = [
+    "AckerShard",
+    "MinTimeListener",
+    "ShardRouter",
+    "ShardState",
+    "ShardedAcker",
+    "shard_of",
+]
 
 Vector = dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardState:
+    """What a shard knows between two sender batches: enough to continue from there.
+
+    ``xor``: open slots per segment; ``fronts``: heartbeat per front; ``vector``: node
+    times; ``last``: the values of its latest report (which changes the next one names).
+    """
+
+    xor: Mapping[str, Mapping[int, int]]
+    fronts: Mapping[int, int]
+    vector: Mapping[int, int]
+    last: Mapping[str | None, int]
 
 
 def shard_of(slot: int, shards: int) -> int:
@@ -95,6 +117,32 @@ class AckerShard:
     def vector(self) -> tuple[NodeTime, ...]:
         """Latest node time of every node this shard has heard from."""
         return _vector_tuple(self._vector)
+
+    def state(self) -> ShardState:
+        """A copy of this shard's state; only between batches (no node half applied)."""
+        if any(self._buffered.values()):
+            raise ProtocolViolation(f"shard {self.index} is inside a sender batch: no state")
+        return ShardState(
+            {name: dict(table) for name, table in self._xor.items()},
+            dict(self._fronts),
+            dict(self._vector),
+            dict(self._last),
+        )
+
+    def restore(self, state: ShardState) -> None:
+        """Continue from ``state`` (of a shard of the same segments and fronts)."""
+        if set(state.xor) != set(self._xor) or set(state.fronts) != set(self._fronts):
+            raise ProtocolViolation(
+                f"shard {self.index}: a saved state of segments {sorted(state.xor)} and "
+                f"{len(state.fronts)} fronts does not fit this pipeline's "
+                f"{sorted(self._xor)} and {len(self._fronts)} fronts"
+            )
+        self._xor = {name: dict(table) for name, table in state.xor.items()}
+        self._heaps = {name: sorted(table) for name, table in self._xor.items()}
+        self._fronts = dict(state.fronts)
+        self._vector = dict(state.vector)
+        self._last = dict(state.last)
+        self._buffered = {}
 
     def receive(self, node: int, message: AckerInput) -> list[MinTimeNotification]:
         """Take one message from ``node``'s channel; a `NodeTime` returns this shard's report.

@@ -51,6 +51,11 @@ class Topics:
         return f"{self.prefix}.mintime"
 
     @property
+    def acker(self) -> str:
+        """Checkpoints of the acker's shards (compacted): where a restart resumes."""
+        return f"{self.prefix}.acker"
+
+    @property
     def dlq(self) -> str:
         """Dead letters: records that could not be decoded or processed, with the reason."""
         return f"{self.app}.dlq"

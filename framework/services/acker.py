@@ -7,11 +7,16 @@ with the shard's node-time vector) is written to the mintime topic, key
 ``<shard>:<segment or *>``, partition ``shard % partitions`` so one shard's reports keep
 their order.
 
-Restart. Shard state is not stored: a starting acker replays its partitions of the acks
-topic from the beginning (read_committed, so the replay is the same sequence of batches and
-makes the same reports). Reports up to the last one already on the mintime topic (the
+Restart. Every ``checkpoint_s`` the acker saves each shard's state with the acks offset
+it reflects to the compacted ``<app>.acker`` topic (`framework.services.checkpoints`),
+once the reports of the batches it covers were delivered to the mintime topic, so a
+checkpoint never runs ahead of the published reports. A starting acker restores each
+shard's latest checkpoint (none: an empty shard at the partition's start) and replays its
+acks partition from there (read_committed, so the replay is the same sequence of batches
+and makes the same reports). Reports up to the last one already on the mintime topic (the
 shard's latest global report) are held back, so listeners never see a report again and
 never see a vector go back; from there on the acker continues exactly where it stopped.
+A restart thus replays at most about ``checkpoint_s`` of acks, however long the run.
 
 Scaling. Instances split the shards by configuration (``partitions=``), not by consumer
 group rebalancing: a shard must be owned by one instance at a time, and a rebalance would
@@ -20,6 +25,8 @@ hand a shard over without the replay its new owner needs.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from confluent_kafka import (
@@ -32,10 +39,11 @@ from confluent_kafka import (
 from framework.codec import decode_min_time, encode_min_time
 from framework.core.messages import MinTimeNotification, NodeTime
 from framework.core.sharded import AckerShard
-from framework.errors import PipelineError, ProtocolViolation
+from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.wire import decode_ack_batch
 from framework.runtime.stages import Topics
+from framework.services.checkpoints import acker_state_spec, encode_checkpoint, latest
 from framework.services.common import (
     acks_topic_spec,
     assign,
@@ -99,7 +107,9 @@ class ReplayGate:
 class AckerService(Service):
     """Shards ``partitions`` (all by default) of ``app``'s acker (see the module docstring).
 
-    ``batches`` counts the ack batches applied, ``published`` the reports written.
+    ``batches`` counts the ack batches applied, ``published`` the reports written,
+    ``checkpoints`` the shard states saved; ``resumed`` maps each shard restored from a
+    checkpoint to the acks offset its replay started at.
     """
 
     def __init__(
@@ -114,6 +124,7 @@ class AckerService(Service):
         epoch: int = 0,
         poll_s: float = 0.005,
         max_batch: int = 1000,
+        checkpoint_s: float = 5.0,
     ) -> None:
         """Acker of ``segments`` (name -> inbound names), ``fronts`` fixed, ``shards`` shards,
         on the topics of ``epoch``."""
@@ -128,15 +139,21 @@ class AckerService(Service):
         self.partitions = tuple(owned)
         self.poll_s = poll_s
         self.max_batch = max_batch
+        self.checkpoint_s = checkpoint_s
         self._shards = {p: AckerShard(p, shards, segments, fronts) for p in owned}
+        self._next: dict[int, int] = {}  # per partition: the offset after the last batch
+        self._unsaved: set[int] = set()
+        self._last_checkpoint = time.monotonic()
         self._gates: dict[int, ReplayGate] = {}
-        self._replaying: set[int] = set()
+        self._replaying: set[int] = set(owned)  # until each partition's replay reached its end
         self._report_partitions = 1
         self._failures: list[str] = []
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self.published = 0
         self.batches = 0
+        self.checkpoints = 0
+        self.resumed: dict[int, int] = {}
 
     @property
     def replaying(self) -> bool:
@@ -150,15 +167,21 @@ class AckerService(Service):
             [
                 acks_topic_spec(self.app, shards, self.epoch),
                 mintime_topic_spec(self.app, epoch=self.epoch),
+                acker_state_spec(self.app, self.epoch),
             ],
         )
         self._report_partitions = partition_count(self.bootstrap, self.topics.mintime)
         last = self._last_published()
         self._gates = {p: ReplayGate(last.get(p, {})) for p in self.partitions}
         self._replaying = set(self.partitions)
+        starts: dict[int, int | None] = dict.fromkeys(self.partitions)
+        saved = latest(read_to_end(self.bootstrap, self.topics.acker, 1), self.partitions)
+        for partition, (offset, state) in saved.items():
+            self._shards[partition].restore(state)
+            starts[partition] = self.resumed[partition] = self._next[partition] = offset
         self._producer = new_producer(self.bootstrap, {"linger.ms": 1})
         self._consumer = consumer = new_consumer(self.bootstrap)
-        assign(consumer, self.topics.acks, dict.fromkeys(self.partitions))
+        assign(consumer, self.topics.acks, starts)
 
     def _last_published(self) -> dict[int, Vector]:
         """The vector of each owned shard's latest global report on the mintime topic."""
@@ -182,6 +205,30 @@ class AckerService(Service):
         self._producer.poll(0)
         if self._failures:
             raise PipelineError(f"cannot publish min times: {self._failures[0]}")
+        if self._unsaved and time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Save the state of every shard that moved, once its reports are delivered.
+
+        1. Flush the reports made so far; if some are still undelivered, try again later.
+        2. Write each moved shard's state with the offset after its last applied batch.
+        """
+        assert self._producer is not None
+        self._last_checkpoint = time.monotonic()
+        # Step 1
+        if self._producer.flush(10) > 0:
+            return
+        if self._failures:
+            raise PipelineError(f"cannot publish min times: {self._failures[0]}")
+        # Step 2
+        for partition in sorted(self._unsaved - self._replaying):
+            value = encode_checkpoint(self._next[partition], self._shards[partition].state())
+            self._producer.produce(
+                self.topics.acker, value, str(partition).encode(), on_delivery=self._delivered
+            )
+            self._unsaved.discard(partition)
+            self.checkpoints += 1
 
     def _replayed(self, partition: int) -> None:
         if partition in self._replaying:
@@ -207,6 +254,8 @@ class AckerService(Service):
                     self._publish(notes)
         except ProtocolViolation as exc:
             raise ProtocolViolation(f"{at}: {exc}") from exc
+        self._next[partition] = offset + 1
+        self._unsaved.add(partition)
         self.batches += 1
 
     def _publish(self, notes: list[MinTimeNotification]) -> None:
@@ -235,6 +284,11 @@ class AckerService(Service):
     def _close(self) -> None:
         consumer, self._consumer = self._consumer, None
         close_quietly(consumer)
+        if self._producer is not None and self.error is None and self._unsaved:
+            # A clean stop saves the shards, so the next start replays nothing. Never
+            # after a failure: a batch may then be half applied.
+            with contextlib.suppress(FlamepipeError):
+                self._checkpoint()
         producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(10)

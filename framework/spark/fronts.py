@@ -16,6 +16,11 @@ Every ``heartbeat_ms``, per source stage:
 4. If any front's heartbeat rose, send one AckBatch per acker shard (heartbeats only),
    closed by this driver's next node time. The acks of the batches it covers were
    committed before Spark reported their progress, so they precede it on every shard.
+
+A round that fails (the broker restarting, a leader moving) is skipped: heartbeats only
+ever rise, so a missed round holds min time back and costs nothing else. The thread gives
+up, and the runner's health check fails the run, only when rounds have failed for
+``outage_s`` in a row.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -71,6 +77,7 @@ class FrontHeartbeats:
         sources: Mapping[str, Consumption],  # topic -> what its stage consumed
         delta_ms: int,
         interval_ms: int,
+        outage_s: float = 120.0,
     ) -> None:
         self.bootstrap = bootstrap
         self.acks_topic = acks_topic
@@ -78,6 +85,8 @@ class FrontHeartbeats:
         self.sources = dict(sources)
         self.delta_ms = delta_ms
         self.interval_s = interval_ms / 1000
+        self.outage_s = outage_s
+        self.failed_rounds = 0
         # A new node per driver start: its node time then only has to grow in this process.
         nonce = f"{app}/fronts/{os.getpid()}/{time.time_ns()}".encode()
         self.node = int.from_bytes(hashlib.blake2b(nonce, digest_size=8).digest(), "big") >> 1
@@ -100,12 +109,23 @@ class FrontHeartbeats:
         self._producer.flush(10)
 
     def _loop(self) -> None:
+        failing_since: float | None = None
         while not self._stop.wait(self.interval_s):
             try:
                 self.beat()
-            except Exception as exc:  # surfaced by the runner's health check
-                self.error = exc
-                return
+            except Exception as exc:
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    print(f"flamepipe: front heartbeats paused: {exc}", file=sys.stderr)
+                self.failed_rounds += 1
+                if now - failing_since >= self.outage_s:
+                    self.error = exc  # surfaced by the runner's health check
+                    return
+                continue
+            if failing_since is not None:
+                failing_since = None
+                print("flamepipe: front heartbeats resumed", file=sys.stderr)
 
     def beat(self) -> list[Heartbeat]:
         """One round of steps 1-4; the heartbeats it sent."""

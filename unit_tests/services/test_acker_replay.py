@@ -94,3 +94,59 @@ def test_a_restart_continues_the_report_stream(seed: int, count: int, data: st.D
     for note in full:
         final.receive(note)
     assert listener.min_time() == final.min_time()
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32), count=st.integers(1, 30), data=st.data())
+def test_a_restart_from_a_saved_state_continues_the_report_stream(
+    seed: int, count: int, data: st.DataObject
+) -> None:
+    inputs = batches(seed, count)
+    full = reports(inputs)
+    saved_at = data.draw(st.integers(0, len(inputs)), label="batches before the checkpoint")
+    original = AckerShard(0, 1, SEGMENTS, [9])
+    before = [
+        n for batch in inputs[:saved_at] for node, m in batch for n in original.receive(node, m)
+    ]
+    saved = original.state()
+    # The acker saves a state only once the reports of its batches were delivered, so the
+    # crash loses at most reports made after it.
+    crash = data.draw(st.integers(len(before), len(full)), label="reports out at the crash")
+    published = full[:crash]
+    last_global = next((n for n in reversed(published) if n.segment is None), None)
+    gate = ReplayGate(
+        {} if last_global is None else {nt.node: nt.time for nt in last_global.node_times}
+    )
+    shard = AckerShard(0, 1, SEGMENTS, [9])
+    shard.restore(saved)
+    for batch in inputs[saved_at:]:  # the replay from the checkpoint's offset
+        for node, message in batch:
+            notes = shard.receive(node, message)
+            if notes and gate.admit(notes[-1].node_times):
+                published += notes
+    gate.caught_up(shard.vector, "acks[0]")
+    done = 0 if last_global is None else full.index(last_global) + 1
+    assert published[crash:] == full[done:]
+    assert shard.state() == original_after(inputs)
+
+
+def original_after(inputs: list[list[tuple[int, AckerInput]]]) -> object:
+    shard = AckerShard(0, 1, SEGMENTS, [9])
+    for batch in inputs:
+        for node, message in batch:
+            shard.receive(node, message)
+    return shard.state()
+
+
+def test_a_state_is_refused_inside_a_batch_and_by_another_pipeline() -> None:
+    shard = AckerShard(0, 1, SEGMENTS, [9])
+    shard.receive(1, Ack("a", 3, 5))
+    with pytest.raises(ProtocolViolation, match="inside a sender batch"):
+        shard.state()
+    shard.receive(1, NodeTime(1, 1))
+    saved = shard.state()
+    assert saved.xor["a"] == {3: 5}
+    with pytest.raises(ProtocolViolation, match="does not fit this pipeline"):
+        AckerShard(0, 1, {"a": [], "c": ["a"]}, [9]).restore(saved)
+    with pytest.raises(ProtocolViolation, match="does not fit this pipeline"):
+        AckerShard(0, 1, SEGMENTS, [9, 10]).restore(saved)

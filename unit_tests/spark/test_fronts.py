@@ -1,0 +1,67 @@
+"""Front heartbeats ride out a broker outage and give up only after ``outage_s``."""
+
+from __future__ import annotations
+
+import time
+
+from framework.spark.fronts import FrontHeartbeats
+
+
+def _fronts(outage_s: float) -> FrontHeartbeats:
+    # No broker behind this address: the producer connects lazily and is never used.
+    return FrontHeartbeats(
+        "127.0.0.1:1",
+        "app",
+        acks_topic="app.acks",
+        shards=1,
+        sources={},
+        delta_ms=10,
+        interval_ms=5,
+        outage_s=outage_s,
+    )
+
+
+def _wait(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.01)
+
+
+def test_failed_rounds_are_skipped_until_the_broker_is_back() -> None:
+    fronts = _fronts(outage_s=60)
+    rounds = []
+
+    def beat() -> list[object]:
+        rounds.append(time.monotonic())
+        if len(rounds) <= 5:
+            raise OSError("broker away")
+        return []
+
+    fronts.beat = beat  # type: ignore[method-assign]
+    fronts.start()
+    try:
+        _wait(lambda: len(rounds) >= 10)
+        assert len(rounds) >= 10, "the thread stopped heartbeating after the failures"
+        assert fronts.failed_rounds == 5
+        assert fronts.error is None
+        assert fronts._thread.is_alive()
+    finally:
+        fronts.stop()
+
+
+def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
+    fronts = _fronts(outage_s=0.1)
+
+    def beat() -> list[object]:
+        raise OSError("broker gone for good")
+
+    fronts.beat = beat  # type: ignore[method-assign]
+    started = time.monotonic()
+    fronts.start()
+    try:
+        _wait(lambda: fronts.error is not None)
+        assert isinstance(fronts.error, OSError)
+        assert time.monotonic() - started >= 0.1
+        assert not fronts._thread.is_alive()
+    finally:
+        fronts.stop()
