@@ -179,5 +179,7 @@ def close_quietly(client: Consumer | Producer | None) -> None:
     """Close a client that may be broken already; nothing is left to report."""
     if client is None:
         return
-    with contextlib.suppress(KafkaException, RuntimeError, AttributeError):
+    # SystemError: confluent-kafka's report of a delivery callback run during close with
+    # the client's fatal error still set (see `framework.kafka.txn`).
+    with contextlib.suppress(KafkaException, RuntimeError, AttributeError, SystemError):
         client.close()
