@@ -16,7 +16,12 @@ starts the acker and each barrier as a ``flamepipe acker|barrier`` process of it
 without it they are threads of this process (the embedded default of ``pipeline.run()``),
 sharing one interpreter lock with the Spark driver, the producer and the readers.
 
-Run: ``.venv/bin/python benchmarks/bench_latency.py [seconds-per-phase] [--processes]``
+``--stateless`` measures a pipeline without the grouping (lines -> words -> map, the same
+broadcast into two sinks): one Spark stage instead of two, so the difference between the
+sinks is the barrier's alone on a less loaded stack.
+
+Run: ``.venv/bin/python benchmarks/bench_latency.py [seconds-per-phase] [--processes]
+[--stateless]``
 """
 
 from __future__ import annotations
@@ -61,16 +66,19 @@ def pair(window: tuple[list[str], ...]) -> list[Any]:
     return [window[-1][0], [tag for _, tag in window]]
 
 
-def pipeline(app: str, source: str, eo: str, alo: str) -> Pipeline:
+def last(item: list[str]) -> list[Any]:
+    """``[word, [id]]``: the stateless pipeline's output, read as `pair`'s is."""
+    return [item[0], [item[1]]]
+
+
+def pipeline(app: str, source: str, eo: str, alo: str, stateless: bool = False) -> Pipeline:
     """The benchmark pipeline; its two sinks differ only in their barrier's mode."""
     p = Pipeline(app)
-    pairs = (
-        p.source(KafkaSource(source, partitions=2))
-        .flat_map(tagged)
-        .key_by(lambda item: item[0])
-        .group(window=2)
-        .map(pair)
-    )
+    words = p.source(KafkaSource(source, partitions=2)).flat_map(tagged)
+    if stateless:
+        pairs = words.map(last)
+    else:
+        pairs = words.key_by(lambda item: item[0]).group(window=2).map(pair)
     to_eo, to_alo = pairs.broadcast(2)
     to_eo.sink(KafkaSink(eo), name="eo")
     to_alo.sink(KafkaSink(alo), name="alo")
@@ -80,9 +88,8 @@ def pipeline(app: str, source: str, eo: str, alo: str) -> Pipeline:
 def job() -> Pipeline:
     """`pipeline` named by the environment: the spec the service processes load."""
     env = os.environ
-    return pipeline(
-        env["FP_BENCH_APP"], env["FP_BENCH_IN"], env["FP_BENCH_EO"], env["FP_BENCH_ALO"]
-    )
+    topics = (env["FP_BENCH_IN"], env["FP_BENCH_EO"], env["FP_BENCH_ALO"])
+    return pipeline(env["FP_BENCH_APP"], *topics, stateless="FP_BENCH_STATELESS" in env)
 
 
 @contextmanager
@@ -265,13 +272,16 @@ def services_in_process(settings: Settings, graph: Any) -> Iterator[None]:
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     processes = "--processes" in sys.argv[1:]
+    stateless = "--stateless" in sys.argv[1:]
     measured_s = float(args[0]) if args else 15.0
     with provision() as stack:
         settings = stack.with_(parallelism=2)
         app = f"lat{uuid.uuid4().hex[:6]}"
         source, eo_topic, alo_topic = f"{app}-in", f"{app}-eo", f"{app}-alo"
-        graph = pipeline(app, source, eo_topic, alo_topic).graph()
+        graph = pipeline(app, source, eo_topic, alo_topic, stateless).graph()
         names = {"FP_BENCH_APP": app, "FP_BENCH_IN": source}
+        if stateless:
+            names["FP_BENCH_STATELESS"] = "1"
         names.update(FP_BENCH_EO=eo_topic, FP_BENCH_ALO=alo_topic)
         with (
             service_processes(settings, names)
@@ -279,7 +289,8 @@ def main() -> None:
             else services_in_process(settings, graph)
         ):
             where = "processes" if processes else "threads of the driver"
-            print(f"services: acker and barriers as {where}")
+            shape = "stateless (one stage)" if stateless else "word pairs (two stages)"
+            print(f"pipeline: {shape}; services: acker and barriers as {where}")
             measure(settings, graph, (source, eo_topic, alo_topic), measured_s)
 
 
