@@ -137,32 +137,23 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     app, stage = spec.graph.name, spec.stage.id
     partition, topic = records[0].partition, records[0].topic
     end = max(r.offset for r in records) + 1
-    import time as _t
-    _T = [_t.perf_counter()]
     committer = TaskCommitter.cached(ctx.bootstrap, f"{app}.{stage}.p{partition}")
     # Step 2
     if committer.is_committed(ctx.group, topic, partition, end):
         return _summary(partition, records, skipped=True)
-    _T.append(_t.perf_counter())
     program = _programs.get((app, stage, ctx.run_id), lambda: StageProgram(spec))
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
-    _T.append(_t.perf_counter())
     state_key = (app, stage, partition, ctx.run_id)
     grouping, reader = _grouping(ctx, program, state_key, partition)
-    _T.append(_t.perf_counter())
     try:
         # Step 4
         if grouping is not None:
             grouping.on_min_time(ctx.min_slot)
         node = node_id(app, stage, partition, ctx.run_id)
         result = program.run(records, grouping, node, ctx.batch_id + 1)
-        _T.append(_t.perf_counter())
         # Step 5
         offsets = committer.commit(result.records, ctx.group, {(topic, partition): end})
-        _T.append(_t.perf_counter())
-        with open("/tmp/task_times.log", "a") as _f:
-            _f.write(f"{stage} p{partition} n={len(records)} out={len(result.records)} " + " ".join(f"{(b-a)*1000:.0f}" for a, b in zip(_T, _T[1:])) + "\n")
         if reader is not None and offsets is not None:
             changelog = spec.topics.state(stage)
             reader.skip_own(
