@@ -6,6 +6,8 @@ Protocol of `serve`:
    the barrier of some sinks) queues in ZooKeeper; a standby takes over when the leader's
    session ends (kill -9: when ZooKeeper expires it).
 2. Build and start the services on the current epoch's topics; print ``ready (epoch N)``.
+   A start that fails on the cluster (Kafka or ZooKeeper restarting) is tried again every
+   5 s for a minute before the process gives up.
 3. Run them, printing progress every 10 s, until the epoch changes (a replay or a
    recovery), the leadership is lost, or Ctrl-C / SIGTERM.
 4. Stop them. A new epoch: back to step 2. Leadership lost: back to step 1 (what the
@@ -29,6 +31,8 @@ __all__ = ["EpochWatch", "election_for", "serve"]
 _PROGRESS_S = 10.0
 _EPOCH_CHECK_S = 2.0
 _TAKEOVER_S = 6.0  # ZooKeeper session timeout: how soon a standby replaces a dead leader
+_START_PAUSE_S = 5.0
+_START_ATTEMPTS = 12  # a minute of a cluster that is not there yet
 
 
 def _say(text: str) -> None:
@@ -104,7 +108,9 @@ def _serve_epochs(
     epoch = epoch_of()
     while not lost():
         # Step 2
-        started = _start_all(build(epoch))
+        started = _start_retrying(build, epoch, lost)
+        if started is None:
+            return
         try:
             _say(f"ready (epoch {epoch}): {describe(started)}")
             # Step 3
@@ -117,6 +123,25 @@ def _serve_epochs(
         if changed is not None:
             _say(f"epoch {changed} started: restarting")
             epoch = changed
+
+
+def _start_retrying(
+    build: Callable[[int], list[Any]], epoch: int, lost: Callable[[], bool]
+) -> list[Any] | None:
+    """`_start_all` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
+    from framework.errors import CoordinationError, Fenced, PipelineError
+
+    for attempt in range(1, _START_ATTEMPTS + 1):
+        try:
+            return _start_all(build(epoch))
+        except (PipelineError, CoordinationError) as exc:
+            if isinstance(exc, Fenced) or attempt == _START_ATTEMPTS:
+                raise
+            _say(f"start failed ({exc}); trying again in {_START_PAUSE_S:.0f} s")
+        time.sleep(_START_PAUSE_S)
+        if lost():
+            return None
+    return None
 
 
 def _start_all(services: list[Any]) -> list[Any]:
