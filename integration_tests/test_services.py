@@ -97,6 +97,14 @@ def settle(acker: AckerService, view: MinTimeView, batches: int, earlier: int = 
 # -- the acker ---------------------------------------------------------------------------
 
 
+class CrashingAcker(AckerService):
+    """An acker that never saves a checkpoint: a restart after it replays from the start,
+    as after a kill -9 before its first checkpoint."""
+
+    def _checkpoint(self) -> None:
+        pass
+
+
 def test_acker_publishes_the_seeds_t_and_t_plus_1_case(
     bootstrap: str, app: str, producer: Producer
 ) -> None:
@@ -137,7 +145,7 @@ def test_restarted_acker_continues_without_repeating_a_report(
     published: list[int] = []
     with MinTimeView(bootstrap, app, SHARDS, SEGMENTS) as view:
         view.subscribe(lambda note: published.append(note.slot) if note.segment is None else None)
-        with AckerService(bootstrap, app, SEGMENTS, [FRONT], SHARDS) as first:
+        with CrashingAcker(bootstrap, app, SEGMENTS, [FRONT], SHARDS) as first:
             front.batch({0: [Ack(SEGMENT, 4, 1)]}, [Heartbeat(FRONT, 9)])
             front.batch({0: [Ack(SEGMENT, 4, 1)]}, [Heartbeat(FRONT, 12)])
             settle(first, view, 4)
