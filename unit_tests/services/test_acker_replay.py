@@ -64,28 +64,41 @@ def reports(inputs: list[list[tuple[int, AckerInput]]]) -> list[MinTimeNotificat
     return [note for batch in inputs for node, m in batch for note in shard.receive(node, m)]
 
 
+def replay(
+    shard: AckerShard,
+    inputs: list[list[tuple[int, AckerInput]]],
+    full: list[MinTimeNotification],
+    crash: int,
+) -> list[MinTimeNotification]:
+    """What listeners see: ``full[:crash]``, then the gated replay of ``inputs`` on ``shard``.
+
+    Checks that the replay re-sends exactly the notes after the last global one that went
+    out: the segment notes of a report cut short by the crash, then everything new.
+    """
+    published = full[:crash]
+    last_global = next((n for n in reversed(published) if n.segment is None), None)
+    gate = ReplayGate(
+        {} if last_global is None else {nt.node: nt.time for nt in last_global.node_times}
+    )
+    for batch in inputs:
+        for node, message in batch:
+            notes = shard.receive(node, message)
+            if notes and gate.admit(notes[-1].node_times):
+                published += notes
+    gate.caught_up(shard.vector, "acks[0]")
+    done = 0 if last_global is None else full.index(last_global) + 1
+    assert published[crash:] == full[done:]
+    return published
+
+
 @settings(max_examples=200, deadline=None)
 @given(seed=st.integers(0, 2**32), count=st.integers(1, 30), data=st.data())
 def test_a_restart_continues_the_report_stream(seed: int, count: int, data: st.DataObject) -> None:
     inputs = batches(seed, count)
     full = reports(inputs)
     crash = data.draw(st.integers(0, len(full)), label="reports published before the crash")
-    published = full[:crash]
-    last_global = next((n for n in reversed(published) if n.segment is None), None)
-    gate = ReplayGate(
-        {} if last_global is None else {nt.node: nt.time for nt in last_global.node_times}
-    )
-    shard = AckerShard(0, 1, SEGMENTS, [9])
-    for batch in inputs:  # the replay from the beginning of the acks topic
-        for node, message in batch:
-            notes = shard.receive(node, message)
-            if notes and gate.admit(notes[-1].node_times):
-                published += notes
-    gate.caught_up(shard.vector, "acks[0]")
-    # The replay re-sends exactly the notes after the last global one that went out: the
-    # segment notes of a report cut short by the crash, then everything new.
-    done = 0 if last_global is None else full.index(last_global) + 1
-    assert published[crash:] == full[done:]
+    # The replay from the beginning of the acks topic.
+    published = replay(AckerShard(0, 1, SEGMENTS, [9]), inputs, full, crash)
     # ...and a listener takes the stream without ever seeing a vector go back.
     listener = MinTimeListener(1, SEGMENTS)
     for note in published:
@@ -112,21 +125,9 @@ def test_a_restart_from_a_saved_state_continues_the_report_stream(
     # The acker saves a state only once the reports of its batches were delivered, so the
     # crash loses at most reports made after it.
     crash = data.draw(st.integers(len(before), len(full)), label="reports out at the crash")
-    published = full[:crash]
-    last_global = next((n for n in reversed(published) if n.segment is None), None)
-    gate = ReplayGate(
-        {} if last_global is None else {nt.node: nt.time for nt in last_global.node_times}
-    )
     shard = AckerShard(0, 1, SEGMENTS, [9])
     shard.restore(saved)
-    for batch in inputs[saved_at:]:  # the replay from the checkpoint's offset
-        for node, message in batch:
-            notes = shard.receive(node, message)
-            if notes and gate.admit(notes[-1].node_times):
-                published += notes
-    gate.caught_up(shard.vector, "acks[0]")
-    done = 0 if last_global is None else full.index(last_global) + 1
-    assert published[crash:] == full[done:]
+    replay(shard, inputs[saved_at:], full, crash)  # from the checkpoint's offset
     assert shard.state() == original_after(inputs)
 
 
