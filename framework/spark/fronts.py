@@ -145,7 +145,6 @@ class FrontHeartbeats:
                     slot = max(slot, caught_up)
                 front = front_id(topic, partition)
                 if slot > self.sent.get(front, -1):
-                    self.sent[front] = slot
                     beats.append(Heartbeat(front, slot))
         # Step 4
         if beats:
@@ -154,4 +153,6 @@ class FrontHeartbeats:
                 value = encode_ack_batch(self.node, self.time, [], beats)
                 self._producer.produce(self.acks_topic, value=value, partition=shard)
             self._producer.poll(0)
+            # Only now: a round that fails before this point is sent again in full.
+            self.sent.update((beat.front, beat.slot) for beat in beats)
         return beats

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from framework.core.time import front_id
 from framework.spark.fronts import FrontHeartbeats
 
 
@@ -63,5 +66,32 @@ def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
         assert isinstance(fronts.error, OSError)
         assert time.monotonic() - started >= 0.1
         assert not fronts._thread.is_alive()
+    finally:
+        fronts.stop()
+
+
+class _Stage:
+    def consumed(self) -> tuple[object, dict[int, int]]:
+        return None, {0: 1_000}
+
+
+def test_a_round_that_fails_midway_is_sent_again_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    fails = ["b"]
+
+    def ends(_bootstrap: str, topic: str) -> dict[int, int]:
+        if topic in fails:
+            fails.remove(topic)
+            raise OSError("broker away")
+        return {0: 5}
+
+    monkeypatch.setattr("framework.spark.fronts.end_offsets", ends)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _Stage(), "b": _Stage()}
+    try:
+        with pytest.raises(OSError):
+            fronts.beat()  # topic a's heartbeat was computed, never sent
+        beats = fronts.beat()
+        assert {beat.front for beat in beats} == {front_id("a", 0), front_id("b", 0)}
+        assert fronts.beat() == []  # nothing rose since
     finally:
         fronts.stop()
