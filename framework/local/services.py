@@ -33,6 +33,11 @@ logger.coord.level = warn
 """
 
 
+# On a laptop-sized machine the servers share a few cores with Spark and Python: the C2
+# compiler's warm-up and G1's parallel threads cost more CPU than their speed-up returns.
+LOCAL_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 def _write_log4j(path: Path, level: str = "info") -> Path:
     path.write_text(_LOG4J2.replace("{level}", level))
     return path
@@ -42,6 +47,7 @@ def _jvm(java: str, heap_mb: int, log4j: Path, marker: str, classpath: str) -> l
     return [
         java,
         f"-Xmx{heap_mb}m",
+        *LOCAL_JVM_FLAGS,
         "-Djava.net.preferIPv4Stack=true",
         f"-Dlog4j2.configurationFile={log4j}",
         f"-Dflamepipe.stack={marker}",

@@ -28,9 +28,11 @@ transaction) and is needed until its latest item is at or before ``GT_last``.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
+from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -70,13 +72,33 @@ __all__ = ["BarrierService", "BarrierStats"]
 
 @dataclass
 class BarrierStats:
-    """Counters of one barrier run."""
+    """Counters of one barrier run, and how long its recent writes took."""
 
     records_in: int = 0  # frames
     items_in: int = 0
     items_out: int = 0
     bundles: int = 0
     commits: int = 0
+    # Seconds from seeing a min time that releases a bundle to its write being done, and
+    # of every write (bundle or not): the price of the write mode (transaction or not).
+    release_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    write_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+
+    def timings(self) -> str:
+        """Recent release and write times, p50/p99 in ms (for status lines)."""
+        return f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}"
+
+
+_RECENT = 1000
+
+
+def _p50_p99(values: Iterable[float]) -> str:
+    ordered = sorted(values)
+    if not ordered:
+        return "-"
+    # Nearest rank: p99 of 10 values is the largest.
+    p50, p99 = ordered[(len(ordered) - 1) // 2], ordered[math.ceil(0.99 * len(ordered)) - 1]
+    return f"p50 {p50 * 1000:.0f} ms / p99 {p99 * 1000:.0f} ms"
 
 
 class BarrierService(Service):
@@ -250,6 +272,7 @@ class BarrierService(Service):
         min_time = self._view.min_time(self.segment)
         replaying = any(ledger.replaying for ledger in self._ledgers.values())
         if min_time > self._min_seen and not replaying:
+            seen_at = time.monotonic()
             self._min_seen = min_time
             before = self._barrier.gt_last
             bundle = self._barrier.on_min_time(min_time)
@@ -257,6 +280,8 @@ class BarrierService(Service):
         overdue = time.monotonic() - self._last_commit > self.checkpoint_s
         if self._acks or bundle is not None or (self._dirty and overdue):
             self._commit(bundle)
+            if bundle is not None and bundle.records:
+                self.stats.release_s.append(time.monotonic() - seen_at)
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
         self._released = self._min_seen
 
@@ -319,7 +344,9 @@ class BarrierService(Service):
         # Step 4
         # Crash tests kill the barrier here, between producing a bundle and committing it.
         crash = "barrier.bundle" if bundle is not None and bundle.records else None
+        started = time.monotonic()
         self._writer.write(records, positions, crash)
+        self.stats.write_s.append(time.monotonic() - started)
         # Step 5
         for ledger in self._ledgers.values():
             ledger.acked_all()
