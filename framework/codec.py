@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from framework import metacodec
 from framework.core.messages import (
     Ack,
     AckerInput,
@@ -199,8 +200,8 @@ def decode_global_time(data: Buffer) -> GlobalTime:
 
 
 def encode_meta(meta: Meta) -> bytes:
-    """Avro bytes of a meta."""
-    return _write("meta", _meta_out(meta))
+    """Avro bytes of a meta (written by `framework.metacodec`: one per output item)."""
+    return metacodec.encode_meta(meta)
 
 
 def decode_meta(data: Buffer) -> Meta:
