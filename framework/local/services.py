@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import socket
 import subprocess
 import uuid
@@ -33,9 +34,16 @@ logger.coord.level = warn
 """
 
 
-# On a laptop-sized machine the servers share a few cores with Spark and Python: the C2
-# compiler's warm-up and G1's parallel threads cost more CPU than their speed-up returns.
-LOCAL_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+# On a laptop-sized machine the servers share a few cores with Spark and Python: for the
+# first minutes of a run the C2 compiler and G1's threads take the CPU the pipeline needs
+# (README, "The local stack"). Long runs that want peak throughput set the variable empty.
+DEFAULT_JVM_FLAGS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+JVM_FLAGS_VARIABLE = "FLAMEPIPE_JVM_FLAGS"
+
+
+def local_jvm_flags() -> list[str]:
+    """JVM flags of the embedded stack's servers and local Spark driver."""
+    return os.environ.get(JVM_FLAGS_VARIABLE, DEFAULT_JVM_FLAGS).split()
 
 
 def _write_log4j(path: Path, level: str = "info") -> Path:
@@ -47,7 +55,7 @@ def _jvm(java: str, heap_mb: int, log4j: Path, marker: str, classpath: str) -> l
     return [
         java,
         f"-Xmx{heap_mb}m",
-        *LOCAL_JVM_FLAGS,
+        *local_jvm_flags(),
         "-Djava.net.preferIPv4Stack=true",
         f"-Dlog4j2.configurationFile={log4j}",
         f"-Dflamepipe.stack={marker}",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
 from framework.local.jars import jar_bundle
-from framework.local.services import LOCAL_JVM_FLAGS
+from framework.local.services import local_jvm_flags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,8 +45,8 @@ def spark_session(
         "spark.driver.host": "127.0.0.1",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
-    if settings.spark_master.startswith("local"):
-        conf["spark.driver.extraJavaOptions"] = " ".join(LOCAL_JVM_FLAGS)
+    if settings.spark_master.startswith("local") and (flags := local_jvm_flags()):
+        conf["spark.driver.extraJavaOptions"] = " ".join(flags)
     conf.update(extra_conf or {})
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     for key, value in conf.items():
