@@ -28,11 +28,8 @@ transaction) and is needed until its latest item is at or before ``GT_last``.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
-from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -59,6 +56,7 @@ from framework.services.loop import Service
 from framework.services.mintime import MinTimeView
 from framework.services.output import bundle_records
 from framework.services.positions import BarrierMark, PartitionLedger
+from framework.services.stats import BarrierStats
 from framework.services.tail import last_bundle_header
 from framework.services.writer import (
     OutputWriter,
@@ -68,37 +66,6 @@ from framework.services.writer import (
 )
 
 __all__ = ["BarrierService", "BarrierStats"]
-
-
-@dataclass
-class BarrierStats:
-    """Counters of one barrier run, and how long its recent writes took."""
-
-    records_in: int = 0  # frames
-    items_in: int = 0
-    items_out: int = 0
-    bundles: int = 0
-    commits: int = 0
-    # Seconds from seeing a min time that releases a bundle to its write being done, and
-    # of every write (bundle or not): the price of the write mode (transaction or not).
-    release_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
-    write_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
-
-    def timings(self) -> str:
-        """Recent release and write times, p50/p99 in ms (for status lines)."""
-        return f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}"
-
-
-_RECENT = 1000
-
-
-def _p50_p99(values: Iterable[float]) -> str:
-    ordered = sorted(values)
-    if not ordered:
-        return "-"
-    # Nearest rank: p99 of 10 values is the largest.
-    p50, p99 = ordered[(len(ordered) - 1) // 2], ordered[math.ceil(0.99 * len(ordered)) - 1]
-    return f"p50 {p50 * 1000:.0f} ms / p99 {p99 * 1000:.0f} ms"
 
 
 class BarrierService(Service):
@@ -270,9 +237,9 @@ class BarrierService(Service):
         self._view.check()
         bundle = None
         min_time = self._view.min_time(self.segment)
+        seen_at = time.monotonic()
         replaying = any(ledger.replaying for ledger in self._ledgers.values())
         if min_time > self._min_seen and not replaying:
-            seen_at = time.monotonic()
             self._min_seen = min_time
             before = self._barrier.gt_last
             bundle = self._barrier.on_min_time(min_time)

@@ -1,4 +1,4 @@
-from framework.services.barrier import BarrierStats
+from framework.services.stats import BarrierStats
 
 
 def test_timings_before_any_write_say_so() -> None:
