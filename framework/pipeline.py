@@ -175,16 +175,20 @@ class KeyedStream(_Handle):
         *,
         fold: Callable[[Any, Any], Any] | None = None,
         initial: Any = None,
+        combinable: bool = False,
         name: str = "",
     ) -> Stream:
         """Per key and window, one final `framework.core.windows.WindowResult`.
 
         The result's value folds the window's payloads in global-time order: ``reduce``
         pairwise, or ``fold`` from ``initial``, or the tuple of payloads if neither.
+        ``combinable=True`` declares ``reduce`` associative and commutative: the Spark
+        runner then pre-reduces each task's payloads per key and window pane before the
+        shuffle, so one item per key crosses it instead of one per payload.
         """
         if not isinstance(window, Tumbling | Sliding | Count):
             raise PipelineError(f"aggregate() needs Tumbling, Sliding or Count, got {window!r}")
-        aggregation = Aggregation(window, reduce, fold, initial)
+        aggregation = Aggregation(window, reduce, fold, initial, combinable)
         port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
         return Stream(self.pipeline, port)
 

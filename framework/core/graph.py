@@ -175,6 +175,7 @@ def _validate(graph: Graph) -> None:
     _check_acyclic(graph)
     _check_consumers(graph)
     _check_keys(graph)
+    _check_combinable(graph)
     _check_names(graph)
 
 
@@ -299,3 +300,23 @@ def _check_names(graph: Graph) -> None:
     repeated = sorted({name for name in sinks if sinks.count(name) > 1})
     if repeated:
         raise PipelineError(f"sink names must be unique, repeated: {repeated}")
+
+
+def _check_combinable(graph: Graph) -> None:
+    """A pre-reduced value cannot drop one payload again: no tombstones may reach it."""
+    nodes = {node.id: node for node in graph.nodes}
+    for node in graph.nodes:
+        if node.aggregation is None or not node.aggregation.combinable:
+            continue
+        todo, seen = [p.node for p in node.inputs], set()
+        while todo:
+            upstream = nodes[todo.pop()]
+            if upstream.kind is Kind.GROUP:
+                raise PipelineError(
+                    f"{node.describe()} is combinable but {upstream.describe()} upstream "
+                    "retracts items with tombstones, which a pre-reduced value cannot undo: "
+                    "drop combinable=True"
+                )
+            if upstream.id not in seen:
+                seen.add(upstream.id)
+                todo.extend(p.node for p in upstream.inputs)

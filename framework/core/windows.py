@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -91,17 +92,25 @@ class Aggregation:
     """How a window's payloads (in meta order) become its result value.
 
     ``reduce(a, b)`` folds them pairwise; ``fold(acc, v)`` from ``initial``; with neither,
-    the result is the tuple of payloads.
+    the result is the tuple of payloads. ``combinable``: ``reduce`` is associative and
+    commutative (exactly: a float sum is not), so a runner may pre-reduce the payloads of
+    one key and window pane before the shuffle (map-side combining).
     """
 
     window: WindowSpec
     reduce: Callable[[Any, Any], Any] | None = None
     fold: Callable[[Any, Any], Any] | None = None
     initial: Any = None
+    combinable: bool = False
 
     def __post_init__(self) -> None:
         if self.reduce is not None and self.fold is not None:
             raise PipelineError("aggregate takes reduce or fold, not both")
+        if self.combinable and (self.reduce is None or isinstance(self.window, Count)):
+            raise PipelineError(
+                "combinable=True needs reduce= (associative and commutative) and a Tumbling "
+                "or Sliding window: a fold, a tuple of payloads or a count cannot be pre-reduced"
+            )
         if isinstance(self.window, Count) and self.window.size < 1:
             raise PipelineError(f"count window size must be >= 1, got {self.window.size}")
         if isinstance(self.window, Sliding) and self.window.step_ms > self.window.size_ms:
@@ -117,6 +126,16 @@ class Aggregation:
         if self.reduce is not None:
             return functools.reduce(self.reduce, values)
         return tuple(values)
+
+    def pane_slots(self, delta_ms: int) -> int:
+        """Slots of a pane: a run of slots that lies in the same set of windows (0: count)."""
+        window = self.window
+        if isinstance(window, Tumbling):
+            return _slots(window.size_ms, delta_ms, "window size")
+        if isinstance(window, Sliding):
+            size = _slots(window.size_ms, delta_ms, "window size")
+            return math.gcd(size, _slots(window.step_ms, delta_ms, "window step"))
+        return 0
 
 
 class WindowAggregator:
@@ -148,6 +167,7 @@ class WindowAggregator:
         self._free: dict[object, int] = {}  # count windows: leading items without a hold
         self._acquired: list[int] = []
         self._released: list[int] = []
+        self._changed: dict[object, None] = {}  # keys whose bucket changed since take_changed
         self._min_time = 0
 
     def push(self, record: Record) -> list[Record]:
@@ -160,6 +180,7 @@ class WindowAggregator:
             bucket = self._buckets[keyed.key] = Bucket()
         meta = record.meta
         slot = meta.gt.slot
+        self._changed[keyed.key] = None
         if meta.tombstone:
             if bucket.remove(meta.as_item(), keyed.value) is not None:
                 self._unhold(slot)
@@ -170,12 +191,15 @@ class WindowAggregator:
         if self._count:
             self._due_at(0, keyed.key)
         else:
-            first = (slot - self._size) // self._step + 1
-            for index in range(first, slot // self._step + 1):
-                end = index * self._step + self._size
-                if end > self._min_time:  # after a restore, earlier windows are done
-                    self._due_at(end, keyed.key)
+            self._due_item(keyed.key, slot)
         return []
+
+    def _due_item(self, key: object, slot: int) -> None:
+        first = (slot - self._size) // self._step + 1
+        for index in range(first, slot // self._step + 1):
+            end = index * self._step + self._size
+            if end > self._min_time:  # after a restore, earlier windows are done
+                self._due_at(end, key)
 
     def on_min_time(self, slot: int) -> list[Record]:
         """Results of every window that min time ``slot`` completes, in window-end order."""
@@ -211,6 +235,62 @@ class WindowAggregator:
     def held(self) -> frozenset[int]:
         """Slots currently held."""
         return frozenset(self._holds)
+
+    @property
+    def min_time(self) -> int:
+        """The highest min time seen: every window ending at or before it was emitted."""
+        return self._min_time
+
+    def next_due(self) -> int | None:
+        """The end of the earliest time window still to emit (None: none, or count windows)."""
+        return self._ends[0] if self._ends else None
+
+    # A changelog (one record per changed key, plus the min time) keeps the state of a
+    # time-window aggregator outside the process; holds and due windows are derived from it.
+
+    def take_changed(self) -> list[object]:
+        """Keys whose bucket changed since the last call."""
+        changed = list(self._changed)
+        self._changed.clear()
+        return changed
+
+    def bucket_state(self, key: object) -> tuple[list[Any], list[Any], list[Any]] | None:
+        """One key's bucket as plain lists (metas, values, early tombstones), or None."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        return (list(bucket.metas), list(bucket.values), list(bucket.early))
+
+    def put_bucket(self, key: object, state: tuple[list[Any], list[Any], list[Any]] | None) -> None:
+        """Replace ``key``'s bucket by a changelog state.
+
+        Holds change silently: the state was written with the acks of its holds.
+        """
+        if self._count:
+            raise PipelineError("count windows keep no changelog: run them in framework.testing")
+        old = self._buckets.pop(key, None)
+        if old is not None:
+            for meta in old.metas:
+                self._unhold(meta.gt.slot, silent=True)
+        if state is None:
+            return
+        metas, values, early = state
+        bucket = Bucket(
+            [meta_from_plain(m) for m in metas],
+            list(values),
+            [(meta_from_plain(m), v) for m, v in early],
+        )
+        self._buckets[key] = bucket
+        for meta in bucket.metas:
+            slot = meta.gt.slot
+            self._hold(slot, silent=True)
+            self._due_item(key, slot)
+
+    def put_min_time(self, slot: int) -> None:
+        """Set the min time a changelog recorded: windows ending by then were emitted."""
+        self._min_time = max(self._min_time, slot)
+        while self._ends and self._ends[0] <= self._min_time:
+            del self._due[heapq.heappop(self._ends)]
 
     def _time_result(self, key: object, end: int) -> Record | None:
         bucket = self._buckets.get(key)
@@ -268,6 +348,8 @@ class WindowAggregator:
 
     def _prune(self, key: object, count: int) -> None:
         bucket = self._buckets[key]
+        if count:
+            self._changed[key] = None
         free = self._free.pop(key, 0)
         for meta in bucket.metas[free:count]:
             self._unhold(meta.gt.slot)
@@ -278,19 +360,20 @@ class WindowAggregator:
         if not bucket.metas and not bucket.early:
             del self._buckets[key]
 
-    def _hold(self, slot: int) -> None:
+    def _hold(self, slot: int, *, silent: bool = False) -> None:
         count = self._holds.get(slot, 0)
-        if not count:
+        if not count and not silent:
             self._acquired.append(slot)
         self._holds[slot] = count + 1
 
-    def _unhold(self, slot: int) -> None:
+    def _unhold(self, slot: int, *, silent: bool = False) -> None:
         count = self._holds[slot] - 1
         if count:
             self._holds[slot] = count
         else:
             del self._holds[slot]
-            self._released.append(slot)
+            if not silent:
+                self._released.append(slot)
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain data: buffered items per key and the last min time."""

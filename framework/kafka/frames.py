@@ -13,6 +13,10 @@ Wire format, version 1:
   ``(slot, front, offset, child_ids, trace, tombstone, ack, *payload)``, where payload is
   ``key, hash, value`` of a `Keyed` if ``keyed``, else the payload alone. Plain tuples, not
   `Meta` and `Keyed`: pickling a NamedTuple costs a Python call per object (3x slower).
+* a *tick* is a keyed frame without items: the driver sends one to make an aggregate
+  stage run a batch when its min time completes a window and no data is arriving;
+* a *tick* is a keyed frame without items: the driver sends one to make an aggregate
+  stage run a batch when its min time completes a window and no data is arriving;
 * a frame holds at most ``FRAME_ITEMS`` items and ``FRAME_BYTES`` (one larger item
   travels alone), well below the broker's default 1 MB record limit.
 
@@ -45,6 +49,7 @@ __all__ = [
     "FrameItem",
     "decode_frame",
     "read_items",
+    "tick_frame",
 ]
 
 FRAME_HEADER = "fp.frame"
@@ -135,8 +140,8 @@ def decode_frame(version: bytes, value: bytes, where: str) -> list[FrameItem]:
         )
     try:
         keyed, rows = pickle.loads(value)
-        if not rows:
-            raise ValueError("no items")  # a writer never sends an empty frame
+        if not rows and keyed is not True:
+            raise ValueError("no items")  # only a tick (keyed) is an empty frame
         if keyed is True:
             return [
                 (_new(Meta, (_new(GlobalTime, (s, f, o)), c, t, b)), a, _new(Keyed, (k, h, v)))
@@ -180,3 +185,8 @@ def read_items(headers: Headers | None, value: bytes | None, where: str) -> list
 
 def _bytes(raw: bytes | str | None) -> bytes:
     return raw.encode() if isinstance(raw, str) else (raw or b"")
+
+
+def tick_frame() -> bytes:
+    """A frame without items: it makes a stage run a batch (an aggregate emit its windows)."""
+    return pickle.dumps((True, []), protocol=5)

@@ -17,11 +17,20 @@ transaction. Per task and batch:
 5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
    one record per shard, ending with this node's time, so the acks become visible exactly
    when the outputs do.
-6. A grouping's changed buckets are appended to its changelog, in the same transaction.
+6. A grouping's or aggregate's changed buckets are appended to its changelog, in the same
+   transaction (an aggregate's min time too).
+7. An aggregate stage emits every window that the min time the driver passed completes,
+   through the rest of the stage, and acks its holds into its downstream segment: a slot
+   becomes held with a value fixed by (aggregate, partition, slot) and released with it.
+
+Map-side combining: items bound for a ``combinable`` aggregate are pre-reduced per key
+and window pane before they leave; the partial carries the largest meta of its payloads,
+so the aggregate's result (meta of the window's last item) is the same either way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +46,7 @@ from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
 from framework.core.physical import stateless_operation
 from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime, front_id, slot_of
+from framework.core.windows import Aggregation, Count, WindowAggregator
 from framework.errors import DecodeError, PipelineError
 from framework.kafka.frames import FRAME_HEADERS, FrameBuilder, read_items
 from framework.kafka.serde import Pickle
@@ -44,16 +54,24 @@ from framework.kafka.wire import dead_letter, encode_ack_batch
 from framework.runtime.stages import ExitKind, Stage, Topics
 
 __all__ = [
+    "MIN_TIME_KEY",
     "InRecord",
     "OutRecord",
     "SourceDecoder",
     "StageProgram",
     "StageSpec",
+    "StageState",
     "TaskResult",
     "apply_changelog",
 ]
 
 _PICKLE = Pickle()
+
+MIN_TIME_KEY = b"\xfffp.min_time"
+"""Changelog key of an aggregate's min time (no key's canonical bytes start with 0xff)."""
+
+StageState = Grouping | WindowAggregator
+"""The state of a stage that starts with a grouping or an aggregate."""
 
 
 class InRecord(NamedTuple):
@@ -114,6 +132,7 @@ class TaskResult:
     tombstones: int = 0
     last_offset: int = -1
     max_timestamp_ms: int = -1
+    next_due: int = -1  # an aggregate's earliest window end still to emit (-1: none)
 
 
 class _ExitRoute(NamedTuple):
@@ -125,6 +144,8 @@ class _ExitRoute(NamedTuple):
     partitions: int
     segment: str  # the target's, which the item is acked as sent into
     shuffle: bool  # to a grouping: partitioned by key hash, keyed frames
+    aggregation: Aggregation | None  # the target's, if it may be pre-reduced
+    pane: int  # slots of the target's window panes (combining)
 
 
 class StageProgram:
@@ -140,46 +161,66 @@ class StageProgram:
         self._routes: dict[str, list[str | None]] = {}
         for node_id in spec.stage.nodes:
             node = graph.node(node_id)
-            if node.kind not in (Kind.SOURCE, Kind.GROUP):
-                if node.kind is Kind.AGGREGATE:
-                    raise PipelineError(
-                        f"{node.describe()}: windowed aggregate is not supported on the Spark "
-                        "runner yet; use group() or run it in framework.testing"
-                    )
+            if node.kind not in (Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE):
                 self._ops[node_id] = stateless_operation(graph.name, node)
             self._routes[node_id] = [
                 None if Port(node_id, p) in spec.stage.exits else consumers[Port(node_id, p)].id
                 for p in range(node.ports)
             ]
-        self._exits = {
-            port: _ExitRoute(
-                port.node,
-                exit_.target,
-                exit_.topic,
-                spec.partitions[exit_.topic],
-                self._segment[exit_.target],
-                exit_.kind is ExitKind.SHUFFLE,
-            )
-            for port, exit_ in spec.stage.exits.items()
-        }
+        self._exits = {port: self._route(port, exit_) for port, exit_ in spec.stage.exits.items()}
         entry = graph.node(spec.stage.entry)
         self.window = entry.window if entry.kind is Kind.GROUP else 0
-        self.group_op_id = op_id_of(graph.name, entry.id) if self.window else 0
+        self.aggregation = entry.aggregation if entry.kind is Kind.AGGREGATE else None
+        if self.aggregation is not None and isinstance(self.aggregation.window, Count):
+            raise PipelineError(
+                f"{entry.describe()}: count windows are not supported on the Spark runner yet; "
+                "use a Tumbling or Sliding window, or run it in framework.testing"
+            )
+        self.entry_op_id = op_id_of(graph.name, entry.id)
+        # The segment an aggregate's results start (its holds live there).
+        self.hold_segment = ""
+        if self.aggregation is not None:
+            self.hold_segment = self._segment[consumers[Port(entry.id, 0)].id]
 
-    def new_grouping(self) -> Grouping | None:
-        """A fresh grouping for one hash unit, if this stage starts with one."""
-        return Grouping(self.group_op_id, self.window) if self.window else None
+    def _route(self, port: Port, exit_: Any) -> _ExitRoute:
+        target = self.spec.graph.node(exit_.target)
+        aggregation = target.aggregation
+        combining = aggregation is not None and aggregation.combinable
+        return _ExitRoute(
+            port.node,
+            exit_.target,
+            exit_.topic,
+            self.spec.partitions[exit_.topic],
+            self._segment[exit_.target],
+            exit_.kind is ExitKind.SHUFFLE,
+            aggregation if combining else None,
+            aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
+        )
+
+    def new_state(self) -> StageState | None:
+        """Fresh state for one hash unit, if this stage starts with a grouping or aggregate."""
+        if self.window:
+            return Grouping(self.entry_op_id, self.window)
+        if self.aggregation is not None:
+            return WindowAggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
+        return None
 
     def run(
         self,
         records: Iterable[InRecord],
-        grouping: Grouping | None,
+        state: StageState | None,
         node: int,
         node_time: int,
         rng: Callable[[], int] | None = None,
+        *,
+        min_slot: int = 0,
     ) -> TaskResult:
-        """Process one partition's batch; see the module docstring for the steps."""
-        run = _TaskRun(self, grouping, rng or _ack_value)
+        """Process one partition's batch; see the module docstring for the steps.
+
+        ``min_slot``: the min time of the stage's segment, which completes an aggregate's
+        windows.
+        """
+        run = _TaskRun(self, state, rng or _ack_value)
         result = run.result
         decoded: list[tuple[Record, InRecord, int]] = []
         for record in records:
@@ -193,12 +234,17 @@ class StageProgram:
         decoded.sort(key=_by_meta)
         for item, record, index in decoded:
             run.flow(item, record, index)
+        if isinstance(state, WindowAggregator):
+            # Step 7
+            run.emit_windows(state, min_slot)
+            due = state.next_due()
+            result.next_due = -1 if due is None else due
         run.write_frames()
         # Step 5
         run.close(node, node_time)
         # Step 6
-        if grouping is not None:
-            run.changelog(grouping, record_partition=run.partition)
+        if state is not None:
+            run.changelog(state, record_partition=run.partition)
         return result
 
 
@@ -215,17 +261,19 @@ class _TaskRun:
     """The mutable part of one task execution."""
 
     def __init__(
-        self, program: StageProgram, grouping: Grouping | None, rng: Callable[[], int]
+        self, program: StageProgram, state: StageState | None, rng: Callable[[], int]
     ) -> None:
         self.program = program
         self.spec = program.spec
-        self.grouping = grouping
+        self.state = state
         self.rng = rng
         self.acker = LocalAcker()
         self.result = TaskResult()
         self.partition = -1
         self.frames: dict[tuple[str, int], FrameBuilder] = {}
         self._fronts: dict[tuple[str, int], int] = {}
+        # Combining: (exit, key, pane) -> [largest meta, key hash, reduced value]
+        self._partials: dict[tuple[str, object, int], list[Any]] = {}
         entry = self.spec.stage.entry
         self._entry_segment = program._segment[entry]
         self._appliers: dict[str, Callable[[Record], list[Record]]] = {}
@@ -235,6 +283,8 @@ class _TaskRun:
                 self._appliers[node_id] = _alone
             elif kind is Kind.GROUP:
                 self._appliers[node_id] = self._group
+            elif kind is Kind.AGGREGATE:
+                self._appliers[node_id] = self._aggregate
             else:
                 self._appliers[node_id] = program._ops[node_id].apply
 
@@ -291,14 +341,17 @@ class _TaskRun:
         A node's outputs leaving the stage are emitted first, then each output staying in
         it is followed to the end before the next one.
         """
-        outputs = self._appliers[node_id](record)
+        self._forward(node_id, self._appliers[node_id](record))
+
+    def _forward(self, node_id: str, outputs: list[Record]) -> None:
         routes = self.program._routes[node_id]
         if len(routes) == 1:  # the common case: one port, one way on
             target = routes[0]
             if target is None:
                 route = self.program._exits[Port(node_id, 0)]
+                send = self._combine if route.aggregation is not None else self._emit
                 for out in outputs:
-                    self._emit(route, out)
+                    send(route, out)
             else:
                 for out in outputs:
                     self._flow(target, out)
@@ -307,15 +360,53 @@ class _TaskRun:
         for port, out in enumerate(outputs):
             target = routes[port]
             if target is None:
-                self._emit(self.program._exits[Port(node_id, port)], out)
+                route = self.program._exits[Port(node_id, port)]
+                (self._combine if route.aggregation is not None else self._emit)(route, out)
             else:
                 staged.append((target, out))
         for target, out in staged:
             self._flow(target, out)
 
+    def _aggregate(self, record: Record) -> list[Record]:
+        assert isinstance(self.state, WindowAggregator)
+        return self.state.push(record)
+
+    def emit_windows(self, aggregator: WindowAggregator, min_slot: int) -> None:
+        """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
+        entry = self.spec.stage.entry
+        results = aggregator.on_min_time(min_slot)
+        try:
+            self._forward(entry, results)
+        except PipelineError as exc:
+            # A window's result is no input record: nothing to send to the dead letters.
+            raise PipelineError(f"after {entry}: {exc}") from exc
+        acquired, released = aggregator.take_holds()
+        segment, ack = self.program.hold_segment, self.acker.ack
+        for slot in acquired + released:
+            ack(segment, slot, _hold_value(self.program.entry_op_id, self.partition, slot))
+
+    def _combine(self, route: _ExitRoute, record: Record) -> None:
+        """Step 3 for a combinable aggregate: fold the item into its key's pane partial."""
+        keyed = record.value
+        meta = record.meta
+        if not isinstance(keyed, Keyed) or meta.tombstone:
+            self._emit(route, record)  # the error, or a case validation rules out
+            return
+        index = (route.target, keyed.key, meta.gt.slot // route.pane)
+        partial = self._partials.get(index)
+        if partial is None:
+            self._partials[index] = [meta, keyed.hash, keyed.value, route]
+            return
+        assert route.aggregation is not None and route.aggregation.reduce is not None
+        try:
+            partial[2] = route.aggregation.reduce(partial[2], keyed.value)
+        except Exception as exc:
+            raise PipelineError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
+        partial[0] = max(partial[0], meta)
+
     def _group(self, record: Record) -> list[Record]:
-        assert self.grouping is not None
-        outputs = self.grouping.push(record)
+        assert isinstance(self.state, Grouping)
+        outputs = self.state.push(record)
         if len(outputs) == 1:  # the common case, without a generator
             self.result.tombstones += outputs[0].meta.tombstone
         else:
@@ -341,7 +432,10 @@ class _TaskRun:
         self.result.items_out += 1
 
     def write_frames(self) -> None:
-        """Step 3, at the end: every partition's items as frames (no key: see frames)."""
+        """Step 3, at the end: partials, then every partition's items as frames (no key)."""
+        for (_, key, _), (meta, hash_, value, route) in self._partials.items():
+            self._emit(route, Record(meta, Keyed(key, hash_, value)))
+        self._partials.clear()
         records = self.result.records
         for (topic, partition), builder in self.frames.items():
             for value in builder.frames():
@@ -384,14 +478,18 @@ class _TaskRun:
             value = encode_ack_batch(node, node_time, shard_acks, [])
             self.result.records.append(OutRecord(topic, shard, None, value))
 
-    def changelog(self, grouping: Grouping, record_partition: int) -> None:
-        """Step 6: the new state of every changed bucket (None: deleted)."""
+    def changelog(self, state: StageState, record_partition: int) -> None:
+        """Step 6: the new state of every changed bucket (None: deleted), the min time."""
         topic = self.spec.topics.state(self.spec.stage.entry)
-        for key in grouping.take_changed():
+        records = self.result.records
+        if isinstance(state, WindowAggregator) and state.min_time:
+            value = _PICKLE.dumps((None, state.min_time))
+            records.append(OutRecord(topic, record_partition, MIN_TIME_KEY, value))
+        for key in state.take_changed():
             # The Kafka key is canonical (equal keys compact together); the value carries
             # the key itself, and None for a deleted bucket, so replay needs nothing else.
-            value = _PICKLE.dumps((key, _plain_state(grouping.bucket_state(key))))
-            self.result.records.append(OutRecord(topic, record_partition, key_bytes(key), value))
+            value = _PICKLE.dumps((key, _plain_state(state.bucket_state(key))))
+            records.append(OutRecord(topic, record_partition, key_bytes(key), value))
 
 
 def _plain_state(state: tuple[list[Meta], list[Any], list[Any]] | None) -> Any:
@@ -426,9 +524,22 @@ def _item_record(frame: InRecord, item: Record) -> InRecord:
     return frame._replace(key=key, value=_PICKLE.dumps(payload), headers=())
 
 
-def apply_changelog(grouping: Grouping, values: Iterable[bytes | None]) -> None:
-    """Replay changelog record values, oldest first, into ``grouping`` (latest wins)."""
-    for value in values:
-        if value is not None:
-            key, state = _PICKLE.loads(value)
-            grouping.put_bucket(key, state)
+def _hold_value(op_id: int, partition: int, slot: int) -> int:
+    """The ack value of an aggregate's hold: fixed, so a release needs no memory of it."""
+    digest = hashlib.blake2b(f"{op_id}/{partition}/{slot}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") | 1
+
+
+def apply_changelog(
+    state: StageState, records: Iterable[tuple[bytes | None, bytes | None]]
+) -> None:
+    """Replay changelog ``(key, value)`` records, oldest first, into ``state`` (latest wins)."""
+    for kafka_key, value in records:
+        if value is None:
+            continue
+        key, bucket = _PICKLE.loads(value)
+        if kafka_key == MIN_TIME_KEY:
+            if isinstance(state, WindowAggregator):
+                state.put_min_time(bucket)
+        else:
+            state.put_bucket(key, bucket)

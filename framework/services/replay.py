@@ -102,11 +102,17 @@ def start_replay(
     bootstrap = settings.kafka_bootstrap
     start = ReplayStart(offsets)
     stateful = any(True for _ in graph.by_kind(Kind.GROUP))
+    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
     epochs = Epochs(settings.zookeeper, graph.name)
     try:
         current = epochs.current()
         planned = 1 if current is None else current.epoch + 1
         # Step 2
+        if aggregates and not _is_start(bootstrap, offsets):
+            raise ConfigError(
+                f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state "
+                "snapshots do not cover yet: replay from the start (--from-start) instead"
+            )
         if stateful and not _is_start(bootstrap, offsets):
             found = restore(offsets, planned) if restore is not None else None
             if found is None:

@@ -95,7 +95,7 @@ class ChangelogCopies:
         values = self._read(ends)
         for part, end in ends.items():
             copy = self.copies[part]
-            apply_changelog(copy.grouping, values.get(part, []))
+            apply_changelog(copy.grouping, [(None, v) for v in values.get(part, [])])
             copy.grouping.take_changed()  # a copy writes no changelog of its own
             copy.position = end
         count = sum(len(v) for v in values.values())

@@ -5,9 +5,11 @@ Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and b
 1. Read the task's rows (one Kafka partition's offset range of this micro-batch).
 2. If the stage's consumer group already committed a position at or past the range's
    end, this batch was committed by an earlier attempt: do nothing.
-3. Bring the partition's grouping state up to date: this worker's cached copy plus what
-   the changelog gained since (another worker may have run the partition meanwhile).
-4. Run the stage program; prune the grouping with the min time the driver passed.
+3. Bring the partition's state (grouping or aggregate) up to date: this worker's cached
+   copy plus what the changelog gained since (another worker may have run the partition
+   meanwhile).
+4. Run the stage program with the min time the driver passed: it prunes a grouping and
+   completes an aggregate's windows.
 5. Commit outputs, dead letters, acks, changelog and the new position in one transaction.
    On failure drop the cached state, which may be ahead of what was committed. On success
    the changelog reader skips the records just written when that is provably safe
@@ -26,13 +28,19 @@ from framework.core.grouping import Grouping
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.txn import TaskCommitter
-from framework.runtime.task import InRecord, StageProgram, StageSpec, apply_changelog
+from framework.runtime.task import (
+    InRecord,
+    StageProgram,
+    StageSpec,
+    StageState,
+    apply_changelog,
+)
 
 __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
 
 SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
-    "tombstones LONG, skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG"
+    "tombstones LONG, skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG, next_due LONG"
 )
 
 
@@ -41,7 +49,7 @@ def _keep(_: object) -> None:
 
 
 _programs: ProcessCache[tuple[str, str, str], StageProgram] = ProcessCache(_keep)
-_states: ProcessCache[tuple[str, str, int, str], tuple[Grouping, ChangelogReader]] = ProcessCache(
+_states: ProcessCache[tuple[str, str, int, str], tuple[StageState, ChangelogReader]] = ProcessCache(
     _keep, limit=1024
 )
 
@@ -54,7 +62,7 @@ class TaskContext:
     bootstrap: str
     run_id: str  # stable across restarts from the same checkpoint
     batch_id: int
-    min_slot: int  # min time of the stage's entry segment, for pruning
+    min_slot: int  # min time of the stage's entry segment: prunes, completes windows
 
     @property
     def group(self) -> str:
@@ -145,13 +153,13 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
     state_key = (app, stage, partition, ctx.run_id)
-    grouping, reader = _grouping(ctx, program, state_key, partition)
+    state, reader = _state(ctx, program, state_key, partition)
     try:
         # Step 4
-        if grouping is not None:
-            grouping.on_min_time(ctx.min_slot)
+        if isinstance(state, Grouping):
+            state.on_min_time(ctx.min_slot)
         node = node_id(app, stage, partition, ctx.run_id)
-        result = program.run(records, grouping, node, ctx.batch_id + 1)
+        result = program.run(records, state, node, ctx.batch_id + 1, min_slot=ctx.min_slot)
         # Step 5
         offsets = committer.commit(result.records, ctx.group, {(topic, partition): end})
         if reader is not None and offsets is not None:
@@ -168,23 +176,24 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         "items_out": result.items_out,
         "dead_letters": result.dead_letters,
         "tombstones": result.tombstones,
+        "next_due": result.next_due,
     }
 
 
-def _grouping(
+def _state(
     ctx: TaskContext, program: StageProgram, key: tuple[str, str, int, str], partition: int
-) -> tuple[Grouping | None, ChangelogReader | None]:
+) -> tuple[StageState | None, ChangelogReader | None]:
     # Step 3
-    fresh = program.new_grouping()
+    fresh = program.new_state()
     if fresh is None:
         return None, None
     topic = ctx.spec.topics.state(ctx.spec.stage.id)
-    grouping, reader = _states.get(
+    state, reader = _states.get(
         key, lambda: (fresh, ChangelogReader(ctx.bootstrap, topic, partition))
     )
-    apply_changelog(grouping, [value for _, value in reader.catch_up()])
-    grouping.take_changed()  # replayed state is already in the changelog
-    return grouping, reader
+    apply_changelog(state, reader.catch_up())
+    state.take_changed()  # replayed state is already in the changelog
+    return state, reader
 
 
 def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str, Any]:
@@ -198,4 +207,5 @@ def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str
         "skipped": skipped,
         "last_offset": max(r.offset for r in records),
         "max_timestamp_ms": max(r.timestamp_ms for r in records),
+        "next_due": -2,  # unknown: the driver keeps what it knew
     }

@@ -11,7 +11,8 @@ Start-up protocol of `SparkRunner.start`:
 3. Start the min-time view the stages prune with and, with embedded services (the
    default), the acker service and one barrier service per sink; otherwise ``flamepipe
    acker`` and ``flamepipe barrier`` run them as processes of their own.
-4. Start one streaming query per stage, then the front heartbeats.
+4. Start one streaming query per stage, then the front heartbeats and the window ticks
+   of aggregate stages (`framework.spark.ticks`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from framework.services.plan import kafka_sources, pre_topic_spec, sink_nodes
 from framework.snapshots.plan import CommittedSlot
 from framework.spark.fronts import FrontHeartbeats
 from framework.spark.stages import StageQuery, StageStats
+from framework.spark.ticks import WindowTicks
 from framework.zk.records import Offsets
 
 __all__ = ["PipelineRun", "SparkRunner"]
@@ -132,6 +134,7 @@ class PipelineRun:
         self.services: list[Any] = []
         self.view: Any = None
         self.fronts: FrontHeartbeats | None = None
+        self.ticks: WindowTicks | None = None
         self._committed: CommittedSlot | None = None
 
     @property
@@ -168,6 +171,16 @@ class PipelineRun:
             interval_ms=self.settings.heartbeat_ms,
         )
         self.fronts.start()
+        aggregates = [
+            q
+            for q in self.queries.values()
+            if self.graph.node(q.spec.stage.entry).kind is Kind.AGGREGATE
+        ]
+        if aggregates:
+            self.ticks = WindowTicks(
+                self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
+            )
+            self.ticks.start()
 
     def _read_epoch(self) -> None:
         from framework.zk import Epochs
@@ -223,14 +236,22 @@ class PipelineRun:
         )
         segment = self.graph.segments().of_node[stage.entry]
         view, committed = self.view, self._committed_slot()
+        if view is None:
+            min_slot: Callable[[], int] = lambda: 0  # noqa: E731
+        elif self.graph.node(stage.entry).kind is Kind.AGGREGATE:
+            # An aggregate's min time completes windows; snapshots do not cover aggregates
+            # (a replay of a pipeline with one starts at the beginning), so nothing caps it.
+            min_slot = lambda: view.min_time(segment)  # noqa: E731
+        else:
+            # Prune only below the committed snapshot: a later snapshot is cut from the
+            # state, which must still hold what it needs (snapshots-from-changelogs.md).
+            min_slot = lambda: min(view.min_time(segment), committed())  # noqa: E731
         query = StageQuery(
             spec,
             self.bootstrap,
             self._checkpoints() / stage.id,
             self.settings,
-            # Prune only below the committed snapshot: a later snapshot is cut from the
-            # state, which must still hold what it needs (snapshots-from-changelogs.md).
-            (lambda: min(view.min_time(segment), committed())) if view is not None else (lambda: 0),
+            min_slot,
             starting_offsets=self._starting_offsets(stage),
         )
         query.start(self.spark)
@@ -260,6 +281,8 @@ class PipelineRun:
                 raise PipelineError(f"stage {stage} of {self.graph.name!r} failed: {reason}")
         if self.fronts is not None and self.fronts.error is not None:
             raise PipelineError(f"front heartbeats failed: {self.fronts.error}")
+        if self.ticks is not None and self.ticks.error is not None:
+            raise PipelineError(f"window ticks failed: {self.ticks.error}")
         for service in self.services:
             error = getattr(service, "error", None)
             if error is not None:
@@ -309,6 +332,8 @@ class PipelineRun:
         """Stop heartbeats, queries, then services (each waits for its current work)."""
         if self.fronts is not None:
             self.fronts.stop()
+        if self.ticks is not None:
+            self.ticks.stop()
         for query in self.queries.values():
             query.stop()
         for service in reversed(self.services):

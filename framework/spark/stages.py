@@ -82,6 +82,31 @@ class StageQuery:
         self.stats = StageStats()
         self.run_id = _run_id(checkpoint)
         self.query: Any = None
+        # Aggregate stages: per input partition the earliest window end still to emit
+        # (-1: none; missing: unknown) and the ticks sent for it (framework.spark.ticks).
+        self._due: dict[int, int] = {}
+        self._ticked: dict[int, tuple[int, float]] = {}
+        self._due_lock = threading.Lock()
+
+    @property
+    def topic(self) -> str:
+        """The stage's input topic."""
+        return self.spec.stage.topic
+
+    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
+        """Partitions whose next window ``min_slot`` completes, without a recent tick."""
+        out: list[int] = []
+        with self._due_lock:
+            for partition in range(self.spec.partitions[self.topic]):
+                due = self._due.get(partition, 0)
+                if due < 0 or due > min_slot:
+                    continue
+                ticked = self._ticked.get(partition)
+                if ticked is not None and ticked[0] == due and now - ticked[1] < retry_s:
+                    continue
+                self._ticked[partition] = (due, now)
+                out.append(partition)
+        return out
 
     def start(self, spark: Any) -> None:
         """Start the query (it runs on Spark's own thread)."""
@@ -117,6 +142,11 @@ class StageQuery:
         ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         self.stats.add(rows)
+        with self._due_lock:
+            for row in rows:
+                if row["next_due"] != -2:  # -2: the task was skipped, its state unknown
+                    self._due[row["partition"]] = row["next_due"]
+                    self._ticked.pop(row["partition"], None)
 
     def consumed(self) -> tuple[Any, dict[int, int]]:
         """Spark's last progress report and the last timestamp read per partition.

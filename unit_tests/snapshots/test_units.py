@@ -48,7 +48,7 @@ def canonical(state: dict[str, Any]) -> dict[object, tuple[Any, ...]]:
 def through_changelog(data: bytes, window: int) -> Grouping:
     """A fresh grouping fed the changelog records seeded from saved unit bytes."""
     grouping = Grouping(OP, window)
-    apply_changelog(grouping, [value for _, value in changelog_records(decode_unit(data, "t"))])
+    apply_changelog(grouping, changelog_records(decode_unit(data, "t")))
     return grouping
 
 
