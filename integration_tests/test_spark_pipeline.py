@@ -8,9 +8,9 @@ from collections import Counter
 from typing import Any
 
 from framework.config import Settings
-from framework.demos.oracle import pair_key, word_pairs_oracle
+from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
-from framework.demos.wordcount import word_pairs, wordcount
+from framework.demos.wordcount import windowed_counts, word_pairs, wordcount
 from integration_tests.pipeline_helpers import produce_lines, read_output, running
 
 
@@ -146,3 +146,32 @@ def test_two_groupings_in_sequence_equal_the_in_process_harness(
     expected = harness.run(InProcessRunner()).values()
     assert Counter(map(pair_key, items)) == Counter(map(pair_key, expected))
     assert len(items) == sum(len(line.split()) - 1 for line in lines)
+
+
+def test_windowed_count_equals_the_oracle_and_crosses_the_shuffle_pre_reduced(
+    stack: Settings, spark: Any
+) -> None:
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("win")
+    source, sink = f"{app}-lines", f"{app}-counts"
+    window_ms = 200
+    lines = generate_lines(600, words_per_line=6, vocabulary=40, seed=5)
+    with running(settings, spark, windowed_counts(app, source, sink, window_ms=window_ms)) as run:
+        # Three bursts a window apart: several windows, each closed by min time alone
+        # once input stops (the last ones by the driver's ticks).
+        for burst in range(3):
+            until = produce_lines(bootstrap, source, lines[burst::3], partitions=2)
+            time.sleep(window_ms / 1000)
+        run.wait_released(until + window_ms, timeout_s=120)
+        items = read_output(bootstrap, sink)
+        aggregate = run.stats["3-aggregate"]
+        ticks = run.ticks.sent if run.ticks is not None else 0
+    released = Counter({(word, start): n for word, start, n in items})
+    assert len(items) == len(released), "a window was released twice"
+    oracle = window_counts_oracle(bootstrap, source, window_ms)
+    assert released == oracle
+    assert len({start for _, start in oracle}) >= 3
+    words = sum(len(line.split()) for line in lines)
+    assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
+    assert ticks > 0

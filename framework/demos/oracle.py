@@ -8,7 +8,7 @@ from collections import Counter
 from framework.core.time import GlobalTime
 from framework.kafka.read import read_to_end
 
-__all__ = ["pair_key", "word_pairs_oracle"]
+__all__ = ["pair_key", "window_counts_oracle", "word_pairs_oracle"]
 
 
 def pair_key(item: object) -> str:
@@ -36,3 +36,15 @@ def word_pairs_oracle(bootstrap: str, topic: str, delta_ms: int) -> Counter[str]
         for i, line_id in enumerate(ids):
             result[pair_key([word, [*ids[max(0, i - 1) : i], line_id]])] += 1
     return result
+
+
+def window_counts_oracle(bootstrap: str, topic: str, window_ms: int) -> Counter[tuple[str, int]]:
+    """``(word, window start ms) -> count`` of the input topic as Kafka stored it (its
+    records' LogAppendTime decides the window, as in flamepipe)."""
+    counts: Counter[tuple[str, int]] = Counter()
+    for msg in read_to_end(bootstrap, topic):
+        _, stamp = msg.timestamp()
+        start = stamp // window_ms * window_ms
+        for word in (msg.value() or b"").decode().split():
+            counts[(word, start)] += 1
+    return counts

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from connectors import KafkaSink, KafkaSource
-from framework.pipeline import Pipeline
+from framework.core.windows import WindowResult
+from framework.pipeline import Pipeline, Tumbling
 
 __all__ = [
     "COUNT_WINDOW",
@@ -17,6 +18,7 @@ __all__ = [
     "strict_split",
     "tagged_words",
     "two_groupings",
+    "windowed_counts",
     "word_pairs",
     "wordcount",
 ]
@@ -108,5 +110,38 @@ def two_groupings(name: str, source: Any, sink: Any) -> Pipeline:
         .group(window=3)
         .map(letter_window)
         .sink(sink)
+    )
+    return p
+
+
+def word_ones(line: str) -> list[tuple[str, int]]:
+    """``(word, 1)`` for every word of a line."""
+    return [(word, 1) for word in line.split()]
+
+
+def add_counts(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
+    """Two counts of one word added: associative and commutative, so combinable."""
+    return (a[0], a[1] + b[1])
+
+
+def window_count(result: WindowResult) -> list[Any]:
+    """``[word, window start ms, count]``."""
+    value: tuple[str, int] = result.value  # type: ignore[assignment]
+    return [result.key, result.start_ms, value[1]]
+
+
+def windowed_counts(
+    name: str, source: str, sink: str, *, window_ms: int = 1000, partitions: int = 2
+) -> Pipeline:
+    """Per word and tumbling window of ``window_ms``, one count; pre-reduced before the
+    shuffle (``combinable``), so one item per word and task batch crosses it."""
+    p = Pipeline(name)
+    (
+        p.source(KafkaSource(source, partitions=partitions))
+        .flat_map(word_ones)
+        .key_by(_word)
+        .aggregate(Tumbling(window_ms), reduce=add_counts, combinable=True)
+        .map(window_count)
+        .sink(KafkaSink(sink))
     )
     return p
