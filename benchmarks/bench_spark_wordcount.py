@@ -7,7 +7,14 @@ Spark's progress. ``--warm`` first runs 200 lines through, so the backlog does n
 Python workers' start-up; ``--batches`` prints every batch's progress; ``--cpu`` the CPU
 time each process of the stack used meanwhile (from /proc).
 
-Run: ``.venv/bin/python benchmarks/bench_spark_wordcount.py [lines] [words-per-line] [--warm]``
+The pipeline is `word_pairs` (a count-2 grouping: one output per word), or with
+``--windowed`` `windowed_counts` (a combinable count per word and 1 s tumbling window:
+the source stage pre-reduces, one item per word and task batch crosses the shuffle); then
+the clock stops when the aggregate stage has taken every partial the source stage sent,
+and the time until every window was released is printed as well.
+
+Run: ``.venv/bin/python benchmarks/bench_spark_wordcount.py [lines] [words-per-line] [--warm]
+[--windowed] [--cpu]``
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.demos.text import generate_lines
-from framework.demos.wordcount import word_pairs
+from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.local.provision import provision
 from framework.spark import SparkRunner, spark_session
 
@@ -36,10 +43,15 @@ def _produce(producer: Producer, topic: str, lines: list[str]) -> None:
     producer.flush(60)
 
 
-def _wait_items(run: Any, stage: str, items: int) -> None:
-    while run.stats[stage].items_in < items:
+def _wait_items(run: Any, stage: str, lines: int) -> None:
+    """Until the source stage read ``lines`` lines and ``stage`` took all it sent."""
+    source = next(s for s in run.stats if s.endswith("source"))
+    while True:
+        sent, taken = run.stats[source], run.stats[stage]
+        if sent.records_in >= lines and taken.items_in >= sent.items_out:
+            return
         run.check()
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def _report(stage: str, progress: list[dict[str, Any]]) -> None:
@@ -114,12 +126,18 @@ def main() -> None:
         spark = spark_session(settings, "bench-wordcount", {"spark.master": "local[2]"})
         app = f"bench{uuid.uuid4().hex[:6]}"
         source = f"{app}-lines"
-        pipeline = word_pairs(app, source, f"{app}-out", partitions=2)
-        lines = [f"{i} {text}" for i, text in enumerate(generate_lines(lines_n, per_line))]
-        words = lines_n * per_line
+        windowed = "--windowed" in sys.argv
+        if windowed:
+            pipeline = windowed_counts(app, source, f"{app}-out", window_ms=1000, partitions=2)
+            lines = generate_lines(lines_n, per_line)
+            words = lines_n * per_line
+        else:
+            pipeline = word_pairs(app, source, f"{app}-out", partitions=2)
+            lines = [f"{i} {text}" for i, text in enumerate(generate_lines(lines_n, per_line))]
+            words = lines_n * per_line
         runner = SparkRunner(settings, spark)
         run = runner.start(pipeline.graph())
-        group = next(s for s in run.stats if s.endswith("group"))
+        group = next(s for s in run.stats if s.endswith(("group", "aggregate")))
         producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20})
         before = 0
         if "--warm" in sys.argv:
@@ -127,17 +145,25 @@ def main() -> None:
             # without the first batch's start-up.
             warm = [f"w{i} {t}" for i, t in enumerate(generate_lines(200, per_line, seed=3))]
             _produce(producer, source, warm)
-            before = len(warm) * per_line
+            before = len(warm)
             _wait_items(run, group, before)
         skip = {stage: len(q.query.recentProgress) for stage, q in run.queries.items()}
         _produce(producer, source, lines)
+        produced_ms = time.time_ns() // 1_000_000
         started = time.monotonic()
         cpu_before = _cpu_seconds()
-        _wait_items(run, group, before + words)
+        _wait_items(run, group, before + lines_n)
         elapsed = time.monotonic() - started
         cpu = _cpu_seconds()
         warmed = " warm" if before else ""
-        print(f"{words} words in {elapsed:.1f} s: {words / elapsed:,.0f} words/s (2 cores{warmed})")
+        kind = "windowed count, combining" if windowed else "word pairs"
+        print(
+            f"{words} words in {elapsed:.1f} s: {words / elapsed:,.0f} words/s "
+            f"(2 cores{warmed}, {kind}); {run.stats[group].items_in} items crossed the shuffle"
+        )
+        if windowed:
+            run.wait_released(produced_ms + 1000, timeout_s=600)
+            print(f"  every window released {time.monotonic() - started:.1f} s after producing")
         if "--cpu" in sys.argv:
             print(f"  CPU seconds in those {elapsed:.1f} s, by process:")
             for role, seconds in sorted(cpu.items()):

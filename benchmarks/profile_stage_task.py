@@ -124,12 +124,14 @@ def main() -> None:
     took_total = 0.0
     changelog_s = 0.0
     for part, records in sorted(shuffle.items()):
-        grouping = two.new_grouping()
+        grouping = two.new_state()
         rows = arrow_batch(records)
         result, took = timed(partial(run, two, rows, grouping))
         took_total += took
-        changes = [r.value for r in result.records if r.topic == topics.state(second.entry)]
-        fresh = two.new_grouping()
+        changes = [
+            (r.key, r.value) for r in result.records if r.topic == topics.state(second.entry)
+        ]
+        fresh = two.new_state()
         assert fresh is not None
         _, catch_up = timed(partial(apply_changelog, fresh, changes))
         changelog_s += catch_up

@@ -86,9 +86,9 @@ def _restored_matches(
     """The new epoch's changelog, applied as a task would, gives the snapshot's state."""
     op_id = op_id_of(graph.name, node)
     topic = Topics(graph.name, 1).state(node)
-    values: dict[int, list[bytes | None]] = {}
+    values: dict[int, list[tuple[bytes | None, bytes | None]]] = {}
     for msg in read_to_end(bootstrap, topic):
-        values.setdefault(msg.partition() or 0, []).append(msg.value())
+        values.setdefault(msg.partition() or 0, []).append((msg.key(), msg.value()))
     for partition, unit in enumerate(record.units[node]):
         grouping = Grouping(op_id, 2)
         apply_changelog(grouping, values.get(partition, []))
