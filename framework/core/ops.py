@@ -23,11 +23,16 @@ import math
 import reprlib
 import struct
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from framework.core.meta import Record
+from framework.core.meta import Meta, Record
 from framework.errors import PipelineError
+
+# tuple.__new__ skips a NamedTuple's Python-level argument parsing: these run per item
+# (measured: the source stage of a word count spends a third of its time building them).
+_new = tuple.__new__
+_HASHES = 1 << 16  # keys whose hash a key_by remembers
 
 __all__ = [
     "BroadcastOp",
@@ -140,12 +145,16 @@ class FlatMapOp:
     fn: Callable[[Any], Iterable[Any]]
 
     def apply(self, record: Record) -> list[Record]:
-        meta = record.meta
+        gt, child_ids, trace, tombstone = record.meta
         try:
             values = list(self.fn(record.value))
         except Exception as exc:
             raise _fail(self.name, record.value, exc) from exc
-        return [Record(meta.child(self.op_id, i), value) for i, value in enumerate(values)]
+        trace ^= self.op_id
+        return [
+            _new(Record, (_new(Meta, (gt, (*child_ids, i), trace, tombstone)), value))
+            for i, value in enumerate(values)
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +182,27 @@ class KeyByOp:
     name: str
     op_id: int
     fn: Callable[[Any], Any]
+    hashes: dict[Any, int] = field(default_factory=dict, compare=False, repr=False)
+    """Hashes of recent keys: equal keys have equal canonical bytes, so equal hashes."""
 
     def apply(self, record: Record) -> list[Record]:
+        value = record.value
         try:
-            key = self.fn(record.value)
+            key = self.fn(value)
         except Exception as exc:
-            raise _fail(self.name, record.value, exc) from exc
-        keyed = Keyed(key, key_hash(key), record.value)
-        return [Record(record.meta.through(self.op_id), keyed)]
+            raise _fail(self.name, value, exc) from exc
+        try:
+            hash_ = self.hashes[key]
+        except KeyError:
+            hash_ = key_hash(key)
+            if len(self.hashes) >= _HASHES:
+                self.hashes.clear()
+            self.hashes[key] = hash_
+        except TypeError:  # unhashable (a list): nothing to remember it by
+            hash_ = key_hash(key)
+        gt, child_ids, trace, tombstone = record.meta
+        meta = _new(Meta, (gt, child_ids, trace ^ self.op_id, tombstone))
+        return [_new(Record, (meta, _new(Keyed, (key, hash_, value))))]
 
 
 @dataclass(frozen=True, slots=True)

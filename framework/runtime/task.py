@@ -35,6 +35,7 @@ import random
 import traceback
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple, Protocol
 
 from framework.core.graph import Graph, Kind, Port
@@ -277,6 +278,7 @@ class _TaskRun:
         entry = self.spec.stage.entry
         self._entry_segment = program._segment[entry]
         self._appliers: dict[str, Callable[[Record], list[Record]]] = {}
+        self._pushers: dict[str, Callable[[Record], None]] = {}
         for node_id in self.spec.stage.nodes:
             kind = program._kinds[node_id]
             if kind is Kind.SOURCE:
@@ -341,7 +343,35 @@ class _TaskRun:
         A node's outputs leaving the stage are emitted first, then each output staying in
         it is followed to the end before the next one.
         """
-        self._forward(node_id, self._appliers[node_id](record))
+        push = self._pushers.get(node_id)
+        if push is None:
+            push = self._pushers[node_id] = self._pusher(node_id)
+        push(record)
+
+    def _pusher(self, node_id: str) -> Callable[[Record], None]:
+        """``node_id`` applied and its outputs sent on, resolved once per node and task.
+
+        A chain of one-port nodes becomes nested closures: per item, no route lookups.
+        """
+        apply = self._appliers[node_id]
+        routes = self.program._routes[node_id]
+        if len(routes) != 1:
+            return lambda record: self._forward(node_id, apply(record))
+        target = routes[0]
+        send: Callable[[Record], None]
+        if target is None:
+            route = self.program._exits[Port(node_id, 0)]
+            send = partial(self._combine if route.aggregation is not None else self._emit, route)
+        else:
+            send = self._pushers.get(target) or self._pushers.setdefault(
+                target, self._pusher(target)
+            )
+
+        def push(record: Record) -> None:
+            for out in apply(record):
+                send(out)
+
+        return push
 
     def _forward(self, node_id: str, outputs: list[Record]) -> None:
         routes = self.program._routes[node_id]
@@ -393,16 +423,16 @@ class _TaskRun:
             self._emit(route, record)  # the error, or a case validation rules out
             return
         index = (route.target, keyed.key, meta.gt.slot // route.pane)
-        partial = self._partials.get(index)
-        if partial is None:
+        pending = self._partials.get(index)
+        if pending is None:
             self._partials[index] = [meta, keyed.hash, keyed.value, route]
             return
         assert route.aggregation is not None and route.aggregation.reduce is not None
         try:
-            partial[2] = route.aggregation.reduce(partial[2], keyed.value)
+            pending[2] = route.aggregation.reduce(pending[2], keyed.value)
         except Exception as exc:
             raise PipelineError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
-        partial[0] = max(partial[0], meta)
+        pending[0] = max(pending[0], meta)
 
     def _group(self, record: Record) -> list[Record]:
         assert isinstance(self.state, Grouping)

@@ -22,6 +22,7 @@ import gc
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from framework.core.grouping import Grouping
@@ -117,7 +118,9 @@ def _records(batches: Iterator[Any]) -> list[InRecord]:
                     column("ts").to_pylist(),
                     column("key").to_pylist(),
                     column("value").to_pylist(),
-                    _headers(column("headers")),
+                    _headers(column("headers"))
+                    if "headers" in batch.schema.names
+                    else repeat((), batch.num_rows),
                     strict=True,
                 ),
             )
