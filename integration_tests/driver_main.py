@@ -1,7 +1,8 @@
 """A pipeline driver as its own process, for tests that kill it (``kill -9``) and restart it.
 
-Usage: ``python -m integration_tests.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP SOURCE SINK``
-It runs `wordcount` on Spark until killed; it prints ``running`` once every part started.
+Usage: ``python -m integration_tests.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP SOURCE SINK
+[windowed]``. It runs `wordcount` (or, with ``windowed``, `windowed_counts` over 200 ms
+windows) on Spark until killed; it prints ``running`` once every part started.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import sys
 import time
 
 from framework.config import Settings
-from framework.demos.wordcount import wordcount
+from framework.demos.wordcount import windowed_counts, wordcount
 from framework.spark import SparkRunner, spark_session
+
+WINDOW_MS = 200
 
 
 def main(argv: list[str]) -> None:
-    bootstrap, zookeeper, state_dir, app, source, sink = argv
+    bootstrap, zookeeper, state_dir, app, source, sink = argv[:6]
+    windowed = argv[6:] == ["windowed"]
     settings = Settings.load(
         bootstrap_servers=bootstrap,
         zookeeper_connect=zookeeper,  # the epoch is read from ZooKeeper at start
@@ -24,7 +28,12 @@ def main(argv: list[str]) -> None:
         spark_master="local[2]",
     )
     spark = spark_session(settings, f"driver-{app}")
-    run = SparkRunner(settings, spark).start(wordcount(app, source, sink).graph())
+    pipeline = (
+        windowed_counts(app, source, sink, window_ms=WINDOW_MS)
+        if windowed
+        else wordcount(app, source, sink)
+    )
+    run = SparkRunner(settings, spark).start(pipeline.graph())
     print("running", flush=True)
     while True:
         run.check()

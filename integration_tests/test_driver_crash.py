@@ -16,24 +16,27 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
 
 from framework.config import Settings
+from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.runtime import Topics
+from integration_tests.driver_main import WINDOW_MS
 from integration_tests.pipeline_helpers import produce_lines, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _driver(
-    stack: Settings, state: Path, app: str, source: str, sink: str
+    stack: Settings, state: Path, app: str, source: str, sink: str, *extra: str
 ) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "integration_tests.driver_main"]
-    cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink]
+    cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink, *extra]
     # stderr (Spark, flamepipe) goes to the driver.log that a failure prints; every
     # restart appends to it.
     with (state / "driver.log").open("ab") as log:
@@ -125,3 +128,42 @@ def _wait_for_output(
     raise AssertionError(
         f"only {len(items)} of {total} items released (input until {until}); driver log:\n{tail}"
     )
+
+
+def test_driver_killed_mid_run_windowed_counts_are_exactly_once(
+    stack: Settings, tmp_path: Path
+) -> None:
+    """The same for a combinable windowed count: state, holds and ticks survive kill -9."""
+    app = f"wcrash{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-counts"
+    bootstrap = stack.kafka_bootstrap
+    lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
+    driver = _driver(stack, tmp_path, app, source, sink, "windowed")
+    kills = 0
+    try:
+        _await_running(driver)
+        # In bursts, so the windows span the kills.
+        for burst in range(3):
+            produce_lines(bootstrap, source, lines[burst::3], partitions=2)
+            start = _ack_records(bootstrap, Topics(app).acks)
+            deadline = time.monotonic() + 120
+            while _ack_records(bootstrap, Topics(app).acks) == start:
+                assert time.monotonic() < deadline, "no progress before the kill"
+                time.sleep(0.05)
+            if burst < 2:
+                _kill(driver)
+                kills += 1
+                driver = _driver(stack, tmp_path, app, source, sink, "windowed")
+                _await_running(driver)
+        oracle = window_counts_oracle(bootstrap, source, WINDOW_MS)
+        deadline = time.monotonic() + 240
+        items: list[list[object]] = []
+        while time.monotonic() < deadline and len(items) < len(oracle):
+            time.sleep(2)
+            items = read_output(bootstrap, sink)
+    finally:
+        _kill(driver)
+    assert kills == 2
+    released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in items})
+    assert len(items) == len(released), "a window was released twice"
+    assert released == oracle
