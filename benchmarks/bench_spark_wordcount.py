@@ -38,7 +38,12 @@ from framework.spark import SparkRunner, spark_session
 
 def _produce(producer: Producer, topic: str, lines: list[str]) -> None:
     for i, line in enumerate(lines):
-        producer.produce(topic, value=line.encode(), partition=i % 2)
+        while True:
+            try:
+                producer.produce(topic, value=line.encode(), partition=i % 2)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.05)
         if i % 10_000 == 0:
             producer.poll(0)
     producer.flush(60)
