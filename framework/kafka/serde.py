@@ -63,6 +63,10 @@ class Utf8:
             raise DecodeError(f"not UTF-8: {exc}") from exc
 
 
+# One encoder for every call: json.dumps with options builds a new one each time.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Json:
     """JSON as UTF-8: sorted keys, no spaces, so equal objects give equal bytes."""
@@ -70,7 +74,7 @@ class Json:
     def dumps(self, obj: Any) -> bytes:
         """The canonical JSON bytes of ``obj`` (NaN and infinities are refused)."""
         try:
-            text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+            text = _CANONICAL.encode(obj)
         except (TypeError, ValueError, RecursionError) as exc:
             raise _cannot_encode("Json", obj, exc) from exc
         return text.encode()
