@@ -315,11 +315,17 @@ def test_workers_taking_turns_with_one_transactional_id(
             assert not worker.is_committed(group, source, 0, end)
             worker.commit(_batch(sink, f"b{batch}", 2), group, {(source, 0): end})
             assert worker.is_committed(group, source, 0, end)
+        # is_committed saw each sibling's marker and restarted the producer up front.
+        assert [w.fenced_attempts for w in workers] == [0, 0]
+        for batch in range(4, 6):  # without asking first, the fenced producer is found late
+            worker = workers[batch % 2]
+            worker.commit(_batch(sink, f"b{batch}", 2), group, {(source, 0): 2 * (batch + 1)})
+        assert sum(w.fenced_attempts for w in workers) == 2
     finally:
         for worker in workers:
             worker.close()
     committed = _values(_read(bootstrap, sink, "read_committed"))
-    assert committed == [b"b%d-%d" % (batch, i) for batch in range(4) for i in range(2)]
+    assert committed == [b"b%d-%d" % (batch, i) for batch in range(6) for i in range(2)]
 
 
 def _failing(bootstrap: str, topic: str, tag: str, partition: int = 0) -> _Interleaved:

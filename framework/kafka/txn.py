@@ -14,7 +14,10 @@ Python workers). Workers of one pool take turns with a partition, so a cached pr
 often fenced by a sibling: `TaskCommitter.commit` then starts a new one (fencing all
 others) and commits again unless the marker shows the batch committed meanwhile. That
 retry is safe because after the restart no other producer can commit, and markers only
-grow. Only flamepipe's errors escape: `PipelineError` for a failed commit.
+grow. Most fencings are seen coming: `is_committed` reads the marker, and a marker this
+committer did not write means a sibling committed since, so its producer is dropped
+before an attempt is wasted on it. Only flamepipe's errors escape: `PipelineError` for a
+failed commit.
 """
 
 from __future__ import annotations
@@ -151,6 +154,10 @@ class TaskCommitter:
             "transactional.id": transactional_id,
         }
         self._producer: Producer | None = None
+        # The marker this committer's producer wrote last, per (group, topic, partition).
+        self._marked: dict[tuple[str, str, int], int] = {}
+        self.fenced_attempts = 0
+        """Attempts wasted on a producer that turned out fenced (`commit` step 5)."""
 
     @classmethod
     def cached(cls, bootstrap: str, transactional_id: str) -> TaskCommitter:
@@ -198,6 +205,10 @@ class TaskCommitter:
     def is_committed(self, group: str, topic: str, partition: int, end: int) -> bool:
         """Whether the task that ends its input at ``end`` (exclusive) already committed."""
         position = self.committed_position(group, topic, partition)
+        key = (group, topic, partition)
+        if self._producer is not None and position != self._marked.get(key, position):
+            # A sibling committed since our producer's last commit, so it fenced ours.
+            self._drop(self._producer)
         return position is not None and position >= end
 
     def commit(
@@ -228,8 +239,10 @@ class TaskCommitter:
         offsets = [-1] * len(records)
         fenced = self._attempt(records, group, positions, offsets)
         if fenced is None:
+            self._mark(group, positions)
             return offsets
         # Step 5
+        self.fenced_attempts += 1
         self._ready()
         if positions and self._covered(group, positions):
             return None
@@ -237,7 +250,12 @@ class TaskCommitter:
         again = self._attempt(records, group, positions, offsets)
         if again is not None:
             raise self._failed(len(records), group, again) from again
+        self._mark(group, positions)
         return offsets
+
+    def _mark(self, group: str, positions: Mapping[tuple[str, int], int]) -> None:
+        for (topic, partition), offset in positions.items():
+            self._marked[(group, topic, partition)] = offset
 
     def _attempt(
         self,
@@ -352,6 +370,7 @@ class TaskCommitter:
     def _drop(self, producer: Producer) -> None:
         if self._producer is producer:
             self._producer = None
+            self._marked.clear()  # a new producer has written no marker yet
         _close_producer(producer)
 
 
