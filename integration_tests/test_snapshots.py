@@ -25,7 +25,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.read import read_to_end
 from framework.runtime.stages import Topics
-from framework.runtime.task import apply_changelog
+from framework.runtime.state import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
 from framework.state import FileBackend
 from framework.zk import SnapshotRecord, SnapshotRegistry

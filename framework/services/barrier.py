@@ -41,8 +41,8 @@ from framework.core.time import GlobalTime
 from framework.errors import FlamepipeError, PipelineError
 from framework.kafka.admin import partition_count
 from framework.kafka.frames import read_items
+from framework.runtime.records import OutRecord
 from framework.runtime.stages import Topics
-from framework.runtime.task import OutRecord
 from framework.services.common import (
     assign,
     close_quietly,

@@ -29,7 +29,7 @@ from framework.core.messages import BundleHeader
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, ProtocolViolation
-from framework.runtime.task import OutRecord
+from framework.runtime.records import OutRecord
 
 __all__ = [
     "BUNDLE_HEADER",

@@ -22,7 +22,7 @@ from framework.core.sharded import shard_of
 from framework.errors import PipelineError
 from framework.kafka.txn import OutRecordLike
 from framework.kafka.wire import encode_ack_batch
-from framework.runtime.task import OutRecord
+from framework.runtime.records import OutRecord
 from framework.services.common import close_quietly, kafka_call, new_producer
 
 __all__ = ["OutputWriter", "PlainWriter", "ReceiptSender", "TransactionalWriter"]

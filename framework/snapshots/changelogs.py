@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from framework.core.grouping import Grouping
 from framework.errors import PipelineError
-from framework.runtime.task import apply_changelog
+from framework.runtime.state import apply_changelog
 from framework.services.common import (
     QUICK_END,
     close_quietly,

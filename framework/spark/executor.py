@@ -29,13 +29,9 @@ from framework.core.grouping import Grouping
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.txn import TaskCommitter
-from framework.runtime.task import (
-    InRecord,
-    StageProgram,
-    StageSpec,
-    StageState,
-    apply_changelog,
-)
+from framework.runtime.records import InRecord, StageSpec
+from framework.runtime.state import StageState, apply_changelog
+from framework.runtime.task import StageProgram
 
 __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
 

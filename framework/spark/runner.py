@@ -31,8 +31,8 @@ from framework.core.graph import Graph, Kind
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError
 from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
+from framework.runtime.records import StageSpec
 from framework.runtime.stages import ExitKind, Stage, Topics, plan_stages
-from framework.runtime.task import StageSpec
 from framework.services.common import acks_topic_spec, mintime_topic_spec
 from framework.services.plan import kafka_sources, pre_topic_spec, sink_nodes
 from framework.snapshots.plan import CommittedSlot

@@ -11,7 +11,7 @@ from typing import Any
 
 from framework.config import Settings
 from framework.kafka.frames import FRAME_ITEMS
-from framework.runtime.task import StageSpec
+from framework.runtime.records import StageSpec
 from framework.spark.executor import SUMMARY_SCHEMA, TaskContext, stage_task
 
 __all__ = ["StageQuery", "StageStats"]
