@@ -138,6 +138,10 @@ class StageQuery:
         ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         self.stats.add(rows)
+        self.note_due(rows)
+
+    def note_due(self, rows: list[Any]) -> None:
+        """Take each task's earliest pending window end from a batch's summary rows."""
         with self._due_lock:
             for row in rows:
                 if row["next_due"] != -2:  # -2: the task was skipped, its state unknown

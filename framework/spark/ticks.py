@@ -26,6 +26,7 @@ from typing import Protocol
 from confluent_kafka import Producer
 
 from framework.kafka.frames import FRAME_HEADERS, tick_frame
+from framework.services.common import close_quietly
 
 __all__ = ["Due", "WindowTicks"]
 
@@ -110,8 +111,9 @@ class WindowTicks:
                     return
 
     def stop(self) -> None:
-        """Stop the thread and flush what it sent."""
+        """Stop the thread, flush what it sent and close the producer."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10)
         self._producer.flush(5)
+        close_quietly(self._producer)
