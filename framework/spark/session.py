@@ -44,6 +44,14 @@ def spark_session(
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Checkpoints live on the driver's local disk (settings.state_dir), where a rename is
+        # atomic: the FileSystem-based manager writes the offset and commit logs of every
+        # micro-batch in 24 and 42 ms instead of the FileContext-based default's 89 and
+        # 100 ms (p50, 1k records/s, 2 cores; docs/latency.md).
+        "spark.sql.streaming.checkpointFileManagerClass": (
+            "org.apache.spark.sql.execution.streaming.checkpointing."
+            "FileSystemBasedCheckpointFileManager"
+        ),
     }
     if settings.spark_master.startswith("local") and (flags := local_jvm_flags()):
         conf["spark.driver.extraJavaOptions"] = " ".join(flags)
