@@ -175,3 +175,35 @@ def test_windowed_count_equals_the_oracle_and_crosses_the_shuffle_pre_reduced(
     words = sum(len(line.split()) for line in lines)
     assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
     assert ticks > 0
+
+
+def test_count_windows_on_spark_release_every_full_run_once(stack: Settings, spark: Any) -> None:
+    from connectors import KafkaSink, KafkaSource
+    from framework import Count, Pipeline
+    from framework.demos.wordcount import add_counts, window_count, word_ones
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("cnt")
+    source, sink = f"{app}-lines", f"{app}-runs"
+    p = Pipeline(app)
+    (
+        p.source(KafkaSource(source, partitions=2))
+        .flat_map(word_ones)
+        .key_by(_first)
+        .aggregate(Count(3), reduce=add_counts)
+        .map(window_count)
+        .sink(KafkaSink(sink))
+    )
+    lines = generate_lines(300, words_per_line=5, vocabulary=30, seed=9)
+    with running(settings, spark, p) as run:
+        until = produce_lines(bootstrap, source, lines, partitions=2)
+        run.wait_released(until, timeout_s=120)
+        items = read_output(bootstrap, sink)
+    runs = Counter(word for word, _, n in items if n == 3)
+    assert len(runs) and sum(runs.values()) == len(items), "every run holds three words"
+    assert runs == Counter({w: n // 3 for w, n in word_counts(lines).items() if n >= 3})
+
+
+def _first(pair: tuple[str, int]) -> str:
+    return pair[0]

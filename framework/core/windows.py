@@ -237,13 +237,30 @@ class WindowAggregator:
         return frozenset(self._holds)
 
     @property
+    def hold_counts(self) -> dict[int, int]:
+        """Per held slot, how many buffered items hold it."""
+        return dict(self._holds)
+
+    @property
     def min_time(self) -> int:
         """The highest min time seen: every window ending at or before it was emitted."""
         return self._min_time
 
     def next_due(self) -> int | None:
-        """The end of the earliest time window still to emit (None: none, or count windows)."""
-        return self._ends[0] if self._ends else None
+        """The min time that emits the next window (None: no window can complete yet).
+
+        Time windows: the earliest pending end. Count windows: one past the slot of the
+        last item of the earliest full run among the keys that have one.
+        """
+        if not self._count:
+            return self._ends[0] if self._ends else None
+        size = self._count
+        ends = [
+            self._buckets[key].metas[size - 1].gt.slot + 1
+            for key in self._due.get(0, {})
+            if len(self._buckets[key].metas) >= size
+        ]
+        return min(ends, default=None)
 
     # A changelog (one record per changed key, plus the min time) keeps the state of a
     # time-window aggregator outside the process; holds and due windows are derived from it.
@@ -266,12 +283,11 @@ class WindowAggregator:
 
         Holds change silently: the state was written with the acks of its holds.
         """
-        if self._count:
-            raise PipelineError("count windows keep no changelog: run them in framework.testing")
         old = self._buckets.pop(key, None)
         if old is not None:
-            for meta in old.metas:
+            for meta in old.metas[self._free.pop(key, 0) :]:
                 self._unhold(meta.gt.slot, silent=True)
+        self._due.get(0, {}).pop(key, None)
         if state is None:
             return
         metas, values, early = state
@@ -281,16 +297,42 @@ class WindowAggregator:
             [(meta_from_plain(m), v) for m, v in early],
         )
         self._buckets[key] = bucket
+        if self._count:
+            self._put_count_bucket(key, bucket)
+            return
         for meta in bucket.metas:
             slot = meta.gt.slot
             self._hold(slot, silent=True)
             self._due_item(key, slot)
 
+    def _put_count_bucket(self, key: object, bucket: Bucket) -> None:
+        # After on_min_time(m), exactly the items below m are free of holds (fewer than a
+        # run: a full one would have been emitted), so min time alone says which are held.
+        free = bucket.below(self._min_time)
+        if free:
+            self._free[key] = free
+        for meta in bucket.metas[free:]:
+            self._hold(meta.gt.slot, silent=True)
+        if free < len(bucket.metas):
+            self._due_at(0, key)
+
     def put_min_time(self, slot: int) -> None:
         """Set the min time a changelog recorded: windows ending by then were emitted."""
-        self._min_time = max(self._min_time, slot)
-        while self._ends and self._ends[0] <= self._min_time:
+        if slot <= self._min_time:
+            return
+        self._min_time = slot
+        while self._ends and self._ends[0] <= slot:
             del self._due[heapq.heappop(self._ends)]
+        if self._count:  # buckets replayed before this record free what min time frees
+            for key in list(self._buckets):
+                bucket = self._buckets[key]
+                self._put_count_bucket_again(key, bucket)
+
+    def _put_count_bucket_again(self, key: object, bucket: Bucket) -> None:
+        for meta in bucket.metas[self._free.pop(key, 0) :]:
+            self._unhold(meta.gt.slot, silent=True)
+        self._due.get(0, {}).pop(key, None)
+        self._put_count_bucket(key, bucket)
 
     def _time_result(self, key: object, end: int) -> Record | None:
         bucket = self._buckets.get(key)

@@ -45,7 +45,7 @@ from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
 from framework.core.physical import stateless_operation
 from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime, front_id, slot_of
-from framework.core.windows import Aggregation, Count, WindowAggregator
+from framework.core.windows import Aggregation, WindowAggregator
 from framework.errors import DecodeError, PipelineError
 from framework.kafka.frames import FRAME_HEADERS, FrameBuilder, read_items
 from framework.kafka.serde import Pickle
@@ -111,11 +111,6 @@ class StageProgram:
         entry = graph.node(spec.stage.entry)
         self.window = entry.window if entry.kind is Kind.GROUP else 0
         self.aggregation = entry.aggregation if entry.kind is Kind.AGGREGATE else None
-        if self.aggregation is not None and isinstance(self.aggregation.window, Count):
-            raise PipelineError(
-                f"{entry.describe()}: count windows are not supported on the Spark runner yet; "
-                "use a Tumbling or Sliding window, or run it in framework.testing"
-            )
         self.entry_op_id = op_id_of(graph.name, entry.id)
         # The segment an aggregate's results start (its holds live there).
         self.hold_segment = ""
