@@ -107,7 +107,8 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     def describe(services: list[Any]) -> str:
         parts = [
             f"{b.sink_node}->{b.sink.topic}: {b.stats.bundles} bundles, "
-            f"{b.stats.items_out} items, GT_last {b.gt_last}, {b.stats.timings()}"
+            f"{b.stats.items_out} items, GT_last {b.gt_last}, "
+            f"replays dropped {b.replays_dropped}, {b.stats.timings()}"
             for b in services[1:]
         ]
         return f"barrier of {graph.name!r}: " + "; ".join(parts)

@@ -48,6 +48,9 @@ class Barrier:
         self._slots: dict[int, dict[Meta, _Entries]] = {}
         self._heap: list[int] = []
         self._pending = 0
+        self.replays_dropped = 0
+        """Records dropped as at or before ``gt_last``: after a restart, replays; in a steady
+        run there are none, so a count that grows then means a min time was false."""
 
     @property
     def gt_last(self) -> GlobalTime | None:
@@ -70,6 +73,7 @@ class Barrier:
         gt = meta.gt
         gt_last = self._gt_last
         if gt_last is not None and gt <= gt_last:
+            self.replays_dropped += 1
             return
         tombstone = meta.tombstone
         key = Meta(gt, meta.child_ids, meta.trace, False) if tombstone else meta

@@ -252,6 +252,11 @@ class BarrierService(Service):
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
         self._released = self._min_seen
 
+    @property
+    def replays_dropped(self) -> int:
+        """Items and tombstones dropped as at or before GT_last (see `Barrier`)."""
+        return self._barrier.replays_dropped
+
     def released_through(self) -> int:
         """The min time last applied: every item in a lower slot is visible or cancelled."""
         return self._released

@@ -121,9 +121,11 @@ def test_gt_last_drops_replays_and_resumes_exactly(groups: list[Group], seed: in
     if cut:
         want = [r for r in want if r.meta.gt > bundles[cut - 1].gt_last]
     assert_same_output([r for b in again for r in b.records], want)
+    dropped = resumed.replays_dropped
     for record in replayed:  # a full replay after the end changes nothing
         resumed.push(record)
     assert resumed.pending == 0
+    assert resumed.replays_dropped == dropped + len(replayed)
     assert resumed.on_min_time(9) is None
 
 
