@@ -24,7 +24,9 @@ broadcast into two sinks): one Spark stage instead of two, so the difference bet
 sinks is the barrier's alone on a less loaded stack.
 
 Run: ``.venv/bin/python benchmarks/bench_latency.py [seconds-per-phase] [--processes]
-[--stateless]``
+[--stateless] [--cpu]``
+
+``--cpu`` prints the CPU each process of the stack used in each phase (from /proc).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from cpu import cpu_seconds, print_cpu
 
 from connectors import KafkaSink, KafkaSource
 from framework.config import Settings
@@ -162,7 +165,9 @@ def read_outputs(bootstrap: str, topics: tuple[str, ...], out: Any, stop: Any) -
             "group.id": f"bench-{uuid.uuid4().hex}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
-            "fetch.wait.max.ms": 5,
+            # The broker answers a waiting fetch as soon as commit markers land, so a
+            # long wait adds no latency; a short one costs the broker CPU per fetch.
+            "fetch.wait.max.ms": 500,
         }
     )
     index = {topic: i for i, topic in enumerate(topics)}
@@ -288,6 +293,29 @@ def report_phase(rate: int, ids: range, source: Input, sinks: dict[str, Receipts
     )
 
 
+def drain_backlog(source_input: Input, receipts: dict[str, Receipts], show_cpu: bool) -> None:
+    """Throughput: a backlog of `BACKLOG` records, timed until each sink output all of it."""
+    cpu_before = cpu_seconds()
+    ids = source_input.produce(BACKLOG)
+    source_input.flush()
+    started = time.monotonic()
+    done: dict[str, float] = {}
+    while len(done) < 2 and time.monotonic() - started < 600:
+        for name, r in receipts.items():
+            if name not in done and all(i in r.seen for i in ids):
+                done[name] = time.monotonic() - started
+        time.sleep(0.05)
+    cpu_after, span = cpu_seconds(), time.monotonic() - started
+    for name, took in done.items():
+        print(f"  backlog {BACKLOG} {name:<3} {BACKLOG / took:9,.0f} records/s")
+    if len(done) == 2:
+        ratio = done["alo"] / done["eo"]
+        print(f"  exactly-once throughput = {ratio:.0%} of at-least-once")
+    if show_cpu:
+        print("  backlog CPU, by process:")
+        print_cpu(cpu_before, cpu_after, span)
+
+
 @contextmanager
 def services_in_process(settings: Settings, graph: Any) -> Iterator[None]:
     """The acker and both barriers as threads of this process; stopped on exit."""
@@ -330,10 +358,22 @@ def main() -> None:
             where = "processes" if processes else "threads of the driver"
             shape = "stateless (one stage)" if stateless else "word pairs (two stages)"
             print(f"pipeline: {shape}; services: acker and barriers as {where}")
-            measure(settings, graph, (source, eo_topic, alo_topic), measured_s)
+            measure(
+                settings,
+                graph,
+                (source, eo_topic, alo_topic),
+                measured_s,
+                "--cpu" in sys.argv[1:],
+            )
 
 
-def measure(settings: Settings, graph: Any, topics: tuple[str, str, str], seconds: float) -> None:
+def measure(
+    settings: Settings,
+    graph: Any,
+    topics: tuple[str, str, str],
+    seconds: float,
+    show_cpu: bool = False,
+) -> None:
     """The phases of the module docstring on ``graph`` (services running): source, eo, alo."""
     bootstrap = settings.kafka_bootstrap
     source, eo_topic, alo_topic = topics
@@ -359,24 +399,16 @@ def measure(settings: Settings, graph: Any, topics: tuple[str, str, str], second
         print(f"latency, producer append -> committed output (2 cores, {settings.delta_ms=})")
         for rate in RATES:
             source_input.at_rate(rate, WARMUP_S)
+            cpu_before, phase_started = cpu_seconds(), time.monotonic()
             ids = source_input.at_rate(rate, seconds)
+            cpu_after, span = cpu_seconds(), time.monotonic() - phase_started
             if not wait_for(ids, list(receipts.values()), 300):
                 print(f"  {rate}/s: not everything arrived within 300 s")
             report_phase(rate, ids, source_input, receipts)
-        ids = source_input.produce(BACKLOG)
-        source_input.flush()
-        started = time.monotonic()
-        done: dict[str, float] = {}
-        while len(done) < 2 and time.monotonic() - started < 600:
-            for name, r in receipts.items():
-                if name not in done and all(i in r.seen for i in ids):
-                    done[name] = time.monotonic() - started
-            time.sleep(0.05)
-        for name, took in done.items():
-            print(f"  backlog {BACKLOG} {name:<3} {BACKLOG / took:9,.0f} records/s")
-        if len(done) == 2:
-            ratio = done["alo"] / done["eo"]
-            print(f"  exactly-once throughput = {ratio:.0%} of at-least-once")
+            if show_cpu:
+                print(f"  {rate:>6}/s CPU while producing, by process:")
+                print_cpu(cpu_before, cpu_after, span)
+        drain_backlog(source_input, receipts, show_cpu)
     finally:
         stop.set()
         collector.join(30)

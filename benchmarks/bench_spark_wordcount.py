@@ -21,7 +21,6 @@ Run: ``.venv/bin/python benchmarks/bench_spark_wordcount.py [lines] [words-per-l
 from __future__ import annotations
 
 import math
-import os
 import statistics
 import sys
 import time
@@ -29,6 +28,7 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Producer
+from cpu import cpu_seconds, print_cpu
 
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, word_pairs
@@ -78,51 +78,6 @@ def _report(stage: str, progress: list[dict[str, Any]]) -> None:
             )
 
 
-def _cpu_seconds() -> dict[str, float]:
-    """CPU seconds (user + system) so far of this process and its descendants, by role."""
-    tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # gone meanwhile
-            continue
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
-    mine = {os.getpid()}
-    grew = True
-    while grew:
-        more = {pid for pid, ppid in parents.items() if ppid in mine} - mine
-        grew = bool(more)
-        mine |= more
-    roles: dict[str, float] = {}
-    for pid in mine:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        role = (
-            "driver (python: barrier, acker, fronts)"
-            if pid == os.getpid()
-            else "python workers (stage tasks)"
-            if "pyspark.daemon" in cmd
-            else "zookeeper"
-            if "#zookeeper" in cmd
-            else "kafka broker"
-            if "#kafka" in cmd
-            else "spark jvm"
-            if "java" in cmd
-            else "other"
-        )
-        roles[role] = roles.get(role, 0.0) + times.get(pid, 0.0)
-    return roles
-
-
 def _pipeline(
     app: str, source: str, windowed: bool, lines_n: int, per_line: int
 ) -> tuple[Any, list[str]]:
@@ -162,13 +117,13 @@ def main() -> None:
         # so starting it after would credit the pipeline with work done before (and more so
         # the larger the backlog). The producer's own time counts against the pipeline.
         started = time.monotonic()
-        cpu_before = _cpu_seconds()
+        cpu_before = cpu_seconds()
         _produce(producer, source, lines)
         produced_ms = time.time_ns() // 1_000_000
         produce_s = time.monotonic() - started
         _wait_items(run, group, before + lines_n)
         elapsed = time.monotonic() - started
-        cpu = _cpu_seconds()
+        cpu = cpu_seconds()
         warmed = " warm" if before else ""
         kind = "windowed count, combining" if windowed else "word pairs"
         print(
@@ -180,9 +135,8 @@ def main() -> None:
             run.wait_released(produced_ms + 1000, timeout_s=600)
             print(f"  every window released {time.monotonic() - started:.1f} s after the start")
         if "--cpu" in sys.argv:
-            print(f"  CPU seconds in those {elapsed:.1f} s, by process:")
-            for role, seconds in sorted(cpu.items()):
-                print(f"    {role:<42} {seconds - cpu_before.get(role, 0.0):6.1f}")
+            print(f"  CPU in those {elapsed:.1f} s, by process:")
+            print_cpu(cpu_before, cpu, elapsed)
         for stage, query in run.queries.items():
             progress = query.query.recentProgress[skip[stage] :]
             if "--batches" in sys.argv:

@@ -230,14 +230,18 @@ class Stage:
     producer: Producer
     node: Node
 
-    def send(self, items: list[tuple[Meta, str]], per_frame: int = 3) -> None:
+    def send(
+        self, items: list[tuple[Meta, str]], per_frame: int = 3, sink: KafkaSink | None = None
+    ) -> None:
+        """Payloads leave as the sink's output records (default: unkeyed UTF-8)."""
+        encode = sink.encode if sink is not None else lambda text: (None, text.encode())
         acks: dict[int, list[Ack]] = {}
         pre = Topics(self.app).pre(SINK_NODE)
         for first in range(0, len(items), per_frame):
             frame = FrameBuilder(keyed=False)
             for meta, payload in items[first : first + per_frame]:
                 ack = random.getrandbits(64) | 1
-                frame.add(meta, ack, payload)
+                frame.add(meta, ack, encode(payload))
                 slot = meta.gt.slot
                 acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
             for value in frame.frames():
@@ -448,7 +452,7 @@ def test_at_least_once_mode_writes_verifiable_bundles(rig: Rig) -> None:
 def test_every_output_partition_gets_every_bundle(rig: Rig) -> None:
     sink = KafkaSink(f"{rig.app}.keyed", value=Utf8(), key=lambda text: text, partitions=2)
     sink.prepare(rig.bootstrap)
-    rig.stage.send([(meta(10, i), f"k{i}") for i in range(8)])
+    rig.stage.send([(meta(10, i), f"k{i}") for i in range(8)], sink=sink)
     rig.heartbeat(11)
     group = f"{rig.app}.reader"
     with rig.barrier(sink), BundleConsumer(rig.bootstrap, sink.topic, group, Utf8()) as out:

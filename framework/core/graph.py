@@ -51,6 +51,13 @@ class Sink(ABC):
     def name(self) -> str:
         """A name, unique among the sinks of one pipeline."""
 
+    def encode(self, payload: Any) -> Any:
+        """What the last stage sends the barrier for ``payload``: the output record when
+        the sink writes records of its own (a Kafka sink: ``(key, value)`` bytes), so the
+        barrier only moves bytes and a payload it could not write is a dead letter at the
+        stage; ``payload`` itself by default. Raises `PipelineError` if it cannot."""
+        return payload
+
 
 class Kind(StrEnum):
     """What a node does."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -63,8 +63,40 @@ class Utf8:
             raise DecodeError(f"not UTF-8: {exc}") from exc
 
 
-# One encoder for every call: json.dumps with options builds a new one each time.
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), allow_nan=False, check_circular=False
+)
+
+
+def _canonical_encoder() -> Callable[[Any], str]:
+    """``_CANONICAL.encode``, built once: `json.JSONEncoder.encode` makes a new C encoder on
+    every call, which cost more than the encoding of a small payload (a barrier's profile:
+    10 % of its CPU). The C encoder is CPython's; elsewhere the plain method is used.
+    Without the circular check a cycle ends in `RecursionError`, which `Json` reports."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _CANONICAL.encode
+    iterencode = make(
+        None,
+        _CANONICAL.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        True,
+        False,
+        False,
+    )  # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
+
+    def encode(obj: Any) -> str:
+        if isinstance(obj, str):  # what JSONEncoder.encode does for a bare string
+            return json.encoder.encode_basestring_ascii(obj)
+        return "".join(iterencode(obj, 0))
+
+    return encode
+
+
+_encode = _canonical_encoder()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +106,7 @@ class Json:
     def dumps(self, obj: Any) -> bytes:
         """The canonical JSON bytes of ``obj`` (NaN and infinities are refused)."""
         try:
-            text = _CANONICAL.encode(obj)
+            text = _encode(obj)
         except (TypeError, ValueError, RecursionError) as exc:
             raise _cannot_encode("Json", obj, exc) from exc
         return text.encode()

@@ -11,7 +11,9 @@ transaction. Per task and batch:
    task need no acks (the send and the receipt would cancel in the local acker).
 3. Every output leaving the stage gets a fresh random ack value and is acked as sent into
    the segment of the node it travels to; the outputs of the task to one partition of a
-   topic are written as a few frames.
+   topic are written as a few frames. An item bound for a sink leaves as the sink's
+   output record (`Sink.encode`: a Kafka sink's key and value bytes), so the barrier
+   only moves bytes; a payload the sink cannot encode is a dead letter here.
 4. A user function that raises turns the item it failed on into a dead letter (with the
    stage input's coordinates and the traceback), or fails the task in fail-fast mode.
 5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
@@ -36,7 +38,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, NamedTuple
 
-from framework.core.graph import Kind, Port
+from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping
 from framework.core.local_acker import LocalAcker
 from framework.core.messages import Ack
@@ -86,6 +88,7 @@ class _ExitRoute(NamedTuple):
     shuffle: bool  # to a grouping: partitioned by key hash, keyed frames
     aggregation: Aggregation | None  # the target's, if it may be pre-reduced
     pane: int  # slots of the target's window panes (combining)
+    encode: Callable[[Any], Any] | None  # a sink's: the payload as its output record
 
 
 class StageProgram:
@@ -130,6 +133,7 @@ class StageProgram:
             exit_.kind is ExitKind.SHUFFLE,
             aggregation if combining else None,
             aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
+            target.endpoint.encode if isinstance(target.endpoint, Sink) else None,
         )
 
     def new_state(self) -> StageState | None:
@@ -380,6 +384,7 @@ class _TaskRun:
     def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
         meta = record.meta
+        value = record.value if route.encode is None else route.encode(record.value)
         ack = self.rng()
         self.acker.ack(route.segment, meta.gt.slot, ack)
         if route.shuffle:
@@ -392,7 +397,7 @@ class _TaskRun:
         builder = self.frames.get((route.topic, partition))
         if builder is None:
             builder = self.frames[(route.topic, partition)] = FrameBuilder(route.shuffle)
-        builder.add(meta, ack, record.value)
+        builder.add(meta, ack, value)
         self.result.items_out += 1
 
     def write_frames(self) -> None:

@@ -293,9 +293,7 @@ class BarrierService(Service):
         # Step 1
         records: list[OutRecord] = []
         if bundle is not None:
-            records = bundle_records(
-                bundle, self.sink.topic, self._out_partitions, self.sink.encode
-            )
+            records = bundle_records(bundle, self.sink.topic, self._out_partitions)
         # Step 2
         node_time = self._node_time
         acks = {slot: value for slot, value in self._acks.items() if value}

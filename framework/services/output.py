@@ -20,8 +20,7 @@ bytes to the same partitions.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from framework.codec import decode_bundle_header, decode_meta, encode_bundle_header, encode_meta
 from framework.core.barrier import Bundle
@@ -60,24 +59,28 @@ def output_partition(key: bytes | None, meta: Meta, partitions: int) -> int:
     return meta.gt.front % partitions
 
 
-def bundle_records(
-    bundle: Bundle,
-    topic: str,
-    partitions: int,
-    encode: Callable[[Any], tuple[bytes | None, bytes]],
-) -> list[OutRecord]:
+def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecord]:
     """The records of ``bundle`` on ``topic``: items, then one header per partition.
 
-    ``encode`` maps a payload to ``(key, value)`` bytes (`KafkaSink.encode`).
+    Every payload is already an output record, ``(key, value)`` bytes (the last stage
+    encoded it with `KafkaSink.encode`); anything else is a `ProtocolViolation`.
     """
     counts = [0] * partitions
     records: list[OutRecord] = []
+    crc32 = zlib.crc32
     for record in bundle.records:
-        key, value = encode(record.value)
-        partition = output_partition(key, record.meta, partitions)
+        meta = record.meta
+        payload = record.value
+        if type(payload) is not tuple or len(payload) != 2 or type(payload[1]) is not bytes:
+            raise ProtocolViolation(
+                f"pre-barrier item at {meta.gt} is {type(payload).__name__}, not the (key, "
+                "value) bytes of an output record: the stage that wrote it runs an older "
+                "flamepipe; run one version for the stages and the barrier"
+            )
+        key, value = payload
+        partition = meta.gt.front % partitions if key is None else crc32(key) % partitions
         counts[partition] += 1
-        headers = ((META_HEADER, encode_meta(record.meta)),)
-        records.append(OutRecord(topic, partition, key, value, headers))
+        records.append(OutRecord(topic, partition, key, value, ((META_HEADER, encode_meta(meta)),)))
     for partition, count in enumerate(counts):
         header = BundleHeader(bundle.seq, bundle.gt_last, count)
         headers = ((BUNDLE_HEADER, encode_bundle_header(header)),)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import pytest
 
-from connectors import KafkaSource
+from connectors import KafkaSink, KafkaSource
 from framework import Pipeline
 from framework.core.graph import Graph, Kind
 from framework.core.messages import Ack
@@ -16,7 +16,7 @@ from framework.core.ops import Keyed, key_bytes
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, ProtocolViolation
 from framework.kafka.frames import FRAME_HEADERS, FrameBuilder, FrameItem, read_items
-from framework.kafka.serde import Pickle
+from framework.kafka.serde import Json, Pickle
 from framework.kafka.wire import ITEM_HEADER, decode_ack_batch, encode_item_header
 from framework.runtime import Topics, plan_stages
 from framework.runtime.task import InRecord, OutRecord, StageProgram, StageSpec, apply_changelog
@@ -241,3 +241,30 @@ def test_a_malformed_or_unknown_frame_fails_the_task() -> None:
     ):
         with pytest.raises(ProtocolViolation, match=match):
             second.run([bad], second.new_state(), 2, 1)
+
+
+def test_items_for_a_kafka_sink_leave_encoded_and_unencodable_ones_are_dead_letters() -> None:
+    def parse(line: str) -> object:
+        return object() if line == "bad" else {"word": line, "n": len(line)}
+
+    p = Pipeline("enc")
+    sink = KafkaSink("out", value=Json(), key=lambda payload: payload["word"])
+    p.source(ListSource([], topic="lines")).map(parse).sink(sink)
+    graph = p.graph()
+    (stage,) = plan_stages(graph, {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)})
+    topics = {e.topic: 1 for e in stage.exits.values()}
+    program = StageProgram(StageSpec(graph, stage, topics, 2, KafkaSource("lines"), False))
+    result = program.run(lines(b"ab", b"bad", b"c"), None, node=1, node_time=1)
+    (sink_node,) = (n.id for n in graph.by_kind(Kind.SINK))
+    pre = [
+        i for r in result.records if r.topic == Topics("enc").pre(sink_node) for i in items_of(r)
+    ]
+    assert [payload for _, _, payload in pre] == [
+        (b"ab", b'{"n":2,"word":"ab"}'),
+        (b"c", b'{"n":1,"word":"c"}'),
+    ]
+    (dead,) = [r for r in result.records if r.topic == Topics("enc").dlq]
+    assert (
+        dead.value == b"bad"
+        and "Json cannot encode object" in dict(dead.headers)["fp.dlq.reason"].decode()
+    )

@@ -32,8 +32,8 @@ def encode(payload: object) -> tuple[bytes | None, bytes]:
 
 
 def test_a_bundle_is_items_then_a_header_on_every_partition() -> None:
-    bundle = Bundle(3, GlobalTime.slot_end(9), (Record(meta(8), "a"), Record(meta(9), "kb")))
-    records = bundle_records(bundle, "out", 3, encode)
+    items_in = (Record(meta(8), encode("a")), Record(meta(9), encode("kb")))
+    records = bundle_records(Bundle(3, GlobalTime.slot_end(9), items_in), "out", 3)
     items, headers = records[:2], records[2:]
     assert [(r.topic, r.value) for r in items] == [("out", b"a"), ("out", b"kb")]
     assert items[0].partition == output_partition(None, meta(8), 3) == 5 % 3
@@ -48,6 +48,13 @@ def test_a_bundle_is_items_then_a_header_on_every_partition() -> None:
     assert [read_bundle_header(r.headers) for r in headers] == [
         BundleHeader(3, GlobalTime.slot_end(9), count) for count in counts
     ]
+
+
+@pytest.mark.parametrize("payload", ["a", ["k", b"v"], (b"k", "v"), (b"k", b"v", b"x")])
+def test_a_payload_that_is_no_output_record_is_refused(payload: object) -> None:
+    bundle = Bundle(0, GlobalTime.slot_end(9), (Record(meta(8), payload),))
+    with pytest.raises(ProtocolViolation, match="older flamepipe"):
+        bundle_records(bundle, "out", 1)
 
 
 def test_headers_are_read_from_lists_and_dicts() -> None:
