@@ -92,8 +92,28 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 gc.enable()
         if summary is not None:
             yield pa.RecordBatch.from_pylist([summary])
+        _spare_the_collector()
 
     return run
+
+
+_FULL_COLLECTION_EVERY = 64
+_tasks_frozen = 0
+
+
+def _spare_the_collector() -> None:
+    """Freeze the heap, so the full ``gc.collect()`` Spark's worker runs after every task
+    skips it (measured: 80 % of a stateless stage's worker CPU at 1k records/s, more the
+    larger the cached states). The cyclic collector then never sees frozen objects, so
+    every `_FULL_COLLECTION_EVERY` tasks the heap is unfrozen and that collection is full:
+    cyclic garbage (rare: nothing here makes cycles on purpose) waits at most that long."""
+    global _tasks_frozen  # noqa: PLW0603 - one counter per worker process
+    _tasks_frozen += 1
+    if _tasks_frozen >= _FULL_COLLECTION_EVERY:
+        _tasks_frozen = 0
+        gc.unfreeze()
+    else:
+        gc.freeze()
 
 
 def _records(batches: Iterator[Any]) -> list[InRecord]:
