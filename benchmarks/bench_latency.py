@@ -215,7 +215,9 @@ class Input:
         self.appended: dict[int, int] = {}
         self.next_id = 0
         self._rng = random.Random(7)
-        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+        # Latency starts at LogAppendTime, so batching here costs the measurement nothing,
+        # while a produce request per partition every few ms took much of the broker.
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
 
     def _delivered(self, error: Any, msg: Any) -> None:
         if error is None:
@@ -235,14 +237,14 @@ class Input:
         return ids
 
     def at_rate(self, rate: int, seconds: float) -> range:
-        """Produce ``rate`` lines per second for ``seconds`` in 10 ms steps."""
+        """Produce ``rate`` lines per second for ``seconds`` in 20 ms steps."""
         first, started, sent = self.next_id, time.monotonic(), 0
         while (elapsed := time.monotonic() - started) < seconds:
             due = int(rate * elapsed) - sent
             if due > 0:
                 self.produce(due)
                 sent += due
-            time.sleep(0.01)
+            time.sleep(0.02)
         self._producer.flush(30)
         return range(first, self.next_id)
 
@@ -265,6 +267,22 @@ def percentiles(values: list[int]) -> tuple[float, float]:
     """p50 and p99 of ``values``."""
     ordered = sorted(values)
     return statistics.median(ordered), ordered[int(0.99 * (len(ordered) - 1))]
+
+
+def report_batches(run: Any, since: dict[str, int]) -> None:
+    """Per stage, p50 of each part of Spark's micro-batch (``durationMs``) since ``since``,
+    batches with input only; ``since`` moves to now."""
+    for stage, query in run.queries.items():
+        progress = query.query.recentProgress
+        batches = [p for p in progress[since.get(stage, 0) :] if p["numInputRows"]]
+        since[stage] = len(progress)
+        if not batches:
+            continue
+        parts = sorted({k for p in batches for k in p["durationMs"]})
+        medians = {k: statistics.median(p["durationMs"].get(k, 0) for p in batches) for k in parts}
+        rows = statistics.median(p["numInputRows"] for p in batches)
+        shown = "  ".join(f"{k} {v:.0f}" for k, v in medians.items() if v)
+        print(f"    stage {stage}: {len(batches)} batches, p50 rows {rows:.0f}; ms p50: {shown}")
 
 
 def report_phase(rate: int, ids: range, source: Input, sinks: dict[str, Receipts]) -> None:
@@ -397,8 +415,10 @@ def measure(
         if not wait_for(first, list(receipts.values()), 300):
             raise RuntimeError("the first record did not come through within 300 s")
         print(f"latency, producer append -> committed output (2 cores, {settings.delta_ms=})")
+        since: dict[str, int] = {}
         for rate in RATES:
             source_input.at_rate(rate, WARMUP_S)
+            since.update({stage: len(q.query.recentProgress) for stage, q in run.queries.items()})
             cpu_before, phase_started = cpu_seconds(), time.monotonic()
             ids = source_input.at_rate(rate, seconds)
             cpu_after, span = cpu_seconds(), time.monotonic() - phase_started
@@ -408,6 +428,7 @@ def measure(
             if show_cpu:
                 print(f"  {rate:>6}/s CPU while producing, by process:")
                 print_cpu(cpu_before, cpu_after, span)
+                report_batches(run, since)
         drain_backlog(source_input, receipts, show_cpu)
     finally:
         stop.set()

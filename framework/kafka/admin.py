@@ -242,14 +242,19 @@ def require_log_append_time(bootstrap: str, topic: str) -> None:
         )
 
 
-def end_offsets(bootstrap: str, topic: str, *, committed: bool = False) -> dict[int, int]:
+def end_offsets(
+    bootstrap: str, topic: str, *, committed: bool = False, partitions: int | None = None
+) -> dict[int, int]:
     """The end offset of every partition of ``topic``: its high watermark.
 
     With ``committed``, the last stable offset instead: the end a read_committed reader
     sees. It may trail a just-committed transaction by a few milliseconds: the commit
-    returns before the broker has written the markers.
+    returns before the broker has written the markers. ``partitions``: the topic's
+    partition count if the caller knows it (describing the topic costs the broker more
+    than listing the offsets).
     """
-    partitions = partition_count(bootstrap, topic)
+    if partitions is None:
+        partitions = partition_count(bootstrap, topic)
     isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
     latest = OffsetSpec.latest()  # type: ignore[no-untyped-call]
     request = {TopicPartition(topic, p): latest for p in range(partitions)}

@@ -170,6 +170,8 @@ class PipelineRun:
             delta_ms=self.graph.delta_ms,
             interval_ms=self.settings.heartbeat_ms,
         )
+        for query in progress.values():
+            query.on_batch = self.fronts.poke
         self.fronts.start()
         aggregates = [
             q

@@ -76,6 +76,7 @@ class StageQuery:
         self.max_batch_records = settings.max_batch_records
         self.min_slot = min_slot
         self.stats = StageStats()
+        self.on_batch: Callable[[], None] | None = None  # after each batch's tasks committed
         self.run_id = _run_id(checkpoint)
         self.query: Any = None
         # Aggregate stages: per input partition the earliest window end still to emit
@@ -139,6 +140,8 @@ class StageQuery:
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         self.stats.add(rows)
         self.note_due(rows)
+        if self.on_batch is not None:
+            self.on_batch()
 
     def note_due(self, rows: list[Any]) -> None:
         """Take each task's earliest pending window end from a batch's summary rows."""

@@ -10,7 +10,7 @@ from framework.core.time import front_id
 from framework.spark.fronts import FrontHeartbeats
 
 
-def _fronts(outage_s: float) -> FrontHeartbeats:
+def _fronts(outage_s: float, interval_ms: int = 5) -> FrontHeartbeats:
     # No broker behind this address: the producer connects lazily and is never used.
     return FrontHeartbeats(
         "127.0.0.1:1",
@@ -19,7 +19,7 @@ def _fronts(outage_s: float) -> FrontHeartbeats:
         shards=1,
         sources={},
         delta_ms=10,
-        interval_ms=5,
+        interval_ms=interval_ms,
         outage_s=outage_s,
     )
 
@@ -49,7 +49,7 @@ def test_failed_rounds_are_skipped_until_the_broker_is_back() -> None:
         assert fronts.error is None
         assert fronts._thread.is_alive()
     finally:
-        fronts.stop()
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
 
 
 def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
@@ -67,7 +67,7 @@ def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
         assert time.monotonic() - started >= 0.1
         assert not fronts._thread.is_alive()
     finally:
-        fronts.stop()
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
 
 
 class _Stage:
@@ -78,13 +78,15 @@ class _Stage:
 def test_a_round_that_fails_midway_is_sent_again_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
     fails = ["b"]
 
-    def ends(_bootstrap: str, topic: str) -> dict[int, int]:
+    def ends(_bootstrap: str, topic: str, partitions: int | None = None) -> dict[int, int]:
+        assert partitions == 1
         if topic in fails:
             fails.remove(topic)
             raise OSError("broker away")
         return {0: 5}
 
     monkeypatch.setattr("framework.spark.fronts.end_offsets", ends)
+    monkeypatch.setattr("framework.spark.fronts.partition_count", lambda _b, _t: 1)
     fronts = _fronts(outage_s=60)
     fronts.sources = {"a": _Stage(), "b": _Stage()}
     try:
@@ -94,4 +96,36 @@ def test_a_round_that_fails_midway_is_sent_again_in_full(monkeypatch: pytest.Mon
         assert {beat.front for beat in beats} == {front_id("a", 0), front_id("b", 0)}
         assert fronts.beat() == []  # nothing rose since
     finally:
-        fronts.stop()
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def test_a_poke_beats_at_once_and_partition_counts_are_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    described: list[str] = []
+
+    def count(_bootstrap: str, topic: str) -> int:
+        described.append(topic)
+        return 1
+
+    monkeypatch.setattr("framework.spark.fronts.partition_count", count)
+    monkeypatch.setattr("framework.spark.fronts.end_offsets", lambda *_a, **_k: {0: 5})
+    fronts = _fronts(outage_s=60, interval_ms=60_000)  # no round comes by the clock
+    fronts.sources = {"a": _Stage()}
+    rounds: list[float] = []
+    beat = fronts.beat
+
+    def counted() -> list[object]:
+        rounds.append(time.monotonic())
+        return beat()  # type: ignore[return-value]
+
+    fronts.beat = counted  # type: ignore[method-assign]
+    fronts.start()
+    try:
+        for expected in (1, 2, 3):
+            fronts.poke()
+            _wait(lambda n=expected: len(rounds) >= n)  # type: ignore[misc]
+            assert len(rounds) == expected
+        assert described == ["a"]
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
