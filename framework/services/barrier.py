@@ -7,9 +7,11 @@ that segment grows, writes the released bundle to the sink's topic (format:
 `framework.services.output`). Receipt acks must not wait for a bundle (the min time that
 releases a bundle needs them), so every round with new records commits too.
 
-Positions (docs/decisions/barrier-positions.md): with every commit, per pre-barrier
-partition, the group offset is ``P_rel`` and the metadata holds ``P_ack``, the node time
-and ``GT_last`` (`framework.services.positions`). Start-up protocol:
+Positions (docs/decisions/barrier-positions.md): with every commit that carries receipt
+acks, and at least every ``checkpoint_s``, per pre-barrier partition, the group offset is
+``P_rel`` and the metadata holds ``P_ack``, the node time and ``GT_last``
+(`framework.services.positions`). A commit of a bundle alone skips them: the bundle's
+header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
 
 1. Start the writer: a transactional producer fences any older barrier of this sink and
    aborts its open transaction.
@@ -246,7 +248,7 @@ class BarrierService(Service):
             self._dirty = self._dirty or self._barrier.gt_last != before
         overdue = time.monotonic() - self._last_commit > self.checkpoint_s
         if self._acks or bundle is not None or (self._dirty and overdue):
-            self._commit(bundle)
+            self._commit(bundle, positions=bool(self._acks) or overdue)
             if bundle is not None and bundle.records:
                 self.stats.release_s.append(time.monotonic() - seen_at)
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
@@ -279,13 +281,17 @@ class BarrierService(Service):
         self.stats.items_in += len(items)
         self._dirty = True
 
-    def _commit(self, bundle: Bundle | None) -> None:
+    def _commit(self, bundle: Bundle | None, positions: bool = True) -> None:
         """Write a bundle, the receipt acks and the positions together.
 
         1. The bundle's records: items, then a header on every output partition.
         2. The receipt acks since the last commit: one ack batch per shard, closed by the
            next node time of this barrier (every shard gets one, as from any sender).
-        3. Per pre-barrier partition ``P_rel`` with ``P_ack``, node time, ``GT_last``.
+        3. Per pre-barrier partition ``P_rel`` with ``P_ack``, node time, ``GT_last`` --
+           unless ``positions`` is false: a bundle without receipt acks needs none (its
+           header carries ``GT_last`` and ``seq``, which a restart reads back, and no
+           ``P_ack`` moved), so the write that releases output skips the two round trips
+           of committing offsets in a transaction. They follow within ``checkpoint_s``.
         4. Write all of it at once (`OutputWriter.write`: one transaction when exactly once).
         5. Only then take the acks as sent and the positions as committed.
         """
@@ -302,7 +308,7 @@ class BarrierService(Service):
             records.extend(self._receipts.records(acks, node_time))
         # Step 3
         gt_last = self._barrier.gt_last
-        positions = [
+        marks = [
             TopicPartition(
                 self.pre,
                 p,
@@ -310,20 +316,22 @@ class BarrierService(Service):
                 metadata=ledger.mark(node_time, gt_last).encode(),
             )
             for p, ledger in self._ledgers.items()
+            if positions
         ]
         # Step 4
         # Crash tests kill the barrier here, between producing a bundle and committing it.
         crash = "barrier.bundle" if bundle is not None and bundle.records else None
         started = time.monotonic()
-        self._writer.write(records, positions, crash)
+        self._writer.write(records, marks, crash)
         self.stats.write_s.append(time.monotonic() - started)
         # Step 5
-        for ledger in self._ledgers.values():
-            ledger.acked_all()
         self._acks = {}
         self._node_time = node_time
-        self._dirty = False
-        self._last_commit = time.monotonic()
+        if positions:
+            for ledger in self._ledgers.values():
+                ledger.acked_all()
+            self._dirty = False
+            self._last_commit = time.monotonic()
         self.stats.commits += 1
         if bundle is not None:
             self.stats.bundles += 1

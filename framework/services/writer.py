@@ -130,7 +130,7 @@ class TransactionalWriter(OutputWriter):
 
         1. Begin the transaction.
         2. Produce every record.
-        3. Add the positions (with their metadata) for the consumer's group.
+        3. Add the positions (with their metadata) for the consumer's group, if any.
         4. Commit (retrying while the error is retriable).
 
         A Kafka failure aborts the transaction, if the producer still can, and raises
@@ -146,8 +146,9 @@ class TransactionalWriter(OutputWriter):
             for record in records:
                 self._produce(producer, record)
             # Step 3
-            group = self.consumer.consumer_group_metadata()
-            producer.send_offsets_to_transaction(positions, group, _TIMEOUT_S)
+            if positions:
+                group = self.consumer.consumer_group_metadata()
+                producer.send_offsets_to_transaction(positions, group, _TIMEOUT_S)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
                 failpoints.hit(failpoint, before=lambda: producer.flush(_TIMEOUT_S))
             # Step 4

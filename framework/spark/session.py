@@ -52,6 +52,11 @@ def spark_session(
             "org.apache.spark.sql.execution.streaming.checkpointing."
             "FileSystemBasedCheckpointFileManager"
         ),
+        # Hadoop's default local file system sets the permissions of every file it creates
+        # by forking `chmod` (no native Hadoop library here), twice per file with its .crc
+        # twin: four process spawns per micro-batch from the driver JVM. The raw local
+        # file system creates files without setting permissions and without checksums.
+        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     }
     if settings.spark_master.startswith("local") and (flags := local_jvm_flags()):
         conf["spark.driver.extraJavaOptions"] = " ".join(flags)
