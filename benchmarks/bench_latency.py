@@ -176,14 +176,16 @@ def read_outputs(bootstrap: str, topics: tuple[str, ...], out: Any, stop: Any) -
     sent = time.monotonic()
     try:
         while not stop.is_set():
-            # A short timeout: consume() waits it out unless the batch fills, and that
-            # wait would be counted as latency.
-            for msg in consumer.consume(10_000, 0.002):
+            # consume(n, t) waits out t unless n messages come, and that wait would count
+            # as latency: wait for one, then take what is there.
+            first = consumer.consume(1, 0.02)
+            for msg in first + consumer.consume(10_000, 0) if first else ():
                 now = time.time_ns() // 1_000_000
-                if msg.error() is not None or "fp.bundle" in dict(msg.headers() or []):
+                value = msg.value()
+                if msg.error() is not None or value is None:  # a bundle header has no value
                     continue
                 # The value is ``["word", ["previous id", "id"]]``: the last quoted field.
-                line_id = int(msg.value().rsplit(b'"', 2)[1])
+                line_id = int(value.rsplit(b'"', 2)[1])
                 batch.append((index[msg.topic()], line_id, now))
             if batch and time.monotonic() - sent > 0.02:
                 out.put(batch)

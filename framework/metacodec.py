@@ -45,18 +45,32 @@ def _cached_long(value: int) -> bytes:
     return data
 
 
+_tails: dict[tuple[tuple[int, ...], int, bool], bytes] = {}
+"""Encodings of ``(child ids, trace, tombstone)``: every item of one path shares them."""
+
+
+def _tail(child_ids: tuple[int, ...], trace: int, tombstone: bool) -> bytes:
+    key = (child_ids, trace, tombstone)
+    data = _tails.get(key)
+    if data is None:
+        if not 0 <= trace < _U64:
+            raise ValueError(f"cannot encode meta: trace {trace} is not an unsigned 64-bit value")
+        parts = [_long(len(child_ids)), *map(_long, child_ids)] if child_ids else []
+        parts.append(b"\x00")
+        parts.append(_long(trace - _U64 if trace >= _I64_END else trace))
+        parts.append(b"\x01" if tombstone else b"\x00")
+        data = b"".join(parts)
+        if len(_tails) >= _CACHED:
+            _tails.clear()
+        _tails[key] = data
+    return data
+
+
 def encode_meta(meta: Meta) -> bytes:
     """Avro bytes of ``meta`` (schema ``schemas/meta.avsc``); ``ValueError`` if invalid."""
     gt, child_ids, trace, tombstone = meta
     slot, front, offset = gt
-    if not 0 <= trace < _U64:
-        raise ValueError(f"cannot encode meta: trace {trace} is not an unsigned 64-bit value")
     # Offsets rarely repeat: encoded afresh, they would only churn the cache.
-    parts = [_cached_long(slot), _cached_long(front), _long(offset)]
-    if child_ids:
-        parts.append(_cached_long(len(child_ids)))
-        parts.extend(map(_cached_long, child_ids))
-    parts.append(b"\x00")
-    parts.append(_cached_long(trace - _U64 if trace >= _I64_END else trace))
-    parts.append(b"\x01" if tombstone else b"\x00")
-    return b"".join(parts)
+    return b"".join(
+        (_cached_long(slot), _cached_long(front), _long(offset), _tail(child_ids, trace, tombstone))
+    )

@@ -54,6 +54,7 @@ from framework.services.common import (
     new_consumer,
     new_producer,
     read_to_end,
+    take,
     where,
 )
 from framework.services.loop import Service
@@ -122,7 +123,7 @@ class AckerService(Service):
         *,
         partitions: Sequence[int] | None = None,
         epoch: int = 0,
-        poll_s: float = 0.005,
+        poll_s: float = 0.05,
         max_batch: int = 1000,
         checkpoint_s: float = 5.0,
     ) -> None:
@@ -197,7 +198,7 @@ class AckerService(Service):
 
     def _step(self) -> None:
         assert self._consumer is not None and self._producer is not None
-        for msg in self._consumer.consume(self.max_batch, self.poll_s):
+        for msg in take(self._consumer, self.max_batch, self.poll_s):
             if is_eof(msg):
                 self._replayed(where(msg)[0])
             elif is_record(msg, self.topics.acks):

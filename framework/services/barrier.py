@@ -52,6 +52,7 @@ from framework.services.common import (
     kafka_retry,
     new_consumer,
     service_node_id,
+    take,
     where,
 )
 from framework.services.loop import Service
@@ -233,7 +234,7 @@ class BarrierService(Service):
 
     def _step(self) -> None:
         assert self._consumer is not None and self._view is not None
-        for msg in self._consumer.consume(self.max_batch, self.poll_s):
+        for msg in take(self._consumer, self.max_batch, self.poll_s):
             if is_record(msg, self.pre):
                 self._take(msg)
         self._view.check()

@@ -37,6 +37,7 @@ __all__ = [
     "new_producer",
     "read_to_end",
     "service_node_id",
+    "take",
     "where",
 ]
 
@@ -97,6 +98,20 @@ def new_consumer(
         **(config or {}),
     }
     return kafka_call(f"cannot create a consumer for {bootstrap}", lambda: Consumer(settings))
+
+
+def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:
+    """Up to ``most`` messages: waits at most ``wait_s`` for the first, then takes only
+    what is already there.
+
+    ``Consumer.consume(most, wait_s)`` waits out ``wait_s`` unless ``most`` messages come
+    (measured: a lone message returned after the whole timeout), which would add up to
+    ``wait_s`` to every hop through a service.
+    """
+    first: list[Message] = consumer.consume(1, wait_s)
+    if not first or most <= 1:
+        return first
+    return first + consumer.consume(most - 1, 0)
 
 
 def new_producer(bootstrap: str, config: Mapping[str, Any] | None = None) -> Producer:

@@ -31,6 +31,7 @@ from framework.services.common import (
     is_record,
     mintime_topic_spec,
     new_consumer,
+    take,
     where,
 )
 from framework.services.loop import Service
@@ -54,7 +55,7 @@ class MinTimeView(Service):
         segments: Iterable[str],
         *,
         epoch: int = 0,
-        poll_s: float = 0.005,
+        poll_s: float = 0.05,
     ) -> None:
         """A view of ``shards`` acker shards tracking ``segments`` in ``epoch``; `start` it."""
         super().__init__(f"flamepipe-mintime-{app}")
@@ -131,7 +132,7 @@ class MinTimeView(Service):
 
     def _step(self) -> None:
         assert self._consumer is not None
-        for msg in self._consumer.consume(1000, self.poll_s):
+        for msg in take(self._consumer, 1000, self.poll_s):
             if is_eof(msg):
                 self._caught_up(where(msg)[0])
             elif is_record(msg, self.topic):

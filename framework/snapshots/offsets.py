@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
+from framework.kafka.cache import ProcessCache
 from framework.services.common import close_quietly, kafka_call, kafka_retry
 
 __all__ = ["replay_offsets"]
@@ -33,7 +34,20 @@ def replay_offsets(
     """
     if slot < 0 or delta_ms < 1:
         raise ValueError(f"slot={slot} must be >= 0 and delta_ms={delta_ms} >= 1")
-    consumer = kafka_call(
+    consumer = _consumers.get(bootstrap, lambda: _new_consumer(bootstrap))
+    return {
+        topic: _topic_offsets(consumer, topic, partitions, slot * delta_ms)
+        for topic, partitions in sources.items()
+    }
+
+
+# One per broker address and process: a snapshot a second made a new client (connections,
+# metadata, a coordinator lookup) every time.
+_consumers: ProcessCache[str, Consumer] = ProcessCache(close_quietly, limit=4)
+
+
+def _new_consumer(bootstrap: str) -> Consumer:
+    return kafka_call(
         f"cannot create a consumer for {bootstrap}",
         lambda: Consumer(
             {
@@ -43,13 +57,6 @@ def replay_offsets(
             }
         ),
     )
-    try:
-        return {
-            topic: _topic_offsets(consumer, topic, partitions, slot * delta_ms)
-            for topic, partitions in sources.items()
-        }
-    finally:
-        close_quietly(consumer)
 
 
 def _topic_offsets(consumer: Consumer, topic: str, partitions: int, at_ms: int) -> dict[int, int]:
