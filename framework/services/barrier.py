@@ -70,6 +70,8 @@ from framework.services.writer import (
 
 __all__ = ["BarrierService", "BarrierStats"]
 
+_new = tuple.__new__  # a Record without the Python-level NamedTuple __new__ call
+
 
 class BarrierService(Service):
     """The barrier of sink node ``sink_node`` of ``app`` (see the module docstring)."""
@@ -268,16 +270,18 @@ class BarrierService(Service):
         partition, offset = where(msg)
         items = read_items(msg.headers(), msg.value(), f"{self.pre}[{partition}]@{offset}")
         ledger = self._ledgers[partition]
-        if ledger.needs_ack(offset):
-            acks = self._acks
-            for meta, ack, _ in items:
-                slot = meta.gt.slot
-                acks[slot] = acks.get(slot, 0) ^ ack
-        # A frame is needed until its latest item is released (items need not be sorted).
-        ledger.read(offset, max(meta.gt for meta, _, _ in items))
+        acking = ledger.needs_ack(offset)
+        acks = self._acks
         push = self._barrier.push
-        for meta, _, payload in items:
-            push(Record(meta, payload))
+        latest = items[0][0].gt
+        for meta, ack, payload in items:  # one pass: this runs once per output item
+            gt = meta.gt
+            latest = max(latest, gt)
+            if acking:
+                acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
+            push(_new(Record, (meta, payload)))
+        # A frame is needed until its latest item is released (items need not be sorted).
+        ledger.read(offset, latest)
         self.stats.records_in += 1
         self.stats.items_in += len(items)
         self._dirty = True

@@ -48,6 +48,8 @@ META_HEADER = "fp.meta"
 BUNDLE_HEADER = "fp.bundle"
 """Header of the record that closes a bundle on a partition: Avro ``BundleHeader``."""
 
+_new = tuple.__new__  # an OutRecord without the Python-level NamedTuple __new__ call
+
 Headers = Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]]
 """Record headers as confluent_kafka returns them."""
 
@@ -80,7 +82,8 @@ def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecor
         key, value = payload
         partition = meta.gt.front % partitions if key is None else crc32(key) % partitions
         counts[partition] += 1
-        records.append(OutRecord(topic, partition, key, value, ((META_HEADER, encode_meta(meta)),)))
+        headers = ((META_HEADER, encode_meta(meta)),)
+        records.append(_new(OutRecord, (topic, partition, key, value, headers)))
     for partition, count in enumerate(counts):
         header = BundleHeader(bundle.seq, bundle.gt_last, count)
         headers = ((BUNDLE_HEADER, encode_bundle_header(header)),)
