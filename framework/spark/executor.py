@@ -85,7 +85,7 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            records = _records(batches)
+            records = _records(batches, ctx.spec.stage.topic)
             summary = run_partition(ctx, records) if records else None
         finally:
             if enabled:
@@ -116,7 +116,7 @@ def _spare_the_collector() -> None:
         gc.freeze()
 
 
-def _records(batches: Iterator[Any]) -> list[InRecord]:
+def _records(batches: Iterator[Any], topic: str) -> list[InRecord]:
     # Step 1. Column by column: to_pydict would build a dict per header and index every
     # column per row; the headers column is split by its list offsets instead.
     out: list[InRecord] = []
@@ -128,7 +128,7 @@ def _records(batches: Iterator[Any]) -> list[InRecord]:
             map(
                 InRecord._make,
                 zip(
-                    column("topic").to_pylist(),
+                    repeat(topic, batch.num_rows),
                     column("partition").to_pylist(),
                     column("offset").to_pylist(),
                     column("ts").to_pylist(),
