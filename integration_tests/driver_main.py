@@ -35,9 +35,13 @@ def main(argv: list[str]) -> None:
     )
     run = SparkRunner(settings, spark).start(pipeline.graph())
     print("running", flush=True)
+    reported = time.monotonic()
     while True:
         run.check()
         time.sleep(0.2)
+        if time.monotonic() - reported >= 10:  # into the driver log a failing test prints
+            reported = time.monotonic()
+            print(f"flamepipe progress: {run.progress()}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -243,8 +243,7 @@ class BarrierService(Service):
         bundle = None
         min_time = self._view.min_time(self.segment)
         seen_at = time.monotonic()
-        replaying = any(ledger.replaying for ledger in self._ledgers.values())
-        if min_time > self._min_seen and not replaying:
+        if min_time > self._min_seen and not self.replaying:
             self._min_seen = min_time
             before = self._barrier.gt_last
             bundle = self._barrier.on_min_time(min_time)
@@ -256,6 +255,12 @@ class BarrierService(Service):
                 self.stats.release_s.append(time.monotonic() - seen_at)
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
         self._released = self._min_seen
+
+    @property
+    def replaying(self) -> bool:
+        """Whether records acked before the restart are still being read again (no release
+        happens until they are)."""
+        return any(ledger.replaying for ledger in self._ledgers.values())
 
     @property
     def replays_dropped(self) -> int:
