@@ -69,7 +69,6 @@ def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecor
     """
     counts = [0] * partitions
     records: list[OutRecord] = []
-    crc32 = zlib.crc32
     for record in bundle.records:
         meta = record.meta
         payload = record.value
@@ -80,7 +79,7 @@ def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecor
                 "flamepipe; run one version for the stages and the barrier"
             )
         key, value = payload
-        partition = meta.gt.front % partitions if key is None else crc32(key) % partitions
+        partition = output_partition(key, meta, partitions)
         counts[partition] += 1
         headers = ((META_HEADER, encode_meta(meta)),)
         records.append(_new(OutRecord, (topic, partition, key, value, headers)))

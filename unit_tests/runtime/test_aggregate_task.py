@@ -138,6 +138,16 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
     assert {k: v for k, v in table.items() if v} == {k: v for k, v in in_flight.items() if v}
 
 
+def rebuild(program: StageProgram, changelog: list[OutRecord]) -> WindowAggregator:
+    """A fresh aggregator state from one partition's changelog records."""
+    rebuilt = program.new_state()
+    assert isinstance(rebuilt, WindowAggregator)
+    apply_changelog(rebuilt, [(r.key, r.value) for r in changelog])
+    rebuilt.take_changed()
+    assert rebuilt.take_holds() == ([], [])  # holds were acked with the state
+    return rebuilt
+
+
 def test_the_changelog_rebuilds_state_without_emitting_a_window_twice() -> None:
     graph = counting(Sliding(200, 100), combinable=False)
     first, second = programs(graph)
@@ -148,14 +158,10 @@ def test_the_changelog_rebuilds_state_without_emitting_a_window_twice() -> None:
     out = run_aggregate(second, shuffled, min_slot=120, states=states)
     changelog = topics.state(second.spec.stage.id)
     for partition, live in states.items():
-        rebuilt = second.new_state()
-        assert isinstance(rebuilt, WindowAggregator) and isinstance(live, WindowAggregator)
-        apply_changelog(
-            rebuilt,
-            [(r.key, r.value) for r in out if r.topic == changelog and r.partition == partition],
+        assert isinstance(live, WindowAggregator)
+        rebuilt = rebuild(
+            second, [r for r in out if r.topic == changelog and r.partition == partition]
         )
-        rebuilt.take_changed()
-        assert rebuilt.take_holds() == ([], [])  # holds were acked with the state
         assert rebuilt.hold_counts == live.hold_counts and rebuilt.min_time == live.min_time == 120
         assert rebuilt.next_due() == live.next_due()
         keys = {k for k in "abcde" if live.bucket_state(k)}
@@ -195,12 +201,9 @@ def test_count_windows_emit_full_runs_and_rebuild_from_the_changelog() -> None:
     early = run_aggregate(second, shuffled, min_slot=118, states=states)
     changelog = topics.state(second.spec.stage.id)
     for partition, live in states.items():
-        rebuilt = second.new_state()
-        assert isinstance(rebuilt, WindowAggregator) and isinstance(live, WindowAggregator)
+        assert isinstance(live, WindowAggregator)
         mine = [r for r in early if r.topic == changelog and r.partition == partition]
-        apply_changelog(rebuilt, [(r.key, r.value) for r in mine])
-        rebuilt.take_changed()
-        assert rebuilt.take_holds() == ([], [])
+        rebuilt = rebuild(second, mine)
         assert rebuilt.hold_counts == live.hold_counts and rebuilt.next_due() == live.next_due()
         # Compaction may leave the min time after the buckets: the same state results.
         reordered = second.new_state()
