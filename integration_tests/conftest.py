@@ -10,6 +10,7 @@ import pytest
 
 from framework.config import Settings
 from framework.demos.smoke import create_topics
+from framework.kafka import admin
 from framework.local.provision import provision
 
 
@@ -23,6 +24,8 @@ def stack() -> Iterator[Settings]:
     """Settings of a running stack, stopped at the end of the session."""
     with provision() as settings:
         yield settings
+        # Cached admin clients would retry the stopped broker, once a second, until exit.
+        admin.close_cached()
 
 
 @pytest.fixture(scope="session")

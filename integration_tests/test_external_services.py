@@ -81,10 +81,28 @@ def _verified(bootstrap: str, topic: str) -> Counter[str]:
     return out
 
 
-def _wait(condition: Any, what: str, timeout_s: float = 240) -> None:
+def _census(bootstrap: str, app: str) -> str:
+    """Records per topic of ``app`` (committed / written), per partition: where items went."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"census-{uuid.uuid4().hex}"})
+    try:
+        topics = sorted(t for t in consumer.list_topics(timeout=10).topics if t.startswith(app))
+    finally:
+        consumer.close()
+    lines = []
+    for topic in topics:
+        counts = [
+            Counter(m.partition() for m in read_to_end(bootstrap, topic, committed=committed))
+            for committed in (True, False)
+        ]
+        lines.append(f"{topic}: committed {dict(counts[0])}, written {dict(counts[1])}")
+    return "\n".join(lines)
+
+
+def _wait(condition: Any, what: str, timeout_s: float = 240, detail: Any = lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{detail()}")
         time.sleep(0.2)
 
 
@@ -131,6 +149,7 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
             _wait(
                 lambda: sum(_items(read_to_end(bootstrap, sink)).values()) >= words,
                 f"{words} output items",
+                detail=lambda: f"{run.progress()}\n{_census(bootstrap, app)}",
             )
             run.check()
         finally:
@@ -192,6 +211,7 @@ def test_standby_acker_and_barrier_take_over_from_killed_leaders(
             _wait(
                 lambda: sum(_items(read_to_end(bootstrap, sink)).values()) >= words,
                 f"{words} output items",
+                detail=lambda: f"{run.progress()}\n{_census(bootstrap, app)}",
             )
             run.check()
         finally:

@@ -37,7 +37,10 @@ class Settings:
     flamepipe uses the embedded local stack on ``kafka_port`` / ``zookeeper_port``.
     ``parallelism`` is the partition count of the topics between stages (the hash units of
     groupings); ``acker_shards`` the partitions of the acks topic; ``trigger_ms`` Spark's
-    micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat;
+    micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat; ``front_lag_ms`` the
+    longest a source record may take from its LogAppendTime to being readable (broker
+    pauses, replication): an idle source partition heartbeats that far behind the clock,
+    so it adds up to that much latency to the last records before a pause;
     ``max_batch_records`` caps the records a stage reads per micro-batch; ``fail_fast`` fails
     the run on the first bad record instead of sending it to the dead-letter topic.
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
@@ -61,6 +64,7 @@ class Settings:
     acker_shards: int = 2
     trigger_ms: int = 0
     heartbeat_ms: int = 50
+    front_lag_ms: int = 250
     max_batch_records: int = 100_000
     fail_fast: bool = False
     state_backend: str = "file"
@@ -129,6 +133,7 @@ class Settings:
             ("parallelism", 1),
             ("acker_shards", 1),
             ("heartbeat_ms", 1),
+            ("front_lag_ms", 0),
             ("max_batch_records", 1),
             ("snapshot_interval_ms", 1),
             ("stall_timeout_ms", 1000),

@@ -37,7 +37,8 @@ __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
 
 SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
-    "tombstones LONG, skipped BOOLEAN, last_offset LONG, max_timestamp_ms LONG, next_due LONG"
+    "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "
+    "max_timestamp_ms LONG, next_due LONG"
 )
 
 
@@ -225,6 +226,7 @@ def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str
         "tombstones": 0,
         "skipped": skipped,
         "last_offset": max(r.offset for r in records),
+        "min_timestamp_ms": min(r.timestamp_ms for r in records),
         "max_timestamp_ms": max(r.timestamp_ms for r in records),
         "next_due": -2,  # unknown: the driver keeps what it knew
     }

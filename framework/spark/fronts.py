@@ -11,11 +11,18 @@ Every ``heartbeat_ms``, and at once when a source stage finished a batch, per so
    with offsets, so no record not yet consumed has a lower slot. This keeps min time
    moving while a stage works through a backlog.
 3. A partition whose consumed offset reached its end offset heartbeats
-   ``slot(t0 - delta)``: a record not consumed yet was appended after ``t0``, so its slot
-   cannot be lower. ``delta`` absorbs clock skew between this driver and the broker.
+   ``slot(t0 - lag)``: a record not consumed yet was not readable at ``t0``, so it was
+   stamped after ``t0 - lag`` unless it took longer than ``lag`` (``front_lag_ms``) from
+   its LogAppendTime to the high watermark. The broker stamps a record before it makes it
+   readable; a pause in between (a GC, a starved CPU, followers replicating) is the lag,
+   and with it the clock skew between this driver and the broker.
 4. If any front's heartbeat rose, send one AckBatch per acker shard (heartbeats only),
    closed by this driver's next node time. The acks of the batches it covers were
    committed before Spark reported their progress, so they precede it on every shard.
+
+A record that breaks the lag bound is detected, not dropped in silence: `check` compares
+each source batch's earliest timestamp per partition with what was heartbeated before
+the batch committed, and fails the run (`ProtocolViolation`) naming the setting to raise.
 
 A round that fails (the broker restarting, a leader moving) is skipped: heartbeats only
 ever rise, so a missed round holds min time back and costs nothing else. The thread gives
@@ -38,6 +45,7 @@ from confluent_kafka import Producer
 
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
+from framework.errors import ProtocolViolation
 from framework.kafka.admin import end_offsets, partition_count
 from framework.kafka.wire import encode_ack_batch
 
@@ -79,6 +87,7 @@ class FrontHeartbeats:
         sources: Mapping[str, Consumption],  # topic -> what its stage consumed
         delta_ms: int,
         interval_ms: int,
+        lag_ms: int = 250,
         outage_s: float = 120.0,
     ) -> None:
         self.bootstrap = bootstrap
@@ -86,6 +95,7 @@ class FrontHeartbeats:
         self.shards = shards
         self.sources = dict(sources)
         self.delta_ms = delta_ms
+        self.lag_ms = lag_ms
         self.interval_s = interval_ms / 1000
         self.outage_s = outage_s
         self.failed_rounds = 0
@@ -109,6 +119,28 @@ class FrontHeartbeats:
         """Beat now, not at the next interval: a source stage just committed a batch, and
         the heartbeat its timestamps allow is what releases that batch's output."""
         self._wake.set()
+
+    def check(self, topic: str, rows: list[Any]) -> None:
+        """`ProtocolViolation` if a source batch of ``topic`` read a record in a slot this
+        driver had already heartbeated past (its summary ``rows``, before they count).
+
+        Such a record became readable more than ``lag_ms`` after it was stamped; min time
+        may have passed its slot, and the barrier would drop its output as a replay.
+        """
+        for row in rows:
+            if row["skipped"]:  # a batch committed before: heartbeated after it was read
+                continue
+            partition, stamp = row["partition"], row["min_timestamp_ms"]
+            promised = self.sent.get(front_id(topic, partition), -1)
+            if slot_of(stamp, self.delta_ms) < promised:
+                raise ProtocolViolation(
+                    f"a record of {topic}[{partition}] stamped {stamp} (LogAppendTime) became "
+                    f"readable after this driver heartbeated the partition past slot "
+                    f"{promised} ({promised * self.delta_ms} ms): it took over "
+                    f"front_lag_ms={self.lag_ms} to become readable, and its output may be "
+                    "dropped as a replay. Raise FLAMEPIPE_FRONT_LAG_MS (the broker's worst "
+                    "pause or replication delay) and restart the pipeline."
+                )
 
     def stop(self, flush_s: float = 10.0) -> None:
         """Stop and flush what was sent (waiting at most ``flush_s``)."""
@@ -159,7 +191,7 @@ class FrontHeartbeats:
             consumed = consumed_offsets(progress, topic)
             t0 = time.time_ns() // 1_000_000
             ends = end_offsets(self.bootstrap, topic, partitions=self._partition_count(topic))
-            caught_up = slot_of(t0 - self.delta_ms, self.delta_ms)
+            caught_up = slot_of(t0 - self.lag_ms, self.delta_ms)
             for partition, end in ends.items():
                 # Step 2
                 slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1

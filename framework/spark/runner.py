@@ -17,6 +17,7 @@ Start-up protocol of `SparkRunner.start`:
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -169,8 +170,10 @@ class PipelineRun:
             sources=progress,
             delta_ms=self.graph.delta_ms,
             interval_ms=self.settings.heartbeat_ms,
+            lag_ms=self.settings.front_lag_ms,
         )
-        for query in progress.values():
+        for topic, query in progress.items():
+            query.on_rows = functools.partial(self.fronts.check, topic)
             query.on_batch = self.fronts.poke
         self.fronts.start()
         aggregates = [

@@ -78,6 +78,8 @@ class StageQuery:
         self.max_batch_records = settings.max_batch_records
         self.min_slot = min_slot
         self.stats = StageStats()
+        # Called with a batch's summary rows once its tasks committed, before they count.
+        self.on_rows: Callable[[list[Any]], None] | None = None
         self.on_batch: Callable[[], None] | None = None  # after each batch's tasks committed
         self.run_id = _run_id(checkpoint)
         self.query: Any = None
@@ -140,6 +142,8 @@ class StageQuery:
     def _batch(self, frame: Any, batch_id: int) -> None:
         ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
+        if self.on_rows is not None:
+            self.on_rows(rows)
         self.stats.add(rows)
         self.note_due(rows)
         if self.on_batch is not None:

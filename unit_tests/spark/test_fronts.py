@@ -7,6 +7,7 @@ import time
 import pytest
 
 from framework.core.time import front_id
+from framework.errors import ProtocolViolation
 from framework.spark.fronts import FrontHeartbeats
 
 
@@ -127,5 +128,48 @@ def test_a_poke_beats_at_once_and_partition_counts_are_read_once(
             _wait(lambda n=expected: len(rounds) >= n)  # type: ignore[misc]
             assert len(rounds) == expected
         assert described == ["a"]
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+class _CaughtUp:
+    """A source stage that consumed topic ``a`` to offset 5, stamps long ago."""
+
+    def consumed(self) -> tuple[object, dict[int, int]]:
+        return {"sources": [{"endOffset": {"a": {"0": 5}}}]}, {0: 1_000}
+
+
+def test_a_caught_up_partition_heartbeats_front_lag_ms_behind_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("framework.spark.fronts.end_offsets", lambda *_a, **_k: {0: 5})
+    monkeypatch.setattr("framework.spark.fronts.partition_count", lambda _b, _t: 1)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _CaughtUp()}
+    try:
+        before = time.time_ns() // 1_000_000
+        (beat,) = fronts.beat()
+        after = time.time_ns() // 1_000_000
+        # Not slot(t0 - delta): a record stamped 200 ms ago may still be on its way.
+        assert (before - fronts.lag_ms) // 10 <= beat.slot <= (after - fronts.lag_ms) // 10
+        assert fronts.lag_ms == 250
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def _row(stamp: int, skipped: bool = False) -> dict[str, object]:
+    return {"partition": 0, "min_timestamp_ms": stamp, "skipped": skipped}
+
+
+def test_a_record_older_than_a_heartbeat_fails_the_run() -> None:
+    fronts = _fronts(outage_s=60)
+    fronts.sent[front_id("a", 0)] = 500  # promised: nothing below 5000 ms is left
+    try:
+        fronts.check("a", [_row(5_000), _row(5_009)])  # in the promised slot or later
+        fronts.check("a", [_row(4_000, skipped=True)])  # read before the promise
+        fronts.check("b", [_row(0)])  # another topic's front was never promised
+        with pytest.raises(ProtocolViolation, match="FLAMEPIPE_FRONT_LAG_MS") as caught:
+            fronts.check("a", [_row(5_000), _row(4_999)])
+        assert "a[0] stamped 4999" in str(caught.value)
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
