@@ -86,6 +86,21 @@ class Bucket:
         return len(self.metas)
 
 
+@dataclass(slots=True)
+class _Marked:
+    """A key repaired once at the end of a batch (`Grouping.push_batch`): its bucket, the
+    bucket as it was, the lowest and highest meta the batch touched, and which record of
+    the batch each meta came from (else the first)."""
+
+    bucket: Bucket
+    metas: list[Meta]
+    values: list[Any]
+    low: Meta
+    high: Meta
+    first: int
+    cause: dict[Meta, int]
+
+
 class Grouping:
     """A grouping physical operation with window ``window`` over `Keyed` records.
 
@@ -132,6 +147,90 @@ class Grouping:
         if record.meta.tombstone:
             return self._retract(bucket, record.meta.as_item(), keyed.value)
         return self._insert(bucket, record.meta, keyed.value)
+
+    def push_batch(self, records: list[Record]) -> list[tuple[int, Record]]:
+        """Process a batch; its net outputs, each with the index of the record it is due to.
+
+        The live outputs afterwards are those of `push` on each record in turn, but a key
+        that needs repairs is repaired once per batch, not once per record:
+
+        1. A record of a key not yet repaired in this batch that arrives in order (an
+           item, no early tombstones, nothing after it) is pushed as by `push`.
+        2. Any other record of a key marks the key: the bucket as it stands is remembered
+           (its windows are the key's live outputs), and this and every later record of
+           the key in the batch only change the bucket, emitting nothing.
+        3. At the end, per marked key, the windows of the old and the new bucket are
+           compared where they can differ (from the lowest changed meta to ``N - 1``
+           items past the highest): a window only in the old bucket is retracted by its
+           tombstone, one only in the new bucket is emitted.
+
+        Records ``k`` items out of order ahead of ``s`` followers cost ``s`` repairs, not
+        ``k * s``: an output emitted and retracted within the batch never leaves it.
+        """
+        out: list[tuple[int, Record]] = []
+        marked: dict[object, _Marked] = {}
+        for index, record in enumerate(records):
+            keyed = record.value
+            if not isinstance(keyed, Keyed):
+                raise PipelineError(f"grouping expects key_by output, got {type(keyed).__name__}")
+            meta = record.meta.as_item() if record.meta.tombstone else record.meta
+            mark = marked.get(keyed.key)
+            if mark is None:
+                bucket = self._buckets.get(keyed.key)
+                in_order = bucket is None or (
+                    not bucket.early and (not bucket.metas or bucket.metas[-1] <= meta)
+                )
+                if in_order and not record.meta.tombstone:
+                    # Step 1
+                    out.extend((index, o) for o in self.push(record))
+                    continue
+                # Step 2
+                mark = marked[keyed.key] = self._mark(keyed.key, meta, index)
+            mark.low, mark.high = min(mark.low, meta), max(mark.high, meta)
+            mark.cause.setdefault(meta, index)
+            if record.meta.tombstone:
+                mark.bucket.remove(meta, keyed.value)
+            else:
+                mark.bucket.insert(meta, keyed.value)
+        # Step 3
+        for mark in marked.values():
+            self._diff(mark, out)
+        return out
+
+    def _mark(self, key: object, meta: Meta, index: int) -> _Marked:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = Bucket()
+        self._dirty[key] = None
+        self._changed[key] = None
+        return _Marked(bucket, list(bucket.metas), list(bucket.values), meta, meta, index, {})
+
+    def _diff(self, mark: _Marked, out: list[tuple[int, Record]]) -> None:
+        """Step 3 of `push_batch` for one key: tombstones and windows, in meta order."""
+        reach = self.window - 1
+        old = self._windows(mark.metas, mark.values, mark.low, mark.high, reach)
+        new = self._windows(mark.bucket.metas, mark.bucket.values, mark.low, mark.high, reach)
+        for meta in sorted(old.keys() | new.keys()):
+            before, after = list(old.get(meta, ())), list(new.get(meta, ()))
+            for window in list(before):
+                if window in after:
+                    before.remove(window)
+                    after.remove(window)
+            cause = mark.cause.get(meta, mark.first)
+            through = meta.through(self.op_id)
+            out.extend((cause, Record(through.as_tombstone(), w)) for w in before)
+            out.extend((cause, Record(through, w)) for w in after)
+
+    def _windows(
+        self, metas: list[Meta], values: list[Any], low: Meta, high: Meta, reach: int
+    ) -> dict[Meta, list[tuple[Any, ...]]]:
+        """Windows by meta at the positions a change within ``[low, high]`` can affect."""
+        first = bisect_left(metas, low)
+        end = min(len(metas), bisect_right(metas, high) + reach)
+        found: dict[Meta, list[tuple[Any, ...]]] = {}
+        for pos in range(first, end):
+            found.setdefault(metas[pos], []).append(self._window_at(values, pos))
+        return found
 
     def _insert(self, bucket: Bucket, meta: Meta, value: Any) -> list[Record]:
         n = self.window

@@ -171,8 +171,11 @@ class StageProgram:
         # Any order gives the same output; global-time order spares the grouping repairs
         # for disorder inside one batch (a shuffle partition interleaves upstream tasks).
         decoded.sort(key=_by_meta)
-        for item, record, index in decoded:
-            run.flow(item, record, index)
+        if isinstance(state, Grouping):
+            run.flow_grouped(state, decoded)
+        else:
+            for item, record, index in decoded:
+                run.flow(item, record, index)
         if isinstance(state, WindowAggregator):
             # Step 7
             run.emit_windows(state, min_slot)
@@ -185,6 +188,11 @@ class StageProgram:
         if state is not None:
             run.changelog(state, record_partition=run.partition)
         return result
+
+
+def _batch_only(record: Record) -> list[Record]:
+    # A grouping is always its stage's entry and takes the whole batch (`flow_grouped`).
+    raise PipelineError("a grouping takes a batch, not one record at a time")
 
 
 def _by_meta(entry: tuple[Record, InRecord, int]) -> Meta:
@@ -222,7 +230,7 @@ class _TaskRun:
             if kind is Kind.SOURCE:
                 self._appliers[node_id] = _alone
             elif kind is Kind.GROUP:
-                self._appliers[node_id] = self._group
+                self._appliers[node_id] = _batch_only
             elif kind is Kind.AGGREGATE:
                 self._appliers[node_id] = self._aggregate
             else:
@@ -244,11 +252,38 @@ class _TaskRun:
         try:
             self._flow(self.spec.stage.entry, item)
         except PipelineError as exc:
-            if index < 0:
-                self._dead(record, str(exc), exc.__cause__ or exc)
+            self._failed(exc, item, record, index)
+
+    def flow_grouped(self, grouping: Grouping, decoded: list[tuple[Record, InRecord, int]]) -> None:
+        """Steps 2-4 for a stage that starts with a grouping: the grouping takes the whole
+        batch (`Grouping.push_batch`: a key out of order is repaired once, not once per
+        item), then each output goes through the rest of the stage. A failure there is a
+        dead letter of the input item the output is due to."""
+        entry = self.spec.stage.entry
+        batch: list[tuple[Record, InRecord, int]] = []
+        for entry_ in decoded:
+            if isinstance(entry_[0].value, Keyed):
+                batch.append(entry_)
             else:
-                reason = f"{exc} (item {index} of a frame)"
-                self._dead(_item_record(record, item), reason, exc.__cause__ or exc)
+                exc = PipelineError(
+                    f"grouping expects key_by output, got {type(entry_[0].value).__name__}"
+                )
+                self._failed(exc, *entry_)
+        outputs = grouping.push_batch([item for item, _, _ in batch])
+        self.result.tombstones += sum(1 for _, out in outputs if out.meta.tombstone)
+        for cause, out in outputs:
+            try:
+                self._forward(entry, [out])
+            except PipelineError as exc:
+                self._failed(exc, *batch[cause])
+
+    def _failed(self, exc: PipelineError, item: Record, record: InRecord, index: int) -> None:
+        """Step 4: the input of a failed item becomes a dead letter (or fails the task)."""
+        if index < 0:
+            self._dead(record, str(exc), exc.__cause__ or exc)
+        else:
+            reason = f"{exc} (item {index} of a frame)"
+            self._dead(_item_record(record, item), reason, exc.__cause__ or exc)
 
     def _decode_source(self, record: InRecord) -> Record:
         # Step 1
@@ -371,15 +406,6 @@ class _TaskRun:
         except Exception as exc:
             raise PipelineError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
         pending[0] = max(pending[0], meta)
-
-    def _group(self, record: Record) -> list[Record]:
-        assert isinstance(self.state, Grouping)
-        outputs = self.state.push(record)
-        if len(outputs) == 1:  # the common case, without a generator
-            self.result.tombstones += outputs[0].meta.tombstone
-        else:
-            self.result.tombstones += sum(1 for o in outputs if o.meta.tombstone)
-        return outputs
 
     def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
