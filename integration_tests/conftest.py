@@ -10,7 +10,7 @@ import pytest
 
 from framework.config import Settings
 from framework.demos.smoke import create_topics
-from framework.kafka import admin
+from framework.kafka.cache import ProcessCache
 from framework.local.provision import provision
 
 
@@ -24,8 +24,9 @@ def stack() -> Iterator[Settings]:
     """Settings of a running stack, stopped at the end of the session."""
     with provision() as settings:
         yield settings
-        # Cached admin clients would retry the stopped broker, once a second, until exit.
-        admin.close_cached()
+        # Cached clients (admin, committers, consumers) would retry the stopped broker
+        # until the session's process exits.
+        ProcessCache.clear_all()
 
 
 @pytest.fixture(scope="session")

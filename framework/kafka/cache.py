@@ -13,7 +13,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 __all__ = ["ProcessCache"]
 
@@ -24,8 +24,18 @@ V = TypeVar("V")
 class ProcessCache(Generic[K, V]):
     """Values by key, created on first use, at most ``limit`` of them, this process only."""
 
+    _all: ClassVar[weakref.WeakSet[ProcessCache[Any, Any]]] = weakref.WeakSet()
+
+    @classmethod
+    def clear_all(cls) -> None:
+        """`clear` every cache of this process: before its broker goes away (tests, a
+        shutdown), so no cached client keeps reconnecting to it until the process exits."""
+        for cache in list(cls._all):
+            cache.clear()
+
     def __init__(self, close: Callable[[V], None], limit: int = 64) -> None:
         """``close`` releases an evicted or cleared value; it must not raise."""
+        ProcessCache._all.add(self)
         self._close = close
         self._limit = limit
         self._values: OrderedDict[K, V] = OrderedDict()

@@ -282,7 +282,8 @@ class TaskCommitter:
         except KafkaException as exc:
             if _must_restart(exc):
                 self._drop(producer)
-                return exc
+                # Without its traceback: the frame would keep the dropped producer alive.
+                return exc.with_traceback(None)
             self._abort(producer)
             raise self._failed(len(records), group, exc) from exc
         except Exception as exc:  # a malformed record, a queue full for too long

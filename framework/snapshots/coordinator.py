@@ -98,7 +98,10 @@ class SnapshotCoordinator(Service):
         interval_ms: int = 1000,
         shards: int = 2,
     ) -> None:
-        """A coordinator; without ``view`` it runs its own over ``shards`` acker shards."""
+        """A coordinator; without ``view`` it runs its own over ``shards`` acker shards.
+
+        It owns ``registry``: stopping it closes it.
+        """
         super().__init__(f"flamepipe-snapshots-{graph.name}")
         if interval_ms < 1:
             raise ConfigError(f"snapshot interval_ms={interval_ms} must be >= 1")
@@ -260,3 +263,7 @@ class SnapshotCoordinator(Service):
             self._view = None
             with contextlib.suppress(FlamepipeError):  # our own failure comes first
                 view.stop()
+        # Made for this coordinator (`coordinator_for`); its ZooKeeper session would
+        # otherwise live, and reconnect, until the process exits. (The backend stays open:
+        # an in-memory one is shared with the restorer of a later epoch.)
+        self.registry.close()

@@ -45,7 +45,7 @@ from confluent_kafka import Producer
 
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
-from framework.errors import ProtocolViolation
+from framework.errors import PipelineError, ProtocolViolation
 from framework.kafka.admin import end_offsets, partition_count
 from framework.kafka.wire import encode_ack_batch
 
@@ -104,7 +104,9 @@ class FrontHeartbeats:
         self.node = int.from_bytes(hashlib.blake2b(nonce, digest_size=8).digest(), "big") >> 1
         self.time = 0
         self.sent: dict[int, int] = {}
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+        self._producer: Producer | None = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True}
+        )
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -148,7 +150,11 @@ class FrontHeartbeats:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(10)
-        self._producer.flush(flush_s)
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            # Spark's callback server keeps this object (its poke and check hooks) until
+            # the process exits; a producer kept with it reconnects to a stopped broker.
+            producer.flush(flush_s)
 
     def _loop(self) -> None:
         failing_since: float | None = None
@@ -203,11 +209,14 @@ class FrontHeartbeats:
                     beats.append(Heartbeat(front, slot))
         # Step 4
         if beats:
+            producer = self._producer
+            if producer is None:
+                raise PipelineError("front heartbeats are stopped")
             self.time += 1
             for shard in range(self.shards):
                 value = encode_ack_batch(self.node, self.time, [], beats)
-                self._producer.produce(self.acks_topic, value=value, partition=shard)
-            self._producer.poll(0)
+                producer.produce(self.acks_topic, value=value, partition=shard)
+            producer.poll(0)
             # Only now: a round that fails before this point is sent again in full.
             self.sent.update((beat.front, beat.slot) for beat in beats)
         return beats

@@ -48,3 +48,14 @@ def test_a_forked_child_does_not_see_the_parents_values() -> None:
     child.join(10)
     assert queue.get(timeout=5) is True
     assert len(cache) == 1
+
+
+def test_clear_all_closes_the_values_of_every_cache_of_the_process() -> None:
+    closed: list[str] = []
+    first: ProcessCache[str, str] = ProcessCache(closed.append)
+    second: ProcessCache[str, str] = ProcessCache(closed.append)
+    first.get("a", lambda: "A")
+    second.get("b", lambda: "B")
+    ProcessCache.clear_all()
+    assert sorted(closed) == ["A", "B"]
+    assert len(first) == len(second) == 0
