@@ -8,7 +8,9 @@ transaction. Per task and batch:
    (`framework.kafka.frames`) and acks the receipt of each by its own ack value.
    Undecodable user records become dead letters; a malformed frame fails the task.
 2. Run the record through the stage's nodes in-process; items passed between nodes of one
-   task need no acks (the send and the receipt would cancel in the local acker).
+   task need no acks (the send and the receipt would cancel in the local acker). A stage
+   that starts with a grouping hands it the whole batch (`Grouping.push_batch`), then
+   runs each of its outputs through the rest of the stage.
 3. Every output leaving the stage gets a fresh random ack value and is acked as sent into
    the segment of the node it travels to; the outputs of the task to one partition of a
    topic are written as a few frames. An item bound for a sink leaves as the sink's
@@ -261,14 +263,12 @@ class _TaskRun:
         dead letter of the input item the output is due to."""
         entry = self.spec.stage.entry
         batch: list[tuple[Record, InRecord, int]] = []
-        for entry_ in decoded:
-            if isinstance(entry_[0].value, Keyed):
-                batch.append(entry_)
+        for one in decoded:
+            if isinstance(one[0].value, Keyed):
+                batch.append(one)
             else:
-                exc = PipelineError(
-                    f"grouping expects key_by output, got {type(entry_[0].value).__name__}"
-                )
-                self._failed(exc, *entry_)
+                kind = type(one[0].value).__name__
+                self._failed(PipelineError(f"grouping expects key_by output, got {kind}"), *one)
         outputs = grouping.push_batch([item for item, _, _ in batch])
         self.result.tombstones += sum(1 for _, out in outputs if out.meta.tombstone)
         for cause, out in outputs:
