@@ -22,7 +22,7 @@ from framework.core.ops import Keyed
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError
 
-__all__ = ["Bucket", "Grouping", "meta_from_plain", "slot_floor"]
+__all__ = ["Bucket", "Grouping", "keyed_of", "meta_from_plain", "slot_floor"]
 
 
 def slot_floor(slot: int) -> Meta:
@@ -78,6 +78,11 @@ class Bucket:
                 return True
         return False
 
+    def appends(self, meta: Meta) -> bool:
+        """Whether an item at ``meta`` goes last with no early tombstone to check: in
+        order, so nothing it follows needs a repair."""
+        return not self.early and (not self.metas or self.metas[-1] <= meta)
+
     def below(self, slot: int) -> int:
         """How many items have a global time in a slot before ``slot``."""
         return bisect_left(self.metas, slot_floor(slot))
@@ -99,6 +104,14 @@ class _Marked:
     high: Meta
     first: int
     cause: dict[Meta, int]
+
+
+def keyed_of(record: Record) -> Keyed:
+    """The `Keyed` value a grouping takes; `PipelineError` for anything else."""
+    keyed = record.value
+    if not isinstance(keyed, Keyed):
+        raise PipelineError(f"grouping expects key_by output, got {type(keyed).__name__}")
+    return keyed
 
 
 class Grouping:
@@ -135,9 +148,7 @@ class Grouping:
 
     def push(self, record: Record) -> list[Record]:
         """Process one item or tombstone; the outputs, in emission order."""
-        keyed = record.value
-        if not isinstance(keyed, Keyed):
-            raise PipelineError(f"grouping expects key_by output, got {type(keyed).__name__}")
+        keyed = keyed_of(record)
         # Step 1
         bucket = self._buckets.get(keyed.key)
         if bucket is None:
@@ -170,16 +181,12 @@ class Grouping:
         out: list[tuple[int, Record]] = []
         marked: dict[object, _Marked] = {}
         for index, record in enumerate(records):
-            keyed = record.value
-            if not isinstance(keyed, Keyed):
-                raise PipelineError(f"grouping expects key_by output, got {type(keyed).__name__}")
+            keyed = keyed_of(record)
             meta = record.meta.as_item() if record.meta.tombstone else record.meta
             mark = marked.get(keyed.key)
             if mark is None:
                 bucket = self._buckets.get(keyed.key)
-                in_order = bucket is None or (
-                    not bucket.early and (not bucket.metas or bucket.metas[-1] <= meta)
-                )
+                in_order = bucket is None or bucket.appends(meta)
                 if in_order and not record.meta.tombstone:
                     # Step 1
                     out.extend((index, o) for o in self.push(record))
@@ -235,7 +242,7 @@ class Grouping:
     def _insert(self, bucket: Bucket, meta: Meta, value: Any) -> list[Record]:
         n = self.window
         metas, values = bucket.metas, bucket.values
-        if not bucket.early and (not metas or metas[-1] <= meta):
+        if bucket.appends(meta):
             # In-order arrival, the common case: nothing follows, nothing to repair.
             metas.append(meta)
             values.append(value)

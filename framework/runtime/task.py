@@ -41,7 +41,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from framework.core.graph import Kind, Port, Sink
-from framework.core.grouping import Grouping
+from framework.core.grouping import Grouping, keyed_of
 from framework.core.local_acker import LocalAcker
 from framework.core.messages import Ack
 from framework.core.meta import Meta, Record
@@ -264,11 +264,12 @@ class _TaskRun:
         entry = self.spec.stage.entry
         batch: list[tuple[Record, InRecord, int]] = []
         for one in decoded:
-            if isinstance(one[0].value, Keyed):
-                batch.append(one)
+            try:
+                keyed_of(one[0])
+            except PipelineError as exc:
+                self._failed(exc, *one)
             else:
-                kind = type(one[0].value).__name__
-                self._failed(PipelineError(f"grouping expects key_by output, got {kind}"), *one)
+                batch.append(one)
         outputs = grouping.push_batch([item for item, _, _ in batch])
         self.result.tombstones += sum(1 for _, out in outputs if out.meta.tombstone)
         for cause, out in outputs:
