@@ -3,9 +3,10 @@
 `BundleConsumer` reads with read_committed, buffers each partition's items until the
 bundle header that closes them, checks the bundle rules (`BundleVerifier`: consecutive
 ``seq``, increasing ``gt_last``, items inside their bundle, item count) and hands out whole
-bundles. A bundle counts as received when the next one is asked for (or on `close`): its
-position is committed then, with its ``seq`` and ``gt_last`` in the offset metadata, so a
-restarted consumer resumes after it and goes on verifying where it stopped.
+bundles, their items in meta order. A bundle counts as received when the next one is asked
+for (or on `close`): its position is committed then, with its ``seq`` and ``gt_last`` in
+the offset metadata, so a restarted consumer resumes after it and goes on verifying where
+it stopped.
 
 `last_bundle_header` is the other half of seed 002's contract: the consumer side hands
 the last bundle back to a restarting barrier.
@@ -74,6 +75,10 @@ class VerifiedBundle:
     header: BundleHeader
     items: tuple[OutputItem, ...]
     offset: int
+
+
+def _meta_of(item: OutputItem) -> Meta:
+    return item.meta
 
 
 class BundleConsumer:
@@ -212,6 +217,7 @@ class BundleConsumer:
         if header is not None:
             verifier.header(header, offset)
             items, self._items[partition] = self._items[partition], []
+            items.sort(key=_meta_of)  # a bundle's wire order is no contract
             self._ready.append(VerifiedBundle(partition, header, tuple(items), offset))
             return
         meta = verifier.item(msg.headers(), offset)

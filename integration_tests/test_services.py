@@ -32,6 +32,7 @@ from framework.runtime.stages import Topics
 from framework.services import AckerService, BarrierService, MinTimeView
 from framework.services.common import is_eof, new_consumer
 from framework.services.output import BUNDLE_HEADER, META_HEADER, read_bundle_header
+from framework.services.speculation import Speculation
 from framework.services.writer import TransactionalWriter
 
 SEGMENT = "s"
@@ -303,9 +304,12 @@ FIRST = [
 ]
 
 
-def read_output(bootstrap: str, topic: str) -> list[tuple[str | None, bool]]:
-    """Every committed record now: ``(value, is a bundle header)``."""
-    consumer = new_consumer(bootstrap)
+def read_output(
+    bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> list[tuple[str | None, bool]]:
+    """Every committed record now: ``(value, is a bundle header)``; with ``isolation``
+    read_uncommitted, also what open transactions hold."""
+    consumer = new_consumer(bootstrap, config={"isolation.level": isolation})
     out: list[tuple[str | None, bool]] = []
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
@@ -421,6 +425,56 @@ def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
     with BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out:
         (second,) = bundles(out, 1)  # resumes after bundle 0, expecting bundle 1
         assert (second.header.seq, values(second)) == (1, ["e", "f"])
+
+
+def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig) -> None:
+    rig.stage.send([(meta(10, 1), "a"), (meta(10, 2), "b"), (meta(12, 3), "c")])
+    with rig.barrier(speculation=Speculation(max_hold_s=60.0)) as barrier:
+        wait_until(lambda: barrier.stats.ahead == 3, "three items written ahead")
+        uncommitted = read_output(rig.bootstrap, rig.sink.topic, "read_uncommitted")
+        assert sorted(uncommitted) == [("a", False), ("b", False), ("c", False)]
+        assert read_output(rig.bootstrap, rig.sink.topic) == []  # invisible until the commit
+        rig.heartbeat(11)  # would release a and b, but the transaction holds c: it waits
+        wait_until(lambda: barrier.stats.holds == 1, "the release held")
+        time.sleep(0.3)
+        assert (barrier.stats.bundles, barrier.released_through()) == (0, 0)
+        rig.heartbeat(13)
+        wait_until(lambda: barrier.released_through() >= 13, "release through 13")
+        assert (barrier.stats.bundles, barrier.stats.aborts) == (1, 0)
+    output = read_output(rig.bootstrap, rig.sink.topic)
+    assert sorted(output[:3]) == [("a", False), ("b", False), ("c", False)]
+    assert output[3:] == [(None, True)]
+    with BundleConsumer(rig.bootstrap, rig.sink.topic, f"{rig.app}.reader", Utf8()) as out:
+        (bundle,) = bundles(out, 1)
+        assert values(bundle) == ["a", "b", "c"]  # handed out in meta order
+        assert bundle.header.gt_last == GlobalTime.slot_end(12)
+
+
+def test_a_long_hold_or_a_tombstone_aborts_and_the_release_goes_ahead(rig: Rig) -> None:
+    rig.stage.send([(meta(10, 1), "a"), (meta(12, 3), "c")])
+    spec = Speculation(max_hold_s=0.2, cooldown=1)
+    group = f"{rig.app}.reader"
+    with (
+        rig.barrier(speculation=spec) as barrier,
+        BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out,
+    ):
+        wait_until(lambda: barrier.stats.ahead == 2, "two items written ahead")
+        rig.heartbeat(11)
+        (first,) = bundles(out, 1)  # after the hold: c's transaction aborted, a alone
+        assert (values(first), barrier.stats.holds, barrier.stats.aborts) == (["a"], 1, 1)
+        rig.heartbeat(13)
+        (second,) = bundles(out, 1)
+        assert values(second) == ["c"]
+        # After the pause, ahead again; a tombstone for an item held poisons the transaction.
+        rig.stage.send([(meta(14, 1), "d"), (meta(14, 2), "e")], per_frame=2)
+        wait_until(lambda: barrier.stats.ahead == 4, "two more items written ahead")
+        rig.stage.send([(meta(14, 2).as_tombstone(), "e")])
+        wait_until(lambda: barrier.stats.items_in == 5, "the tombstone")
+        rig.heartbeat(15)
+        (third,) = bundles(out, 1)
+        assert (values(third), barrier.stats.aborts) == (["d"], 2)
+    output = read_output(rig.bootstrap, rig.sink.topic)
+    assert [value for value, header in output if not header] == ["a", "c", "d"]
 
 
 def test_a_barrier_can_run_its_own_min_time_view(rig: Rig) -> None:

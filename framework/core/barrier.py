@@ -67,14 +67,19 @@ class Barrier:
         """Buffered records not cancelled (items and unmatched tombstones)."""
         return self._pending
 
-    def push(self, record: Record) -> None:
-        """Buffer an item or tombstone; records at or before ``gt_last`` are replays."""
+    def push(self, record: Record) -> int:
+        """Buffer an item or tombstone; records at or before ``gt_last`` are replays.
+
+        Returns the change in items to release: 1 for an item that adds one, -1 for a
+        tombstone that cancels one, 0 otherwise (a replay, a tombstone ahead of its item, an
+        item meeting its tombstone).
+        """
         meta = record.meta
         gt = meta.gt
         gt_last = self._gt_last
         if gt_last is not None and gt <= gt_last:
             self.replays_dropped += 1
-            return
+            return 0
         tombstone = meta.tombstone
         key = Meta(gt, meta.child_ids, meta.trace, False) if tombstone else meta
         bucket = self._slots.get(gt.slot)
@@ -87,8 +92,8 @@ class Barrier:
         if entries is None:
             bucket[key] = [record, -1 if tombstone else 1]
             self._pending += 1
-            return
-        self._count(entries, record, -1 if tombstone else 1)
+            return 0 if tombstone else 1
+        return self._count(entries, record, -1 if tombstone else 1)
 
     def push_many(self, records: list[Record]) -> None:
         """`push` each record in order."""
@@ -96,7 +101,7 @@ class Barrier:
         for record in records:
             push(record)
 
-    def _count(self, entries: _Entries, record: Record, delta: int) -> None:
+    def _count(self, entries: _Entries, record: Record, delta: int) -> int:
         value = record.value
         for i in range(0, len(entries), 2):
             if entries[i].value == value:
@@ -104,10 +109,15 @@ class Barrier:
                 # A push cancels one record of the opposite sign or adds to the backlog.
                 self._pending += 1 if count == 0 or (count > 0) == (delta > 0) else -1
                 entries[i + 1] = count + delta
-                return
+                return max(count + delta, 0) - max(count, 0)
         entries.append(record)
         entries.append(delta)
         self._pending += 1
+        return max(delta, 0)
+
+    def releasable(self, slot: int) -> bool:
+        """Whether `on_min_time` at ``slot`` would look at any buffered slot."""
+        return bool(self._heap) and self._heap[0] < slot
 
     def on_min_time(self, slot: int) -> Bundle | None:
         """Release every item with a slot below ``slot``; a Bundle if there is any.

@@ -13,8 +13,8 @@ acks, and at least every ``checkpoint_s``, per pre-barrier partition, the group 
 (`framework.services.positions`). A commit of a bundle alone skips them: the bundle's
 header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
 
-1. Start the writer: a transactional producer fences any older barrier of this sink and
-   aborts its open transaction.
+1. Start the writers: transactional producers (one for bundles, one for receipt acks and
+   positions) fence any older barrier of this sink and abort its open transactions.
 2. Read the committed positions and their metadata.
 3. Read the last bundle header of every output partition (read_committed, seed 002:
    "the consumer returns the last bundle").
@@ -25,6 +25,12 @@ header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
 
 Positions are per record, so per frame: a frame is acked whole (all its items in one
 transaction) and is needed until its latest item is at or before ``GT_last``.
+
+Exactly once, bundles have a transaction of their own that takes items as they arrive,
+ahead of their release (`framework.services.speculation`); receipt acks cannot wait in it
+(the min time that releases it needs them), so they and the positions commit in a second
+transaction. At least once, a release writes the bundle, the receipt acks and the positions
+together.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from framework.services.loop import Service
 from framework.services.mintime import MinTimeView
 from framework.services.output import bundle_records
 from framework.services.positions import BarrierMark, PartitionLedger
+from framework.services.speculation import BundleWriter, Speculation
 from framework.services.stats import BarrierStats
 from framework.services.tail import last_bundle_header
 from framework.services.writer import (
@@ -92,13 +99,16 @@ class BarrierService(Service):
         poll_s: float = 0.005,
         max_batch: int = 16,
         checkpoint_s: float = 1.0,
+        speculation: Speculation | None = None,
     ) -> None:
         """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
 
         Without a ``view`` it runs its own `MinTimeView` over ``segments`` (all segment
         names of the pipeline). ``exactly_once=False`` writes without transactions.
         ``max_batch`` bounds the records (frames of up to thousands of items) taken per
-        step, so a step, and a stop waiting for it, stays short.
+        step, so a step, and a stop waiting for it, stays short. ``speculation`` tunes how
+        exactly-once bundles are written ahead (``Speculation(enabled=False)``: only at
+        release, for comparison).
         """
         super().__init__(f"flamepipe-barrier-{app}-{sink_node}")
         if view is None and not segments:
@@ -113,6 +123,7 @@ class BarrierService(Service):
         self.poll_s = poll_s
         self.max_batch = max_batch
         self.checkpoint_s = checkpoint_s
+        self.speculation = speculation if speculation is not None else Speculation()
         # The transactional id (below) does not depend on the epoch: a barrier of a new
         # epoch must fence one of an older epoch still writing to the same output.
         self.epoch = epoch
@@ -136,6 +147,7 @@ class BarrierService(Service):
         self._last_commit = time.monotonic()
         self._consumer: Consumer | None = None
         self._writer: OutputWriter | None = None
+        self._bundles: BundleWriter | None = None
 
     @classmethod
     def for_graph(
@@ -185,11 +197,20 @@ class BarrierService(Service):
         pre_partitions = partition_count(self.bootstrap, self.pre)
         self._consumer = consumer = new_consumer(self.bootstrap, self.group)
         # Step 1
-        self._writer = (
-            TransactionalWriter(self.bootstrap, consumer, self.group)
-            if self.exactly_once
-            else PlainWriter(self.bootstrap, consumer)
-        )
+        if self.exactly_once:
+            self._writer = TransactionalWriter(self.bootstrap, consumer, self.group)
+            self._bundles = BundleWriter(
+                self.bootstrap,
+                consumer,
+                f"{self.group}.bundles",
+                self.sink.topic,
+                self._out_partitions,
+                speculation=self.speculation.fresh(),
+                stats=self.stats,
+            )
+            self._bundles.open()
+        else:
+            self._writer = PlainWriter(self.bootstrap, consumer)
         self._writer.open()
         # Step 2
         marks = self._committed(consumer, pre_partitions)
@@ -243,7 +264,9 @@ class BarrierService(Service):
         bundle = None
         min_time = self._view.min_time(self.segment)
         seen_at = time.monotonic()
-        if min_time > self._min_seen and not self.replaying:
+        if self._bundles is not None:
+            self._bundles.expire()
+        if min_time > self._min_seen and not self.replaying and not self._held(min_time):
             self._min_seen = min_time
             before = self._barrier.gt_last
             bundle = self._barrier.on_min_time(min_time)
@@ -255,6 +278,11 @@ class BarrierService(Service):
                 self.stats.release_s.append(time.monotonic() - seen_at)
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
         self._released = self._min_seen
+
+    def _held(self, min_time: int) -> bool:
+        """Whether the bundle transaction holds items a release at ``min_time`` would not."""
+        bundles = self._bundles
+        return bundles is not None and bundles.holds(min_time, self._barrier.releasable(min_time))
 
     @property
     def replaying(self) -> bool:
@@ -278,13 +306,22 @@ class BarrierService(Service):
         acking = ledger.needs_ack(offset)
         acks = self._acks
         push = self._barrier.push
+        bundles = self._bundles
+        ahead = bundles is not None and bundles.speculation.enabled
         latest = items[0][0].gt
         for meta, ack, payload in items:  # one pass: this runs once per output item
             gt = meta.gt
             latest = max(latest, gt)
             if acking:
                 acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
-            push(_new(Record, (meta, payload)))
+            record = _new(Record, (meta, payload))
+            live = push(record)
+            if ahead and live:
+                assert bundles is not None
+                if live > 0:
+                    bundles.offer(record)
+                else:
+                    bundles.cancelled(meta, payload)
         # A frame is needed until its latest item is released (items need not be sorted).
         ledger.read(offset, latest)
         self.stats.records_in += 1
@@ -292,9 +329,10 @@ class BarrierService(Service):
         self._dirty = True
 
     def _commit(self, bundle: Bundle | None, positions: bool = True) -> None:
-        """Write a bundle, the receipt acks and the positions together.
+        """Write a bundle, the receipt acks and the positions.
 
-        1. The bundle's records: items, then a header on every output partition.
+        1. Exactly once, release the bundle in its own transaction (`BundleWriter.release`);
+           at least once, take its records: items, then a header on every output partition.
         2. The receipt acks since the last commit: one ack batch per shard, closed by the
            next node time of this barrier (every shard gets one, as from any sender).
         3. Per pre-barrier partition ``P_rel`` with ``P_ack``, node time, ``GT_last`` --
@@ -302,13 +340,22 @@ class BarrierService(Service):
            header carries ``GT_last`` and ``seq``, which a restart reads back, and no
            ``P_ack`` moved), so the write that releases output skips the two round trips
            of committing offsets in a transaction. They follow within ``checkpoint_s``.
-        4. Write all of it at once (`OutputWriter.write`: one transaction when exactly once).
+        4. Write the rest, if any, at once (`OutputWriter.write`: one transaction when
+           exactly once).
         5. Only then take the acks as sent and the positions as committed.
         """
         assert self._writer is not None
         # Step 1
+        # Crash tests kill the barrier here, between producing a bundle and committing it.
+        crash = "barrier.bundle" if bundle is not None and bundle.records else None
         records: list[OutRecord] = []
-        if bundle is not None:
+        if bundle is not None and self._bundles is not None:
+            started = time.monotonic()
+            self._bundles.release(bundle, crash)
+            self.stats.write_s.append(time.monotonic() - started)
+            self.stats.commits += 1
+            crash = None
+        elif bundle is not None:
             records = bundle_records(bundle, self.sink.topic, self._out_partitions)
         # Step 2
         node_time = self._node_time
@@ -329,11 +376,11 @@ class BarrierService(Service):
             if positions
         ]
         # Step 4
-        # Crash tests kill the barrier here, between producing a bundle and committing it.
-        crash = "barrier.bundle" if bundle is not None and bundle.records else None
-        started = time.monotonic()
-        self._writer.write(records, marks, crash)
-        self.stats.write_s.append(time.monotonic() - started)
+        if records or marks:
+            started = time.monotonic()
+            self._writer.write(records, marks, crash)
+            self.stats.write_s.append(time.monotonic() - started)
+            self.stats.commits += 1
         # Step 5
         self._acks = {}
         self._node_time = node_time
@@ -342,15 +389,15 @@ class BarrierService(Service):
                 ledger.acked_all()
             self._dirty = False
             self._last_commit = time.monotonic()
-        self.stats.commits += 1
         if bundle is not None:
             self.stats.bundles += 1
             self.stats.items_out += len(bundle.records)
 
     def _close(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
+        for writer in (self._bundles, self._writer):
+            if writer is not None:
+                writer.close()
+        self._bundles = self._writer = None
         consumer, self._consumer = self._consumer, None
         close_quietly(consumer)
         view = self._view

@@ -3,8 +3,11 @@
 Wire format (seed 002). A bundle is written in one Kafka transaction; on every partition
 of the output topic it is:
 
-* the bundle's items routed to that partition, in meta order: key and value from the
-  `KafkaSink` (its key function and value serde), header ``fp.meta`` = Avro ``Meta``;
+* the bundle's items routed to that partition, in no particular order (the exactly-once
+  barrier writes items into the bundle's transaction as they arrive, ahead of their
+  release; `connectors.BundleConsumer` hands a bundle out in meta order): key and value
+  from the `KafkaSink` (its key function and value serde), header ``fp.meta`` = Avro
+  ``Meta``;
 * then one header record: no key, no value, header ``fp.bundle`` = Avro
   ``BundleHeader(seq, gt_last, item_count)`` where ``item_count`` counts the items of that
   partition.
@@ -14,7 +17,8 @@ partition is a complete bundle sequence of its own: ``seq`` consecutive, ``gt_la
 strictly increasing, every item after the previous ``gt_last`` and at or before its own.
 A keyed item goes to ``crc32(key) % partitions`` (librdkafka's consistent partitioner), an
 unkeyed one to ``gt.front % partitions``: both deterministic, so a replay writes the same
-bytes to the same partitions.
+bytes to the same partitions. A bundle's order is no contract: its items become visible
+together, and its header is the unit a reader acknowledges.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from framework.codec import decode_bundle_header, decode_meta, encode_bundle_header, encode_meta
 from framework.core.barrier import Bundle
 from framework.core.messages import BundleHeader
-from framework.core.meta import Meta
+from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, ProtocolViolation
 from framework.runtime.records import OutRecord
@@ -36,7 +40,9 @@ __all__ = [
     "BundleVerifier",
     "Headers",
     "bundle_records",
+    "header_records",
     "header_value",
+    "item_record",
     "last_header",
     "output_partition",
     "read_bundle_header",
@@ -61,32 +67,47 @@ def output_partition(key: bytes | None, meta: Meta, partitions: int) -> int:
     return meta.gt.front % partitions
 
 
-def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecord]:
-    """The records of ``bundle`` on ``topic``: items, then one header per partition.
+def item_record(record: Record, topic: str, partitions: int) -> tuple[int, OutRecord]:
+    """The output partition and record of a released item (see the module docstring).
 
     Every payload is already an output record, ``(key, value)`` bytes (the last stage
     encoded it with `KafkaSink.encode`); anything else is a `ProtocolViolation`.
     """
+    meta = record.meta
+    payload = record.value
+    if type(payload) is not tuple or len(payload) != 2 or type(payload[1]) is not bytes:
+        raise ProtocolViolation(
+            f"pre-barrier item at {meta.gt} is {type(payload).__name__}, not the (key, "
+            "value) bytes of an output record: the stage that wrote it runs an older "
+            "flamepipe; run one version for the stages and the barrier"
+        )
+    key, value = payload
+    partition = output_partition(key, meta, partitions)
+    headers = ((META_HEADER, encode_meta(meta)),)
+    return partition, _new(OutRecord, (topic, partition, key, value, headers))
+
+
+def header_records(
+    seq: int, gt_last: GlobalTime, counts: Sequence[int], topic: str
+) -> list[OutRecord]:
+    """The records that close bundle ``seq``: one per partition, ``counts`` its items."""
+    records = []
+    for partition, count in enumerate(counts):
+        header = BundleHeader(seq, gt_last, count)
+        headers = ((BUNDLE_HEADER, encode_bundle_header(header)),)
+        records.append(OutRecord(topic, partition, None, None, headers))
+    return records
+
+
+def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecord]:
+    """The records of ``bundle`` on ``topic``: items (`item_record`), then the headers."""
     counts = [0] * partitions
     records: list[OutRecord] = []
     for record in bundle.records:
-        meta = record.meta
-        payload = record.value
-        if type(payload) is not tuple or len(payload) != 2 or type(payload[1]) is not bytes:
-            raise ProtocolViolation(
-                f"pre-barrier item at {meta.gt} is {type(payload).__name__}, not the (key, "
-                "value) bytes of an output record: the stage that wrote it runs an older "
-                "flamepipe; run one version for the stages and the barrier"
-            )
-        key, value = payload
-        partition = output_partition(key, meta, partitions)
+        partition, out = item_record(record, topic, partitions)
         counts[partition] += 1
-        headers = ((META_HEADER, encode_meta(meta)),)
-        records.append(_new(OutRecord, (topic, partition, key, value, headers)))
-    for partition, count in enumerate(counts):
-        header = BundleHeader(bundle.seq, bundle.gt_last, count)
-        headers = ((BUNDLE_HEADER, encode_bundle_header(header)),)
-        records.append(OutRecord(topic, partition, None, None, headers))
+        records.append(out)
+    records.extend(header_records(bundle.seq, bundle.gt_last, counts, topic))
     return records
 
 
@@ -126,7 +147,7 @@ class BundleVerifier:
 
     Rules: bundle ``seq`` is consecutive; ``gt_last`` strictly increases; every item has a
     meta, is no tombstone, comes after the previous ``gt_last`` and at or before its own
-    bundle's, in meta order; ``item_count`` is the number of items. A break raises
+    bundle's; ``item_count`` is the number of items. A break raises
     `ProtocolViolation` naming the partition, offset and rule.
     """
 
@@ -163,8 +184,6 @@ class BundleVerifier:
                 f"{at}: item at {meta.gt} is not after the previous bundle's gt_last "
                 f"{self.gt_last} (a duplicate or a replay leak)"
             )
-        if self._metas and meta < self._metas[-1]:
-            raise ProtocolViolation(f"{at}: item {meta} is before {self._metas[-1]} (meta order)")
         self._metas.append(meta)
         return meta
 

@@ -19,14 +19,23 @@ class BarrierStats:
     items_out: int = 0
     bundles: int = 0
     commits: int = 0
+    # Exactly once: items written into a bundle transaction ahead of their release,
+    # releases held until a later min time, bundle transactions aborted.
+    ahead: int = 0
+    holds: int = 0
+    aborts: int = 0
     # Seconds from seeing a min time that releases a bundle to its write being done, and
     # of every write (bundle or not): the price of the write mode (transaction or not).
     release_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     write_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
 
     def timings(self) -> str:
-        """Recent release and write times, p50/p99 in ms (for status lines)."""
-        return f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}"
+        """Recent release and write times, p50/p99 in ms, and what was written ahead (for
+        status lines)."""
+        text = f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}"
+        if self.ahead or self.aborts:
+            text += f", ahead {self.ahead} items (held {self.holds}, aborted {self.aborts})"
+        return text
 
 
 _RECENT = 1000

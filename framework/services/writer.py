@@ -103,6 +103,8 @@ class OutputWriter(ABC):
 class TransactionalWriter(OutputWriter):
     """One transaction per write under ``transactional_id``."""
 
+    linger_ms = 0
+
     def __init__(self, bootstrap: str, consumer: Consumer, transactional_id: str) -> None:
         super().__init__(bootstrap, consumer)
         self.transactional_id = transactional_id
@@ -110,7 +112,7 @@ class TransactionalWriter(OutputWriter):
     def open(self) -> None:
         """Start the producer: init_transactions fences older producers of the id."""
         producer = new_producer(
-            self.bootstrap, {"transactional.id": self.transactional_id, "linger.ms": 0}
+            self.bootstrap, {"transactional.id": self.transactional_id, "linger.ms": self.linger_ms}
         )
         what = f"cannot start the transactional producer {self.transactional_id!r}"
         try:

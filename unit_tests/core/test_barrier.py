@@ -197,3 +197,38 @@ def test_resume_from_gt_last_inside_a_slot() -> None:
     bundle = barrier.on_min_time(4)
     assert bundle is not None
     assert bundle.records == (item(3, offset=6),)
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups=groups, seed=st.integers(0, 2**32))
+def test_push_reports_the_change_in_items_to_release(groups: list[Group], seed: int) -> None:
+    rng = random.Random(seed)
+    records = records_of(groups)
+    rng.shuffle(records)
+    barrier = Barrier()
+    live: list[Record] = []  # what the reported changes add up to
+    for record in records:
+        change = barrier.push(record)
+        if change == 1:
+            live.append(record)
+        elif change == -1:
+            live.remove(Record(Meta(*record.meta[:3], False), record.value))
+        else:
+            assert change == 0
+    assert barrier.releasable(8) == bool(records)
+    bundle = barrier.on_min_time(8)
+    assert_same_output(list(bundle.records) if bundle else [], sorted(live, key=lambda r: r.meta))
+
+
+def test_a_replay_or_an_early_tombstone_changes_nothing_to_release() -> None:
+    barrier = Barrier(GlobalTime.slot_end(3))
+    assert barrier.push(item(2)) == 0  # a replay
+    assert barrier.push(item(5, tomb=True)) == 0  # ahead of its item
+    assert barrier.push(item(5)) == 0  # meets it
+    assert (barrier.push(item(5)), barrier.push(item(5)), barrier.push(item(5, tomb=True))) == (
+        1,
+        1,
+        -1,
+    )
+    assert not barrier.releasable(5)
+    assert barrier.releasable(6)

@@ -16,3 +16,8 @@ def test_timings_keep_only_recent_writes() -> None:
     stats = BarrierStats()
     stats.write_s.extend([5.0] * 10 + [0.001] * 1000)
     assert stats.timings().endswith("write p50 1 ms / p99 1 ms")
+
+
+def test_timings_say_what_was_written_ahead() -> None:
+    stats = BarrierStats(ahead=7, holds=1, aborts=2)
+    assert stats.timings() == "release -, write -, ahead 7 items (held 1, aborted 2)"
