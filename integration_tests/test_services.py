@@ -428,19 +428,20 @@ def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
 
 
 def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig) -> None:
-    rig.stage.send([(meta(10, 1), "a"), (meta(10, 2), "b"), (meta(12, 3), "c")])
+    rig.stage.send([(meta(10, 1), "a"), (meta(11, 2), "b"), (meta(12, 3), "c")])
     with rig.barrier(speculation=Speculation(max_hold_s=60.0)) as barrier:
-        wait_until(lambda: barrier.stats.ahead == 3, "three items written ahead")
+        # a and b go ahead; c, in the latest slot so far (the frontier), waits for a later one
+        wait_until(lambda: barrier.stats.ahead == 2, "two items written ahead")
         uncommitted = read_output(rig.bootstrap, rig.sink.topic, "read_uncommitted")
-        assert sorted(uncommitted) == [("a", False), ("b", False), ("c", False)]
+        assert sorted(uncommitted) == [("a", False), ("b", False)]
         assert read_output(rig.bootstrap, rig.sink.topic) == []  # invisible until the commit
-        rig.heartbeat(11)  # would release a and b, but the transaction holds c: it waits
+        rig.heartbeat(11)  # would release a, but the transaction holds b too: it waits
         wait_until(lambda: barrier.stats.holds == 1, "the release held")
         time.sleep(0.3)
         assert (barrier.stats.bundles, barrier.released_through()) == (0, 0)
         rig.heartbeat(13)
         wait_until(lambda: barrier.released_through() >= 13, "release through 13")
-        assert (barrier.stats.bundles, barrier.stats.aborts) == (1, 0)
+        assert (barrier.stats.bundles, barrier.stats.ahead, barrier.stats.aborts) == (1, 2, 0)
     output = read_output(rig.bootstrap, rig.sink.topic)
     assert sorted(output[:3]) == [("a", False), ("b", False), ("c", False)]
     assert output[3:] == [(None, True)]
@@ -451,7 +452,7 @@ def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig
 
 
 def test_a_long_hold_or_a_tombstone_aborts_and_the_release_goes_ahead(rig: Rig) -> None:
-    rig.stage.send([(meta(10, 1), "a"), (meta(12, 3), "c")])
+    rig.stage.send([(meta(10, 1), "a"), (meta(11, 2), "b"), (meta(12, 3), "c")])
     spec = Speculation(max_hold_s=0.2, cooldown=1)
     group = f"{rig.app}.reader"
     with (
@@ -460,21 +461,26 @@ def test_a_long_hold_or_a_tombstone_aborts_and_the_release_goes_ahead(rig: Rig) 
     ):
         wait_until(lambda: barrier.stats.ahead == 2, "two items written ahead")
         rig.heartbeat(11)
-        (first,) = bundles(out, 1)  # after the hold: c's transaction aborted, a alone
+        (first,) = bundles(out, 1)  # after the hold, the transaction aborted: a alone
         assert (values(first), barrier.stats.holds, barrier.stats.aborts) == (["a"], 1, 1)
+        # That release ended the pause: b, before the frontier, went ahead again.
+        assert barrier.stats.ahead == 3
         rig.heartbeat(13)
         (second,) = bundles(out, 1)
-        assert values(second) == ["c"]
-        # After the pause, ahead again; a tombstone for an item held poisons the transaction.
-        rig.stage.send([(meta(14, 1), "d"), (meta(14, 2), "e")], per_frame=2)
-        wait_until(lambda: barrier.stats.ahead == 4, "two more items written ahead")
+        assert values(second) == ["b", "c"]
+        # A tombstone for an item written ahead poisons the transaction.
+        rig.stage.send([(meta(14, 1), "d"), (meta(14, 2), "e"), (meta(15, 3), "f")])
+        wait_until(lambda: barrier.stats.ahead == 5, "d and e written ahead")
         rig.stage.send([(meta(14, 2).as_tombstone(), "e")])
-        wait_until(lambda: barrier.stats.items_in == 5, "the tombstone")
+        wait_until(lambda: barrier.stats.items_in == 7, "the tombstone")
         rig.heartbeat(15)
         (third,) = bundles(out, 1)
         assert (values(third), barrier.stats.aborts) == (["d"], 2)
+        rig.heartbeat(16)
+        (fourth,) = bundles(out, 1)
+        assert values(fourth) == ["f"]
     output = read_output(rig.bootstrap, rig.sink.topic)
-    assert [value for value, header in output if not header] == ["a", "c", "d"]
+    assert [value for value, header in output if not header] == ["a", "b", "c", "d", "f"]
 
 
 def test_a_barrier_can_run_its_own_min_time_view(rig: Rig) -> None:

@@ -115,6 +115,22 @@ class Barrier:
         self._pending += 1
         return max(delta, 0)
 
+    def live(self, start: int, end: int) -> list[Record]:
+        """The items buffered in slots ``[start, end)`` that a release would emit now
+        (each as often as it would be), slot by slot."""
+        if end - start <= 4:
+            slots = [slot for slot in range(start, end) if slot in self._slots]
+        else:
+            slots = sorted(slot for slot in self._slots if start <= slot < end)
+        out: list[Record] = []
+        for slot in slots:
+            for entries in self._slots[slot].values():
+                for i in range(0, len(entries), 2):
+                    count: int = entries[i + 1]
+                    if count > 0:
+                        out.extend([entries[i]] * count)
+        return out
+
     def releasable(self, slot: int) -> bool:
         """Whether `on_min_time` at ``slot`` would look at any buffered slot."""
         return bool(self._heap) and self._heap[0] < slot

@@ -282,7 +282,7 @@ class BarrierService(Service):
     def _held(self, min_time: int) -> bool:
         """Whether the bundle transaction holds items a release at ``min_time`` would not."""
         bundles = self._bundles
-        return bundles is not None and bundles.holds(min_time, self._barrier.releasable(min_time))
+        return bundles is not None and bundles.holds(min_time, self._barrier)
 
     @property
     def replaying(self) -> bool:
@@ -305,7 +305,8 @@ class BarrierService(Service):
         ledger = self._ledgers[partition]
         acking = ledger.needs_ack(offset)
         acks = self._acks
-        push = self._barrier.push
+        barrier = self._barrier
+        push = barrier.push
         bundles = self._bundles
         ahead = bundles is not None and bundles.speculation.enabled
         latest = items[0][0].gt
@@ -315,13 +316,10 @@ class BarrierService(Service):
             if acking:
                 acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
             record = _new(Record, (meta, payload))
-            live = push(record)
-            if ahead and live:
+            change = push(record)
+            if ahead:
                 assert bundles is not None
-                if live > 0:
-                    bundles.offer(record)
-                else:
-                    bundles.cancelled(meta, payload)
+                bundles.pushed(record, change, barrier)
         # A frame is needed until its latest item is released (items need not be sorted).
         ledger.read(offset, latest)
         self.stats.records_in += 1
@@ -351,7 +349,7 @@ class BarrierService(Service):
         records: list[OutRecord] = []
         if bundle is not None and self._bundles is not None:
             started = time.monotonic()
-            self._bundles.release(bundle, crash)
+            self._bundles.release(bundle, self._barrier, crash)
             self.stats.write_s.append(time.monotonic() - started)
             self.stats.commits += 1
             crash = None

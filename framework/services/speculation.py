@@ -4,10 +4,18 @@ A bundle becomes visible only when its transaction commits. Written at release, 
 of thousands of items shows nothing until the last of them is produced, while an
 at-least-once writer shows items as each produce request is acknowledged: at 10k records/s
 that was most of what exactly-once cost (docs/latency.md). `BundleWriter` instead keeps a
-transaction open and writes each item into it as the barrier buffers it; read_committed
+transaction open and writes items into it as the barrier buffers them; read_committed
 readers see none of it until the commit. When min time passes everything the transaction
 holds, the release adds what is missing and the headers and commits: one round trip after
 the min time.
+
+Which items go ahead (`Speculation.admit`): an item before the frontier (the latest slot
+pushed so far), at once; the frontier's items when a later slot arrives. Min time usually
+stops inside the frontier (the next unread source record is in it), so a transaction
+holding those items could not be released with the rest. After a commit, a new
+transaction starts with every buffered item before the frontier (`Speculation.resync`):
+so a transaction holds all of them, and a release at ``M`` covers it unless min time
+stopped short of the frontier.
 
 Release protocol (`BundleWriter.release`, a bundle released at min time ``M``):
 
@@ -38,7 +46,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from framework import failpoints
-from framework.core.barrier import Bundle
+from framework.core.barrier import Barrier, Bundle
 from framework.core.meta import Meta, Record
 from framework.errors import PipelineError, ProtocolViolation
 from framework.services.output import header_records, item_record
@@ -76,6 +84,7 @@ class Speculation:
     sealed_at: float | None = field(default=None, init=False)
     poisoned: bool = field(default=False, init=False)
     paused: int = field(default=0, init=False)
+    frontier: int = field(default=-1, init=False)
 
     def fresh(self) -> Speculation:
         """The same settings, nothing held."""
@@ -98,6 +107,28 @@ class Speculation:
         """A tombstone cancelled a buffered copy of ``item`` (its item form)."""
         if item in self.held:
             self.poisoned = True
+
+    def admit(self, record: Record, change: int, barrier: Barrier) -> list[Record]:
+        """What to write ahead now that ``record`` was pushed into ``barrier``, changing
+        the items to release by ``change`` (`Barrier.push`); see the module docstring."""
+        meta = record.meta
+        slot = meta.gt.slot
+        if change < 0 and self.size:
+            self.cancelled(Record(Meta(meta.gt, meta.child_ids, meta.trace, False), record.value))
+        if slot > self.frontier:
+            old, self.frontier = self.frontier, slot
+            return barrier.live(old, old + 1) if old >= 0 and self.accepting else []
+        if change > 0 and slot < self.frontier and self.accepting:
+            return [record]
+        return []
+
+    def resync(self, barrier: Barrier) -> list[Record]:
+        """What a new transaction starts with: every buffered item before the frontier
+        (none unless items came while speculation paused or the last transaction was
+        sealed)."""
+        if self.size or not self.accepting or self.frontier < 0:
+            return []
+        return barrier.live(0, self.frontier)
 
     def hold(self, slot: int, releasable: bool, now: float) -> Hold:
         """Whether min time ``slot`` may release now (see the module docstring)."""
@@ -170,11 +201,14 @@ class BundleWriter(TransactionalWriter):
         self._counts = [0] * partitions
         self._open = False
 
-    def offer(self, record: Record) -> None:
-        """A buffered item: write it into the open transaction if speculation takes it."""
+    def pushed(self, record: Record, change: int, barrier: Barrier) -> None:
+        """``record`` was pushed into ``barrier`` (`Barrier.push` returned ``change``):
+        write what that admits ahead (`Speculation.admit`)."""
+        for item in self.speculation.admit(record, change, barrier):
+            self._write_ahead(item)
+
+    def _write_ahead(self, record: Record) -> None:
         spec = self.speculation
-        if not spec.accepting:
-            return
         producer = self._require()
         try:
             if not self._open:
@@ -190,15 +224,10 @@ class BundleWriter(TransactionalWriter):
         spec.took(record, time.monotonic())
         self.stats.ahead += 1
 
-    def cancelled(self, tombstone: Meta, payload: object) -> None:
-        """A tombstone cancelled a buffered item: poisons the transaction if it holds it."""
-        if self.speculation.size:
-            item = Meta(tombstone.gt, tombstone.child_ids, tombstone.trace, False)
-            self.speculation.cancelled(Record(item, payload))
-
-    def holds(self, slot: int, releasable: bool) -> bool:
+    def holds(self, slot: int, barrier: Barrier) -> bool:
         """Whether a release at min time ``slot`` must wait (module docstring)."""
         sealed = self.speculation.sealed_at is not None
+        releasable = barrier.releasable(slot)
         verdict = self.speculation.hold(slot, releasable, time.monotonic())
         if verdict is Hold.ABORT:
             self._abort_open(pause=True)
@@ -211,8 +240,9 @@ class BundleWriter(TransactionalWriter):
         if self._open and self.speculation.expired(time.monotonic()):
             self._abort_open(pause=True)
 
-    def release(self, bundle: Bundle, failpoint: str | None = None) -> None:
-        """Make ``bundle`` visible: the release protocol of the module docstring."""
+    def release(self, bundle: Bundle, barrier: Barrier, failpoint: str | None = None) -> None:
+        """Make ``bundle``, just taken from ``barrier``, visible: the release protocol of
+        the module docstring; then start the next transaction (`Speculation.resync`)."""
         producer = self._require()
         spec = self.speculation
         # Step 1
@@ -242,6 +272,8 @@ class BundleWriter(TransactionalWriter):
                 f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
             ) from exc
         self._ended(pause=False)
+        for item in self.speculation.resync(barrier):
+            self._write_ahead(item)
 
     def close(self) -> None:
         """Abort an open transaction (its items come again after a restart), then close."""

@@ -232,3 +232,16 @@ def test_a_replay_or_an_early_tombstone_changes_nothing_to_release() -> None:
     )
     assert not barrier.releasable(5)
     assert barrier.releasable(6)
+
+
+def test_live_lists_what_a_release_would_emit_by_slot() -> None:
+    barrier = Barrier()
+    for record in (item(7), item(5, payload="a"), item(5, payload="a"), item(6, tomb=True)):
+        barrier.push(record)
+    barrier.push(item(7, tomb=True))
+    assert barrier.live(0, 100) == [item(5, payload="a")] * 2
+    assert barrier.live(6, 8) == []
+    barrier.push(item(6))
+    assert barrier.live(5, 7) == [item(5, payload="a")] * 2  # item 6 met its tombstone
+    barrier.push(item(6, payload="b"))
+    assert barrier.live(6, 7) == [item(6, payload="b")]

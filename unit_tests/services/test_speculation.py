@@ -82,6 +82,24 @@ def test_a_transaction_open_too_long_expires() -> None:
     assert spec.expired(31.0)
 
 
+def test_the_frontier_slot_goes_ahead_once_a_later_slot_arrives() -> None:
+    barrier, spec = Barrier(), Speculation()
+
+    def push(record: Record) -> list[Record]:
+        return spec.admit(record, barrier.push(record), barrier)
+
+    assert push(item(5, 1)) == []  # the frontier
+    assert push(item(5, 2)) == []
+    assert push(item(4)) == [item(4)]  # before it: at once
+    assert push(item(6)) == [item(5, 1), item(5, 2)]
+    spec.took(item(4), 0.0)
+    assert push(item(4, tomb=True)) == []
+    assert spec.poisoned  # it cancelled an item written ahead
+    assert push(item(7)) == []  # nothing goes ahead into a poisoned transaction
+    spec.end(pause=False)
+    assert spec.resync(barrier) == [item(5, 1), item(5, 2), item(6)]
+
+
 # -- the barrier's use of it, simulated ---------------------------------------------------
 
 streams = st.lists(
@@ -135,13 +153,15 @@ def test_each_commit_is_exactly_its_bundle(
         assert committed == Counter(bundle.records)
         released.update(committed)
         spec.end(pause=False)
+        for record in spec.resync(barrier):
+            spec.took(record, now)
 
     for i, record in enumerate(records):
         change = barrier.push(record)
-        if change > 0 and spec.accepting:
-            spec.took(record, now)
-        elif change < 0:
-            spec.cancelled(Record(Meta(*record.meta[:3], False), record.value))
+        for admitted in spec.admit(record, change, barrier):
+            spec.took(admitted, now)
+        if spec.accepting:  # it holds every item before the frontier
+            assert spec.held == Counter(barrier.live(0, spec.frontier))
         if rng.random() < 0.4:
             now += rng.choice([0.0, 0.05, 0.2])
             unpushed = min((r.meta.gt.slot for r in records[i + 1 :]), default=8)
