@@ -31,7 +31,8 @@ Release protocol (`BundleWriter.release`, a bundle released at min time ``M``):
 A release must not start while the transaction holds items at or after ``M``: they are
 not final. `BundleWriter.holds` says so and seals the transaction (it takes no more items),
 so a later min time passes all it holds and releases them together; a hold longer than
-``max_hold_s`` aborts the transaction instead and the release goes ahead (step 2).
+``max_hold_s`` aborts the transaction instead and the release goes ahead (step 2), after
+which the next transaction starts with what the release left.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Speculation:
 
     enabled: bool = True
     cooldown: int = 8
-    max_hold_s: float = 0.1
+    max_hold_s: float = 0.05
     max_open_s: float = 20.0
     held: dict[Record, int] = field(default_factory=dict, init=False)
     size: int = field(default=0, init=False)
@@ -229,8 +230,8 @@ class BundleWriter(TransactionalWriter):
         sealed = self.speculation.sealed_at is not None
         releasable = barrier.releasable(slot)
         verdict = self.speculation.hold(slot, releasable, time.monotonic())
-        if verdict is Hold.ABORT:
-            self._abort_open(pause=True)
+        if verdict is Hold.ABORT:  # no pause: the release re-opens with what it left
+            self._abort_open(pause=False)
         elif verdict is Hold.WAIT and not sealed:
             self.stats.holds += 1
         return verdict is Hold.WAIT
