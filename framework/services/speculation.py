@@ -29,10 +29,11 @@ Release protocol (`BundleWriter.release`, a bundle released at min time ``M``):
 4. Commit.
 
 A release must not start while the transaction holds items at or after ``M``: they are
-not final. `BundleWriter.holds` says so and seals the transaction (it takes no more items),
-so a later min time passes all it holds and releases them together; a hold longer than
-``max_hold_s`` aborts the transaction instead and the release goes ahead (step 2), after
-which the next transaction starts with what the release left.
+not final. `BundleWriter.holds` says so and seals the transaction (it takes no item after
+the latest slot it holds: those are the ones the next min-time step should release with
+it), so a later min time passes all it holds and releases them together; a hold longer
+than ``max_hold_s`` aborts the transaction instead and the release goes ahead (step 2),
+after which the next transaction starts with what the release left.
 """
 
 from __future__ import annotations
@@ -93,8 +94,15 @@ class Speculation:
 
     @property
     def accepting(self) -> bool:
-        """Whether a new item goes into the transaction now."""
+        """Whether a new item goes into the transaction now, whatever its slot."""
         return self.enabled and self.sealed_at is None and not self.poisoned and not self.paused
+
+    def admits(self, slot: int) -> bool:
+        """Whether an item of ``slot`` goes into the transaction now: a sealed one still
+        takes items up to its latest slot (the release it waits for covers them)."""
+        if self.sealed_at is None:
+            return self.accepting
+        return self.enabled and not self.poisoned and not self.paused and slot <= self.max_slot
 
     def took(self, record: Record, now: float) -> None:
         """``record`` was written into the transaction."""
@@ -118,8 +126,8 @@ class Speculation:
             self.cancelled(Record(Meta(meta.gt, meta.child_ids, meta.trace, False), record.value))
         if slot > self.frontier:
             old, self.frontier = self.frontier, slot
-            return barrier.live(old, old + 1) if old >= 0 and self.accepting else []
-        if change > 0 and slot < self.frontier and self.accepting:
+            return barrier.live(old, old + 1) if old >= 0 and self.admits(old) else []
+        if change > 0 and slot < self.frontier and self.admits(slot):
             return [record]
         return []
 

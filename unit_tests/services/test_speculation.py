@@ -42,6 +42,21 @@ def test_a_release_short_of_what_is_held_waits_sealed_then_aborts() -> None:
     assert spec.hold(6, True, 1.2) is Hold.ABORT
 
 
+def test_a_sealed_transaction_takes_items_up_to_its_latest_slot() -> None:
+    barrier, spec = Barrier(), Speculation()
+
+    def push(record: Record) -> list[Record]:
+        return spec.admit(record, barrier.push(record), barrier)
+
+    push(item(9))
+    for slot in (3, 7):
+        spec.took(push(item(slot))[0], 0.0)
+    assert spec.hold(5, True, 0.0) is Hold.WAIT
+    assert push(item(6)) == [item(6)]  # the step that releases 7 releases it too
+    assert push(item(8)) == []
+    assert push(item(10)) == []  # the frontier moved, but 9 is past what it holds
+
+
 def test_a_tombstone_poisons_only_a_transaction_holding_its_item() -> None:
     spec = Speculation()
     spec.took(item(3, payload=b"a"), 0.0)
