@@ -29,11 +29,11 @@ Release protocol (`BundleWriter.release`, a bundle released at min time ``M``):
 4. Commit.
 
 A release must not start while the transaction holds items at or after ``M``: they are
-not final. `BundleWriter.holds` says so and seals the transaction (it takes no item after
-the latest slot it holds: those are the ones the next min-time step should release with
-it), so a later min time passes all it holds and releases them together; a hold longer
-than ``max_hold_s`` aborts the transaction instead and the release goes ahead (step 2),
-after which the next transaction starts with what the release left.
+not final. `BundleWriter.holds` says so and seals the transaction: it takes no item after
+the latest slot it holds (items up to it still go in: the awaited min-time step releases
+them with the rest), so a later min time passes all it holds and releases them together.
+A hold longer than ``max_hold_s`` aborts the transaction instead and the release goes
+ahead (step 2); the next transaction starts with what the release left.
 """
 
 from __future__ import annotations
