@@ -308,7 +308,7 @@ class BarrierService(Service):
         barrier = self._barrier
         push = barrier.push
         bundles = self._bundles
-        ahead = bundles is not None and bundles.speculation.enabled
+        pushed = bundles.pushed if bundles is not None and bundles.speculation.enabled else None
         latest = items[0][0].gt
         for meta, ack, payload in items:  # one pass: this runs once per output item
             gt = meta.gt
@@ -317,9 +317,8 @@ class BarrierService(Service):
                 acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
             record = _new(Record, (meta, payload))
             change = push(record)
-            if ahead:
-                assert bundles is not None
-                bundles.pushed(record, change, barrier)
+            if pushed is not None:
+                pushed(record, change, barrier)
         # A frame is needed until its latest item is released (items need not be sorted).
         ledger.read(offset, latest)
         self.stats.records_in += 1

@@ -217,21 +217,28 @@ class BundleWriter(TransactionalWriter):
             self._write_ahead(item)
 
     def _write_ahead(self, record: Record) -> None:
-        spec = self.speculation
         producer = self._require()
         try:
-            if not self._open:
-                producer.begin_transaction()
-                self._open = True
-            partition, out = item_record(record, self.topic, self.partitions)
-            self._produce(producer, out)
+            self._write_item(producer, record)
         except (KafkaException, BufferError) as exc:
-            self._abort(producer)
-            self._open = False
+            self._abandon(producer)
             raise PipelineError(f"{self.transactional_id!r}: writing ahead failed: {exc}") from exc
-        self._counts[partition] += 1
-        spec.took(record, time.monotonic())
+        self.speculation.took(record, time.monotonic())
         self.stats.ahead += 1
+
+    def _write_item(self, producer: Producer, record: Record) -> None:
+        """Produce an item into the open transaction, beginning one if none is open."""
+        if not self._open:
+            producer.begin_transaction()
+            self._open = True
+        partition, out = item_record(record, self.topic, self.partitions)
+        self._produce(producer, out)
+        self._counts[partition] += 1
+
+    def _abandon(self, producer: Producer) -> None:
+        """After a failed write: abort what is open (if the producer still can)."""
+        self._abort(producer)
+        self._open = False
 
     def holds(self, slot: int, barrier: Barrier) -> bool:
         """Whether a release at min time ``slot`` must wait (module docstring)."""
@@ -263,11 +270,8 @@ class BundleWriter(TransactionalWriter):
                 producer.begin_transaction()
                 self._open = True
             # Step 3
-            missing = spec.missing(bundle.records) if spec.size else bundle.records
-            for record in missing:
-                partition, out = item_record(record, self.topic, self.partitions)
-                self._produce(producer, out)
-                self._counts[partition] += 1
+            for record in spec.missing(bundle.records) if spec.size else bundle.records:
+                self._write_item(producer, record)
             for header in header_records(bundle.seq, bundle.gt_last, self._counts, self.topic):
                 self._produce(producer, header)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
@@ -275,8 +279,7 @@ class BundleWriter(TransactionalWriter):
             # Step 4
             self._commit(producer)
         except (KafkaException, BufferError) as exc:
-            self._abort(producer)
-            self._open = False
+            self._abandon(producer)
             raise PipelineError(
                 f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
             ) from exc
