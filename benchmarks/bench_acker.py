@@ -17,10 +17,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from framework.core.acker import Acker
-from framework.core.local_acker import LocalAcker
+from framework.core.acker.local import LocalAcker
+from framework.core.acker.sharded import AckerShard
+from framework.core.acker.tracker import Acker
 from framework.core.messages import Ack, NodeTime
-from framework.core.sharded import AckerShard
 
 __all__ = ["main"]
 

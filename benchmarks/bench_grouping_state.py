@@ -29,9 +29,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from framework.demos.smoke import create_topics
 from framework.local.provision import provision
-from framework.spark import spark_session
+from framework.runners.spark import spark_session
+from framework.runners.spark.smoke import create_topics
 
 PARTITIONS = 4
 WINDOW = 2

@@ -54,8 +54,8 @@ from connectors import KafkaSink, KafkaSource
 from framework.config import Settings
 from framework.local.provision import provision
 from framework.pipeline import Pipeline
-from framework.services.plan import acker_for, barrier_for
-from framework.spark import SparkRunner, spark_session
+from framework.runners.assembly import acker_for, barrier_for
+from framework.runners.spark import SparkRunner, spark_session
 
 WARMUP_S = 5.0
 RATES = (1_000, 10_000)

@@ -19,7 +19,7 @@ from bench_latency import Input, Receipts, percentiles, read_output, wait_for
 
 from framework.demos.wordcount import word_pairs
 from framework.local.provision import provision
-from framework.spark import SparkRunner, spark_session
+from framework.runners.spark import SparkRunner, spark_session
 
 INTERVALS_MS = {"fast": 100, "slow": 5_000}
 

@@ -33,7 +33,7 @@ from cpu import cpu_seconds, print_cpu
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.local.provision import provision
-from framework.spark import SparkRunner, spark_session
+from framework.runners.spark import SparkRunner, spark_session
 
 
 def _produce(producer: Producer, topic: str, lines: list[str]) -> None:

@@ -26,8 +26,8 @@ import pyarrow as pa
 from framework.core.graph import Kind
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
-from framework.runtime import Topics, plan_stages
-from framework.runtime.task import (
+from framework.plan import plan_stages
+from framework.plan.task import (
     InRecord,
     OutRecord,
     StageProgram,
@@ -35,7 +35,8 @@ from framework.runtime.task import (
     TaskResult,
     apply_changelog,
 )
-from framework.spark.executor import _records
+from framework.runners.spark.executor import _records
+from framework.wire.topics import Topics
 
 PARTITIONS = 2
 _SCHEMA = pa.schema(

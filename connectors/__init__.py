@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from connectors.bundles import BundleConsumer
-from connectors.kafka import KafkaSink, KafkaSource
-from framework.kafka.serde import AvroSerde, Bytes, Json, Serde, Utf8
+from framework.kafka.endpoints import KafkaSink, KafkaSource
+from framework.wire.serde import AvroSerde, Bytes, Json, Serde, Utf8
 
 __all__ = [
     "AvroSerde",

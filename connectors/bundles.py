@@ -31,8 +31,7 @@ from framework.core.meta import Meta
 from framework.core.time import GlobalTime
 from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
 from framework.kafka.admin import partition_count
-from framework.kafka.serde import Bytes, Json, Serde, Utf8
-from framework.services.common import (
+from framework.kafka.clients import (
     assign,
     close_quietly,
     is_record,
@@ -41,9 +40,10 @@ from framework.services.common import (
     new_consumer,
     where,
 )
-from framework.services.output import BundleVerifier, read_bundle_header, read_meta
-from framework.services.positions import BundleMark, format_gt
-from framework.services.tail import last_bundle_header
+from framework.kafka.tail import last_bundle_header
+from framework.wire.bundles import BundleVerifier, read_bundle_header, read_meta
+from framework.wire.positions import BundleMark, format_gt
+from framework.wire.serde import Bytes, Json, Serde, Utf8
 
 __all__ = [
     "BundleConsumer",

@@ -9,7 +9,7 @@
     p.run(InProcessRunner())
 
 The same pipeline object runs unchanged on any `Runner`: the in-process harness of
-`framework.testing`, or Spark (`framework.spark.SparkRunner`, the default of `run()`).
+`framework.testing`, or Spark (`framework.runners.spark.SparkRunner`, the default of `run()`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Pipeline:
         """
         graph = self.graph()
         if runner is None:
-            from framework.spark.default import default_runner
+            from framework.runners.spark.default import default_runner
 
             runner = default_runner()
         return runner.run(graph)

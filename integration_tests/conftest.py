@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
-from framework.demos.smoke import create_topics
 from framework.kafka.cache import ProcessCache
 from framework.local.provision import provision
+from framework.runners.spark.smoke import create_topics
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -36,7 +36,7 @@ def bootstrap(stack: Settings) -> str:
 
 @pytest.fixture(scope="session")
 def spark(stack: Settings) -> Iterator[Any]:
-    from framework.spark import spark_session
+    from framework.runners.spark import spark_session
 
     session = spark_session(stack, "flamepipe-tests")
     yield session

@@ -70,8 +70,8 @@ from framework.kafka.admin import partition_count
 from framework.kafka.read import read_to_end
 from framework.local.provision import free_port
 from framework.local.stack import LocalStack
-from framework.services.output import read_bundle_header
-from framework.services.plan import source_fronts
+from framework.runners.assembly import source_fronts
+from framework.wire.bundles import read_bundle_header
 from integration_tests.jobs import PIPELINES, build
 from integration_tests.services_helpers import ROOT, service_env
 
@@ -625,7 +625,7 @@ class _Run:
         self.tail.start()
 
     def _sink_node(self) -> str:
-        from framework.services.plan import sink_nodes
+        from framework.kafka.endpoints import sink_nodes
 
         (node,) = sink_nodes(self.graph)
         return node
@@ -844,7 +844,7 @@ class _Run:
 
     def final_epoch(self) -> int:
         """The epoch the app ended in (> 0: a recovery started new epochs)."""
-        from framework.services.plan import current_epoch
+        from framework.runners.assembly import current_epoch
 
         return current_epoch(self.settings, self.app)
 
@@ -857,8 +857,8 @@ class _Run:
 
 def _in_process_output(pipeline: str, app: str, source: str, stored: list[Message]) -> Counter[str]:
     """The in-process harness's output for the stored records (their exact coordinates)."""
+    from framework.runners.inprocess.endpoints import SourceRecord
     from framework.testing import InProcessRunner, ListSink, ListSource
-    from framework.testing.endpoints import SourceRecord
 
     ordered = sorted(stored, key=lambda m: (m.partition() or 0, m.offset() or 0))
     partitions = 1 + max((m.partition() or 0) for m in ordered)

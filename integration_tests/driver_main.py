@@ -12,7 +12,7 @@ import time
 
 from framework.config import Settings
 from framework.demos.wordcount import windowed_counts, wordcount
-from framework.spark import SparkRunner, spark_session
+from framework.runners.spark import SparkRunner, spark_session
 
 WINDOW_MS = 200
 

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from framework.config import Settings
 from framework.kafka.read import read_to_end
 from framework.pipeline import Pipeline
-from framework.spark import PipelineRun, SparkRunner
+from framework.runners.spark import PipelineRun, SparkRunner
 
 
 def produce_lines(

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer
 from framework.config import Settings
 from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines, word_counts
-from framework.runtime import Topics
+from framework.wire.topics import Topics
 from integration_tests.driver_main import WINDOW_MS
 from integration_tests.pipeline_helpers import produce_lines, read_output
 

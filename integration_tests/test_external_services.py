@@ -25,7 +25,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.failpoints import ENV as FAILPOINTS
 from framework.kafka.read import read_to_end
-from framework.spark import SparkRunner
+from framework.runners.spark import SparkRunner
 from integration_tests.pipeline_helpers import produce_lines
 from integration_tests.services_helpers import ServiceProcess, service_env, services
 

@@ -31,8 +31,8 @@ from framework.kafka.admin import (
     require_log_append_time,
     timestamp_type,
 )
-from framework.kafka.txn import ChangelogReader, TaskCommitter, close_cached
-from framework.kafka.wire import ITEM_HEADER
+from framework.kafka.transactions import ChangelogReader, TaskCommitter, close_cached
+from framework.wire.internal import ITEM_HEADER
 
 OLD_MS = 1_000_000_000_000  # 2001-09-09: a producer timestamp far in the past
 

@@ -18,16 +18,16 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.config import Settings
+from framework.coordination import Epochs
+from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
-from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
-from framework.kafka.wire import encode_ack_batch
-from framework.runtime.stages import Topics
-from framework.spark import SparkRunner
-from framework.zk import Epochs
+from framework.runners.spark import SparkRunner
+from framework.wire.internal import encode_ack_batch
+from framework.wire.topics import Topics
 from integration_tests.pipeline_helpers import produce_lines, read_output
 
 

@@ -19,14 +19,14 @@ import pytest
 from connectors import BundleConsumer
 from framework.cli import main
 from framework.config import Settings
+from framework.coordination import Epochs, SnapshotRegistry
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError
-from framework.services.plan import source_fronts
-from framework.services.replay import resolve_start, start_replay
-from framework.snapshots.plan import restorer
-from framework.zk import Epochs, SnapshotRegistry
+from framework.runners.assembly import source_fronts
+from framework.runners.replay import resolve_start, start_replay
+from framework.runners.snapshots import restorer
 from integration_tests.pipeline_helpers import produce_lines, read_output, running
 
 _NONE = SimpleNamespace(slot=0)

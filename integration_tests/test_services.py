@@ -17,23 +17,25 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from connectors.bundles import BundleConsumer, VerifiedBundle, consume_main, last_bundle_header
-from connectors.kafka import KafkaSink
-from framework.codec import encode_bundle_header, encode_meta
+from framework.acker import AckerService
+from framework.barrier import BarrierService
+from framework.barrier.speculation import Speculation
+from framework.barrier.writer import TransactionalWriter
+from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, BundleHeader, Heartbeat
 from framework.core.meta import Meta
-from framework.core.sharded import shard_of
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, ProtocolViolation
 from framework.kafka.admin import TopicSpec, ensure_topics
-from framework.kafka.frames import FRAME_HEADERS, FrameBuilder
-from framework.kafka.serde import Utf8
-from framework.kafka.wire import encode_ack_batch
-from framework.runtime.stages import Topics
-from framework.services import AckerService, BarrierService, MinTimeView
-from framework.services.common import is_eof, new_consumer
-from framework.services.output import BUNDLE_HEADER, META_HEADER, read_bundle_header
-from framework.services.speculation import Speculation
-from framework.services.writer import TransactionalWriter
+from framework.kafka.clients import is_eof, new_consumer
+from framework.kafka.endpoints import KafkaSink
+from framework.kafka.mintime import MinTimeView
+from framework.wire.avro import encode_bundle_header, encode_meta
+from framework.wire.bundles import BUNDLE_HEADER, META_HEADER, read_bundle_header
+from framework.wire.frames import FRAME_HEADERS, FrameBuilder
+from framework.wire.internal import encode_ack_batch
+from framework.wire.serde import Utf8
+from framework.wire.topics import Topics
 
 SEGMENT = "s"
 SEGMENTS = {SEGMENT: ()}

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from framework.demos.smoke import read_all
+from framework.runners.spark.smoke import read_all
 
 
 def _consumer(bootstrap: str, group: str, isolation: str) -> Consumer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from framework.config import Settings
-from framework.demos.smoke import run_smoke
+from framework.runners.spark.smoke import run_smoke
 
 
 def test_spark_streams_topic_to_topic_with_headers(stack: Settings, spark: Any) -> None:

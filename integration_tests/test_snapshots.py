@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Settings
+from framework.coordination import SnapshotRecord, SnapshotRegistry
 from framework.core.graph import Graph, Kind
 from framework.core.grouping import Grouping
 from framework.core.ops import key_hash, op_id_of
@@ -24,11 +25,10 @@ from framework.core.time import GlobalTime
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.read import read_to_end
-from framework.runtime.stages import Topics
-from framework.runtime.state import apply_changelog
+from framework.plan.state import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
-from framework.state import FileBackend
-from framework.zk import SnapshotRecord, SnapshotRegistry
+from framework.snapshots.backends import FileBackend
+from framework.wire.topics import Topics
 from integration_tests.pipeline_helpers import produce_lines, running
 
 Stored = list[tuple[int, int, GlobalTime, str]]  # partition, offset, global time, line

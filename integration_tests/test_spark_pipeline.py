@@ -78,8 +78,8 @@ def test_poison_record_and_raising_function_go_to_the_dead_letter_topic(
 ) -> None:
     from confluent_kafka import Producer
 
-    from framework.kafka.wire import read_dead_letter
-    from framework.runtime import Topics
+    from framework.wire.internal import read_dead_letter
+    from framework.wire.topics import Topics
 
     settings = stack.with_(parallelism=2)
     bootstrap = settings.kafka_bootstrap

@@ -1,4 +1,4 @@
-"""framework.zk against the real ZooKeeper: snapshots, fencing, epochs, leader election."""
+"""framework.coordination on a real ZooKeeper: snapshots, fencing, epochs, leader election."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from framework.config import Settings
-from framework.errors import CoordinationError, Fenced, ProtocolViolation, ZooKeeperUnreachable
-from framework.local.provision import free_port
-from framework.zk import (
+from framework.coordination import (
     Epochs,
     LeaderElection,
     Leadership,
@@ -26,6 +24,8 @@ from framework.zk import (
     leader_path,
     zk_client,
 )
+from framework.errors import CoordinationError, Fenced, ProtocolViolation, ZooKeeperUnreachable
+from framework.local.provision import free_port
 
 TAKEOVER_S = 10.0
 

@@ -29,7 +29,7 @@ def _graph(args: argparse.Namespace) -> Graph:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from framework.spark import SparkRunner
+    from framework.runners.spark import SparkRunner
 
     graph = _graph(args)
     with stack_for(args) as settings:
@@ -39,7 +39,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_acker(args: argparse.Namespace) -> int:
-    from framework.services.plan import acker_for
+    from framework.runners.assembly import acker_for
 
     graph = _graph(args)
     settings = settings_of(args)
@@ -52,9 +52,9 @@ def _cmd_acker(args: argparse.Namespace) -> int:
     snapshots = partitions is None or 0 in partitions
 
     def build(epoch: int) -> list[Any]:
-        from framework.services.plan import view_for
-        from framework.snapshots.plan import coordinator_for
-        from framework.snapshots.recovery import StallWatch
+        from framework.runners.assembly import view_for
+        from framework.runners.recovery import StallWatch
+        from framework.runners.snapshots import coordinator_for
 
         services: list[Any] = [acker_for(settings, graph, partitions, epoch=epoch)]
         if snapshots:
@@ -81,7 +81,8 @@ def _cmd_acker(args: argparse.Namespace) -> int:
 
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
-    from framework.services.plan import barrier_for, sink_nodes, view_for
+    from framework.kafka.endpoints import sink_nodes
+    from framework.runners.assembly import barrier_for, view_for
 
     graph = _graph(args)
     settings = settings_of(args)
@@ -119,7 +120,7 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from framework.services.replay import parse_offsets, resolve_start, start_replay
+    from framework.runners.replay import parse_offsets, resolve_start, start_replay
 
     graph = _graph(args)
     with stack_for(args) as settings:
@@ -127,7 +128,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         offsets = resolve_start(
             settings.kafka_bootstrap, graph, offsets=given, at_ms=args.from_time
         )
-        from framework.snapshots.plan import restorer
+        from framework.runners.snapshots import restorer
 
         record = start_replay(settings, graph, offsets, restore=restorer(settings, graph))
         print(
@@ -137,7 +138,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             flush=True,
         )
         if not args.no_run:
-            from framework.spark import SparkRunner
+            from framework.runners.spark import SparkRunner
 
             SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S).run(graph)
     return 0
@@ -157,7 +158,7 @@ def _partitions(text: str | None, settings: Settings) -> list[int] | None:
 
 def _sink_node(graph: Graph, name: str) -> str:
     """A sink named by node id, label or output topic."""
-    from framework.services.plan import sink_nodes
+    from framework.kafka.endpoints import sink_nodes
 
     for node_id in sink_nodes(graph):
         node = graph.node(node_id)

@@ -53,7 +53,7 @@ class EpochWatch:
     """The current epoch of ``app``, through one ZooKeeper session kept open."""
 
     def __init__(self, settings: Settings, app: str) -> None:
-        from framework.zk import Epochs
+        from framework.coordination import Epochs
 
         self._epochs = Epochs(settings.zookeeper, app)
 
@@ -91,7 +91,7 @@ def election_for(settings: Settings, app: str, role: str) -> Any:
     import os
     import socket
 
-    from framework.zk import LeaderElection, leader_path
+    from framework.coordination import LeaderElection, leader_path
 
     identity = f"{socket.gethostname()}:{os.getpid()}"
     path = leader_path(app, role)

@@ -58,7 +58,7 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 
 def _cmd_smoke(args: argparse.Namespace) -> int:
-    from framework.demos.smoke import run_smoke
+    from framework.runners.spark.smoke import run_smoke
 
     with stack_for(args) as settings:
         result = run_smoke(settings, lines=args.lines)

@@ -44,7 +44,7 @@ class Settings:
     ``max_batch_records`` caps the records a stage reads per micro-batch; ``fail_fast`` fails
     the run on the first bad record instead of sending it to the dead-letter topic.
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
-    ``framework.state``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
+    ``framework.snapshots.backends``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
     ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
     ``stall_timeout_ms``: a min time that does not advance that long (lost acks) starts a
     recovery, a new epoch from the last snapshot.

@@ -1,10 +1,11 @@
 """The pure FlameStream core: imports neither Spark, Kafka nor ZooKeeper."""
 
-from framework.core.acker import Acker
+from framework.core.acker.local import LocalAcker
+from framework.core.acker.sharded import AckerShard, MinTimeListener, ShardedAcker, ShardRouter
+from framework.core.acker.tracker import Acker
 from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph, Kind, Node, Port, Segments, Sink, Source
 from framework.core.grouping import Grouping
-from framework.core.local_acker import LocalAcker
 from framework.core.messages import (
     Ack,
     BundleHeader,
@@ -16,7 +17,6 @@ from framework.core.messages import (
 )
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash, op_id_of
-from framework.core.sharded import AckerShard, MinTimeListener, ShardedAcker, ShardRouter
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime, front_id, slot_of
 from framework.core.windows import (
     Aggregation,

@@ -1,7 +1,7 @@
 """Wire messages of the tracker, the barrier and snapshots (seeds 001 and 002).
 
 Plain frozen dataclasses: the acker's hot paths take bare ints and strings, these types
-are for the boundaries (Kafka topics, ZooKeeper, subscribers) and for `framework.codec`.
+are for the boundaries (Kafka topics, ZooKeeper, subscribers) and for `framework.wire.avro`.
 
 Ack values and traces are unsigned 64-bit ints (``0 <= v < 2**64``); slots, fronts,
 offsets and node times are signed 64-bit (Avro ``long``).

@@ -34,8 +34,8 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import word_pairs
 from framework.errors import PipelineError
-from framework.kafka.serde import Json
-from framework.spark import SparkRunner
+from framework.runners.spark import SparkRunner
+from framework.wire.serde import Json
 
 __all__ = ["DemoResult", "run_demo"]
 

@@ -6,9 +6,9 @@ snapshots; `restore_epoch` seeds a new epoch's changelogs from one; `replay_offs
 where sources start after a slot.
 """
 
-from framework.snapshots.barriers import BarrierMarks, accepted_slot, accepts, barrier_group
-from framework.snapshots.changelogs import ChangelogCopies, UnitCopy
+from framework.snapshots.acceptance import BarrierMarks, accepted_slot, accepts, barrier_group
 from framework.snapshots.coordinator import KEEP, SnapshotCoordinator, SnapshotStats
+from framework.snapshots.copies import ChangelogCopies, UnitCopy
 from framework.snapshots.offsets import replay_offsets
 from framework.snapshots.restore import CHANGELOG_CONFIG, Restored, restore_epoch
 from framework.snapshots.units import (

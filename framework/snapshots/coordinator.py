@@ -13,22 +13,22 @@ import functools
 import time
 from dataclasses import dataclass
 
+from framework.coordination.registry import SnapshotRegistry
 from framework.core.graph import Graph, Kind
 from framework.core.ops import op_id_of
 from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.admin import partition_count
-from framework.runtime.stages import Topics
-from framework.services.loop import Service
-from framework.services.mintime import MinTimeView
-from framework.services.plan import kafka_sources, sink_nodes
-from framework.snapshots.barriers import BarrierMarks
-from framework.snapshots.changelogs import ChangelogCopies, Part
+from framework.kafka.endpoints import kafka_sources, sink_nodes
+from framework.kafka.mintime import MinTimeView
+from framework.service import Service
+from framework.snapshots.acceptance import BarrierMarks
+from framework.snapshots.backends.base import StateBackend
+from framework.snapshots.copies import ChangelogCopies, Part
 from framework.snapshots.offsets import replay_offsets
 from framework.snapshots.units import encode_unit, unit_name
-from framework.state.backend import StateBackend
-from framework.state.writer import SnapshotWriter
-from framework.zk.records import SnapshotRecord
-from framework.zk.registry import SnapshotRegistry
+from framework.snapshots.writer import SnapshotWriter
+from framework.wire.topics import Topics
+from framework.wire.znodes import SnapshotRecord
 
 __all__ = ["KEEP", "SnapshotCoordinator", "SnapshotStats"]
 
@@ -69,7 +69,7 @@ class SnapshotCoordinator(Service):
 
     1. Slot: ``M`` is the global min time, lowered to the largest slot every sink's
        barrier has accepted (committed a ``GT_last`` at or after the end of slot
-       ``M - 1``, `framework.snapshots.barriers`). Only an ``M`` after the last committed
+       ``M - 1``, `framework.snapshots.acceptance`). Only an ``M`` after the last committed
        slot goes on; otherwise the round is skipped and the next tick tries again.
     2. State: mark the changelogs' ends; once no transaction below the marks is open
        (possibly a later tick), catch every unit's copy up to its stable end and save

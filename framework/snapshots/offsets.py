@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from confluent_kafka import Consumer, TopicPartition
 
 from framework.kafka.cache import ProcessCache
-from framework.services.common import close_quietly, kafka_call, kafka_retry
+from framework.kafka.clients import close_quietly, kafka_call, kafka_retry
 
 __all__ = ["replay_offsets"]
 

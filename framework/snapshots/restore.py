@@ -17,12 +17,12 @@ from confluent_kafka import KafkaException, Producer
 from framework.core.graph import Graph, Kind
 from framework.errors import ConfigError, PipelineError, SnapshotMissing
 from framework.kafka.admin import compacted_spec, ensure_topics, partition_count
-from framework.kafka.serde import Pickle
-from framework.runtime.stages import Topics
-from framework.services.common import read_to_end
+from framework.kafka.clients import read_to_end
+from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.units import changelog_records, decode_unit, parse_unit, unit_name
-from framework.state.backend import StateBackend
-from framework.zk.records import SnapshotRecord
+from framework.wire.serde import Pickle
+from framework.wire.topics import Topics
+from framework.wire.znodes import SnapshotRecord
 
 __all__ = ["CHANGELOG_CONFIG", "Restored", "restore_epoch"]
 

@@ -6,7 +6,7 @@ shuffle topic), named ``"<node>/<p>"`` in the backend and in `SnapshotRecord.uni
 What is saved is `Grouping.snapshot(below=slot)` with every meta as a plain tuple, so
 the bytes do not depend on where flamepipe's classes live, pickled with a format number.
 `changelog_records` turns it back into the records a stage task would have written
-(``framework.runtime.task``): key ``key_bytes(key)``, value ``pickle((key, state))``.
+(``framework.plan.task``): key ``key_bytes(key)``, value ``pickle((key, state))``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from framework.core.ops import key_bytes
 from framework.errors import DecodeError
-from framework.kafka.serde import Pickle
+from framework.wire.serde import Pickle
 
 __all__ = [
     "UNIT_FORMAT",

@@ -6,11 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from connectors import KafkaSink
+from framework.barrier.service import BarrierService
 from framework.core.barrier import Barrier
 from framework.core.time import GlobalTime
-from framework.services.barrier import BarrierService
-from framework.services.positions import BarrierMark
 from framework.snapshots import accepted_slot, accepts, barrier_group
+from framework.wire.positions import BarrierMark
 
 
 def mark(gt_last: GlobalTime | None) -> BarrierMark:

@@ -14,7 +14,7 @@ from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_bytes, key_hash
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError
-from framework.runtime.state import _plain_state, apply_changelog
+from framework.plan.state import _plain_state, apply_changelog
 from framework.snapshots import (
     changelog_records,
     decode_unit,

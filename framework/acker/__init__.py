@@ -1,0 +1,10 @@
+"""The acker service: sharded trackers on ``<app>.acks``, min times on ``<app>.mintime``.
+
+Reads the ack batches the tasks and fronts send, XORs them per global-time slot
+(`framework.core.acker`), and publishes each segment's min time; checkpoints its shards'
+state on a compacted topic so a restart replays only what came after.
+"""
+
+from framework.acker.service import AckerService
+
+__all__ = ["AckerService"]

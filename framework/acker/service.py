@@ -1,0 +1,296 @@
+"""The acker service: sharded trackers on ``<app>.acks``, reports to ``<app>.mintime``.
+
+Partition ``p`` of the acks topic is shard ``p``: every record is one sender's `AckBatch`
+for that shard (acks, heartbeats, then its `NodeTime`). Each batch goes through the core
+`AckerShard`; every report it makes (a note per changed segment, then the global one, all
+with the shard's node-time vector) is written to the mintime topic, key
+``<shard>:<segment or *>``, partition ``shard % partitions`` so one shard's reports keep
+their order.
+
+Restart. Every ``checkpoint_s`` the acker saves each shard's state with the acks offset
+it reflects to the compacted ``<app>.acker`` topic (`framework.acker.checkpoints`),
+once the reports of the batches it covers were delivered to the mintime topic, so a
+checkpoint never runs ahead of the published reports. A starting acker restores each
+shard's latest checkpoint (none: an empty shard at the partition's start) and replays its
+acks partition from there (read_committed, so the replay is the same sequence of batches
+and makes the same reports). Reports up to the last one already on the mintime topic (the
+shard's latest global report) are held back, so listeners never see a report again and
+never see a vector go back; from there on the acker continues exactly where it stopped.
+A restart thus replays at most about ``checkpoint_s`` of acks, however long the run.
+
+Scaling. Instances split the shards by configuration (``partitions=``), not by consumer
+group rebalancing: a shard must be owned by one instance at a time, and a rebalance would
+hand a shard over without the replay its new owner needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+)
+
+from framework.acker.checkpoints import acker_state_spec, encode_checkpoint, latest
+from framework.core.acker.sharded import AckerShard
+from framework.core.messages import MinTimeNotification, NodeTime
+from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
+from framework.kafka.admin import ensure_topics, partition_count
+from framework.kafka.clients import (
+    acks_topic_spec,
+    assign,
+    close_quietly,
+    is_eof,
+    is_record,
+    mintime_topic_spec,
+    new_consumer,
+    new_producer,
+    read_to_end,
+    take,
+    where,
+)
+from framework.service import Service
+from framework.wire.avro import decode_min_time, encode_min_time
+from framework.wire.internal import decode_ack_batch
+from framework.wire.topics import Topics
+
+__all__ = ["AckerService", "ReplayGate", "report_key"]
+
+Vector = dict[int, int]
+
+
+def report_key(note: MinTimeNotification) -> str:
+    """The compaction key of a shard report: ``<shard>:<segment>`` (``*``: global)."""
+    return f"{note.shard}:{note.segment if note.segment is not None else '*'}"
+
+
+def _vector(node_times: Iterable[NodeTime]) -> Vector:
+    return {nt.node: nt.time for nt in node_times}
+
+
+def _leq(a: Mapping[int, int], b: Mapping[int, int]) -> bool:
+    return all(time <= b.get(node, 0) for node, time in a.items())
+
+
+class ReplayGate:
+    """Holds back the reports of a replay that an earlier acker already published.
+
+    A shard's vectors strictly grow, report by report; the replay remakes the earlier
+    reports exactly, so those with a vector ``<=`` the last published one are old.
+    """
+
+    def __init__(self, published: Mapping[int, int]) -> None:
+        """``published``: the vector of the shard's last report on the mintime topic."""
+        self.published = dict(published)
+        self.open = not published
+
+    def admit(self, node_times: Iterable[NodeTime]) -> bool:
+        """Whether a report with this vector is new (once one is, all later ones are)."""
+        if not self.open and not _leq(_vector(node_times), self.published):
+            self.open = True
+        return self.open
+
+    def caught_up(self, vector: Iterable[NodeTime], where: str) -> None:
+        """At the end of the replay the shard must have reached the published vector."""
+        if not self.open and not _leq(self.published, _vector(vector)):
+            raise ProtocolViolation(
+                f"{where}: the mintime topic holds reports at node times {self.published} "
+                f"but the acks topic only reaches {_vector(vector)}: acks were lost (retention?) "
+                "or the topics belong to an older run; delete both or use a new app name"
+            )
+
+
+class AckerService(Service):
+    """Shards ``partitions`` (all by default) of ``app``'s acker (see the module docstring).
+
+    ``batches`` counts the ack batches applied, ``published`` the reports written,
+    ``checkpoints`` the shard states saved; ``resumed`` maps each shard restored from a
+    checkpoint to the acks offset its replay started at.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        segments: Mapping[str, Sequence[str]],
+        fronts: Sequence[int],
+        shards: int,
+        *,
+        partitions: Sequence[int] | None = None,
+        epoch: int = 0,
+        poll_s: float = 0.05,
+        max_batch: int = 1000,
+        checkpoint_s: float = 5.0,
+    ) -> None:
+        """Acker of ``segments`` (name -> inbound names), ``fronts`` fixed, ``shards`` shards,
+        on the topics of ``epoch``."""
+        super().__init__(f"flamepipe-acker-{app}")
+        owned = sorted(set(range(shards) if partitions is None else partitions))
+        if not owned or not all(0 <= p < shards for p in owned):
+            raise PipelineError(f"acker partitions {partitions} not a subset of 0..{shards - 1}")
+        self.bootstrap = bootstrap
+        self.app = app
+        self.epoch = epoch
+        self.topics = Topics(app, epoch)
+        self.partitions = tuple(owned)
+        self.poll_s = poll_s
+        self.max_batch = max_batch
+        self.checkpoint_s = checkpoint_s
+        self._shards = {p: AckerShard(p, shards, segments, fronts) for p in owned}
+        self._next: dict[int, int] = {}  # per partition: the offset after the last batch
+        self._unsaved: set[int] = set()
+        self._last_checkpoint = time.monotonic()
+        self._gates: dict[int, ReplayGate] = {}
+        self._replaying: set[int] = set(owned)  # until each partition's replay reached its end
+        self._report_partitions = 1
+        self._failures: list[str] = []
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self.published = 0
+        self.batches = 0
+        self.checkpoints = 0
+        self.resumed: dict[int, int] = {}
+
+    @property
+    def replaying(self) -> bool:
+        """Whether some owned partition is still being replayed."""
+        return bool(self._replaying)
+
+    def _open(self) -> None:
+        shards = self._shards[self.partitions[0]].shards
+        ensure_topics(
+            self.bootstrap,
+            [
+                acks_topic_spec(self.app, shards, self.epoch),
+                mintime_topic_spec(self.app, epoch=self.epoch),
+                acker_state_spec(self.app, self.epoch),
+            ],
+        )
+        self._report_partitions = partition_count(self.bootstrap, self.topics.mintime)
+        last = self._last_published()
+        self._gates = {p: ReplayGate(last.get(p, {})) for p in self.partitions}
+        self._replaying = set(self.partitions)
+        starts: dict[int, int | None] = dict.fromkeys(self.partitions)
+        saved = latest(read_to_end(self.bootstrap, self.topics.acker, 1), self.partitions)
+        for partition, (offset, state) in saved.items():
+            self._shards[partition].restore(state)
+            starts[partition] = self.resumed[partition] = self._next[partition] = offset
+        self._producer = new_producer(self.bootstrap, {"linger.ms": 1})
+        self._consumer = consumer = new_consumer(self.bootstrap)
+        assign(consumer, self.topics.acks, starts)
+
+    def _last_published(self) -> dict[int, Vector]:
+        """The vector of each owned shard's latest global report on the mintime topic."""
+        keys = {f"{p}:*".encode(): p for p in self.partitions}
+        last: dict[int, Vector] = {}
+        topic = self.topics.mintime
+        for msg in read_to_end(self.bootstrap, topic, self._report_partitions):
+            shard = keys.get(msg.key() or b"")
+            value = msg.value()
+            if shard is not None and value is not None:
+                last[shard] = _vector(decode_min_time(value).node_times)
+        return last
+
+    def _step(self) -> None:
+        assert self._consumer is not None and self._producer is not None
+        for msg in take(self._consumer, self.max_batch, self.poll_s):
+            if is_eof(msg):
+                self._replayed(where(msg)[0])
+            elif is_record(msg, self.topics.acks):
+                self._apply(msg)
+        self._producer.poll(0)
+        if self._failures:
+            raise PipelineError(f"cannot publish min times: {self._failures[0]}")
+        if self._unsaved and time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        """Save the state of every shard that moved, once its reports are delivered.
+
+        1. Flush the reports made so far; if some are still undelivered, try again later.
+        2. Write each moved shard's state with the offset after its last applied batch.
+        """
+        assert self._producer is not None
+        self._last_checkpoint = time.monotonic()
+        # Step 1
+        if self._producer.flush(10) > 0:
+            return
+        if self._failures:
+            raise PipelineError(f"cannot publish min times: {self._failures[0]}")
+        # Step 2
+        for partition in sorted(self._unsaved - self._replaying):
+            value = encode_checkpoint(self._next[partition], self._shards[partition].state())
+            self._producer.produce(
+                self.topics.acker, value, str(partition).encode(), on_delivery=self._delivered
+            )
+            self._unsaved.discard(partition)
+            self.checkpoints += 1
+
+    def _replayed(self, partition: int) -> None:
+        if partition in self._replaying:
+            self._replaying.discard(partition)
+            at = f"{self.topics.acks}[{partition}]"
+            self._gates[partition].caught_up(self._shards[partition].vector, at)
+
+    def _apply(self, msg: Message) -> None:
+        partition, offset = where(msg)
+        at = f"{self.topics.acks}[{partition}]@{offset}"
+        value = msg.value()
+        if value is None:
+            raise ProtocolViolation(f"{at}: an ack record without a value")
+        batch = decode_ack_batch(value)
+        closing = batch[-1]
+        assert isinstance(closing, NodeTime)  # decode_ack_batch always ends with it
+        shard = self._shards[partition]
+        gate = self._gates[partition]
+        try:
+            for message in batch:
+                notes = shard.receive(closing.node, message)
+                if notes and gate.admit(notes[-1].node_times):
+                    self._publish(notes)
+        except ProtocolViolation as exc:
+            raise ProtocolViolation(f"{at}: {exc}") from exc
+        self._next[partition] = offset + 1
+        self._unsaved.add(partition)
+        self.batches += 1
+
+    def _publish(self, notes: list[MinTimeNotification]) -> None:
+        assert self._producer is not None
+        for note in notes:
+            key, value = report_key(note).encode(), encode_min_time(note)
+            partition = note.shard % self._report_partitions
+            while True:
+                try:
+                    self._producer.produce(
+                        self.topics.mintime,
+                        value,
+                        key,
+                        partition=partition,
+                        on_delivery=self._delivered,
+                    )
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    self._producer.poll(0.05)
+            self.published += 1
+
+    def _delivered(self, error: KafkaError | None, _msg: Message) -> None:
+        if error is not None:
+            self._failures.append(str(error))
+
+    def _close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        close_quietly(consumer)
+        if self._producer is not None and self.error is None and self._unsaved:
+            # A clean stop saves the shards, so the next start replays nothing. Never
+            # after a failure: a batch may then be half applied.
+            with contextlib.suppress(FlamepipeError):
+                self._checkpoint()
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(10)
+            close_quietly(producer)

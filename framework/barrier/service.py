@@ -1,0 +1,404 @@
+"""The barrier service of one sink: buffers, acks receipt, releases bundles by min time.
+
+It reads ``<app>.<sink>.pre`` (read_committed, every partition; each record a frame of
+items, `framework.wire.frames`), acks each item into the sink's segment as received,
+buffers it in the core `Barrier` and, whenever the min time of
+that segment grows, writes the released bundle to the sink's topic (format:
+`framework.wire.bundles`). Receipt acks must not wait for a bundle (the min time that
+releases a bundle needs them), so every round with new records commits too.
+
+Positions (docs/decisions/barrier-positions.md): with every commit that carries receipt
+acks, and at least every ``checkpoint_s``, per pre-barrier partition, the group offset is
+``P_rel`` and the metadata holds ``P_ack``, the node time and ``GT_last``
+(`framework.wire.positions`). A commit of a bundle alone skips them: the bundle's
+header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
+
+1. Start the writers: transactional producers (one for bundles, one for receipt acks and
+   positions) fence any older barrier of this sink and abort its open transactions.
+2. Read the committed positions and their metadata.
+3. Read the last bundle header of every output partition (read_committed, seed 002:
+   "the consumer returns the last bundle").
+4. Resume: ``GT_last`` is the later of the metadata's and the header's, the next bundle
+   follows the header's ``seq``; the node time continues past the metadata's.
+5. Seek every pre-barrier partition to ``P_rel``; records below ``P_ack`` are buffered
+   again but not acked again, items at or before ``GT_last`` are dropped as replays.
+
+Positions are per record, so per frame: a frame is acked whole (all its items in one
+transaction) and is needed until its latest item is at or before ``GT_last``.
+
+Exactly once, bundles have a transaction of their own that takes items as they arrive,
+ahead of their release (`framework.barrier.speculation`); receipt acks cannot wait in it
+(the min time that releases it needs them), so they and the positions commit in a second
+transaction. At least once, a release writes the bundle, the receipt acks and the positions
+together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from framework.barrier.speculation import BundleWriter, Speculation
+from framework.barrier.stats import BarrierStats
+from framework.barrier.writer import (
+    OutputWriter,
+    PlainWriter,
+    ReceiptSender,
+    TransactionalWriter,
+)
+from framework.core.barrier import Barrier, Bundle
+from framework.core.graph import Graph
+from framework.core.meta import Record
+from framework.core.time import GlobalTime
+from framework.errors import FlamepipeError, PipelineError
+from framework.kafka.admin import partition_count
+from framework.kafka.clients import (
+    assign,
+    close_quietly,
+    is_record,
+    kafka_retry,
+    new_consumer,
+    service_node_id,
+    take,
+    where,
+)
+from framework.kafka.endpoints import KafkaSink
+from framework.kafka.mintime import MinTimeView
+from framework.kafka.tail import last_bundle_header
+from framework.service import Service
+from framework.wire.bundles import bundle_records
+from framework.wire.frames import read_items
+from framework.wire.positions import BarrierMark, PartitionLedger
+from framework.wire.records import OutRecord
+from framework.wire.topics import Topics
+
+__all__ = ["BarrierService", "BarrierStats"]
+
+_new = tuple.__new__  # a Record without the Python-level NamedTuple __new__ call
+
+
+class BarrierService(Service):
+    """The barrier of sink node ``sink_node`` of ``app`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        sink_node: str,
+        segment: str,
+        sink: KafkaSink,
+        *,
+        shards: int,
+        view: MinTimeView | None = None,
+        segments: Iterable[str] = (),
+        exactly_once: bool = True,
+        epoch: int = 0,
+        poll_s: float = 0.005,
+        max_batch: int = 16,
+        checkpoint_s: float = 1.0,
+        speculation: Speculation | None = None,
+    ) -> None:
+        """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
+
+        Without a ``view`` it runs its own `MinTimeView` over ``segments`` (all segment
+        names of the pipeline). ``exactly_once=False`` writes without transactions.
+        ``max_batch`` bounds the records (frames of up to thousands of items) taken per
+        step, so a step, and a stop waiting for it, stays short. ``speculation`` tunes how
+        exactly-once bundles are written ahead (``Speculation(enabled=False)``: only at
+        release, for comparison).
+        """
+        super().__init__(f"flamepipe-barrier-{app}-{sink_node}")
+        if view is None and not segments:
+            raise PipelineError("a barrier without a MinTimeView needs the pipeline's segments")
+        self.bootstrap = bootstrap
+        self.app = app
+        self.sink_node = sink_node
+        self.segment = segment
+        self.sink = sink
+        self.shards = shards
+        self.exactly_once = exactly_once
+        self.poll_s = poll_s
+        self.max_batch = max_batch
+        self.checkpoint_s = checkpoint_s
+        self.speculation = speculation if speculation is not None else Speculation()
+        # The transactional id (below) does not depend on the epoch: a barrier of a new
+        # epoch must fence one of an older epoch still writing to the same output.
+        self.epoch = epoch
+        self.topics = Topics(app, epoch)
+        self.pre = self.topics.pre(sink_node)
+        self.group = f"{app}.{sink_node}.barrier"
+        self.node = service_node_id(app, sink_node, "barrier")
+        self._receipts = ReceiptSender(self.topics.acks, self.node, segment, shards)
+        self.stats = BarrierStats()
+        self._view = view
+        self._own_view = view is None
+        self._segments = tuple(segments)
+        self._barrier = Barrier()
+        self._ledgers: dict[int, PartitionLedger] = {}
+        self._acks: dict[int, int] = {}
+        self._node_time = 0
+        self._min_seen = 0
+        self._released = 0
+        self._out_partitions = 1
+        self._dirty = False
+        self._last_commit = time.monotonic()
+        self._consumer: Consumer | None = None
+        self._writer: OutputWriter | None = None
+        self._bundles: BundleWriter | None = None
+
+    @classmethod
+    def for_graph(
+        cls,
+        bootstrap: str,
+        graph: Graph,
+        sink_node: str,
+        shards: int,
+        *,
+        view: MinTimeView | None = None,
+        exactly_once: bool = True,
+        epoch: int = 0,
+    ) -> BarrierService:
+        """The barrier of ``sink_node`` of ``graph`` (a `KafkaSink`), as the constructor."""
+        endpoint = graph.node(sink_node).endpoint
+        if not isinstance(endpoint, KafkaSink):
+            raise PipelineError(f"sink {sink_node} writes to {endpoint!r}, not a KafkaSink")
+        segments = graph.segments()
+        return cls(
+            bootstrap,
+            graph.name,
+            sink_node,
+            segments.of_node[sink_node],
+            endpoint,
+            shards=shards,
+            view=view,
+            segments=tuple(segments.inbound),
+            exactly_once=exactly_once,
+            epoch=epoch,
+        )
+
+    @property
+    def gt_last(self) -> GlobalTime | None:
+        """The barrier's current ``GT_last`` (None before the first release)."""
+        return self._barrier.gt_last
+
+    @property
+    def next_seq(self) -> int:
+        """Sequence number of the next bundle."""
+        return self._barrier.next_seq
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        """The start-up protocol of the module docstring."""
+        self._out_partitions = self.sink.prepare(self.bootstrap)
+        pre_partitions = partition_count(self.bootstrap, self.pre)
+        self._consumer = consumer = new_consumer(self.bootstrap, self.group)
+        # Step 1
+        if self.exactly_once:
+            self._writer = TransactionalWriter(self.bootstrap, consumer, self.group)
+            self._bundles = BundleWriter(
+                self.bootstrap,
+                consumer,
+                f"{self.group}.bundles",
+                self.sink.topic,
+                self._out_partitions,
+                speculation=self.speculation.fresh(),
+                stats=self.stats,
+            )
+            self._bundles.open()
+        else:
+            self._writer = PlainWriter(self.bootstrap, consumer)
+        self._writer.open()
+        # Step 2
+        marks = self._committed(consumer, pre_partitions)
+        # Step 3
+        header = last_bundle_header(self.bootstrap, self.sink.topic)
+        # Step 4
+        gts = [mark.gt_last for _, mark in marks.values() if mark.gt_last is not None]
+        if header is not None:
+            gts.append(header.gt_last)
+        next_seq = header.seq + 1 if header is not None else 0
+        self._barrier = Barrier(max(gts) if gts else None, next_seq)
+        self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
+        # Step 5
+        starts: dict[int, int | None] = {}
+        for p in range(pre_partitions):
+            start, mark = marks.get(p, (None, BarrierMark(0, 0, None)))
+            starts[p] = start
+            self._ledgers[p] = PartitionLedger(start or 0, mark.acked)
+        assign(consumer, self.pre, starts)
+        if self._view is None:
+            self._view = MinTimeView(
+                self.bootstrap, self.app, self.shards, self._segments, epoch=self.epoch
+            )
+            self._view.start()
+
+    def _committed(
+        self, consumer: Consumer, partitions: int
+    ) -> dict[int, tuple[int | None, BarrierMark]]:
+        asked = [TopicPartition(self.pre, p) for p in range(partitions)]
+        found = kafka_retry(
+            f"cannot read the positions of group {self.group!r}",
+            lambda: consumer.committed(asked, timeout=30),
+        )
+        marks: dict[int, tuple[int | None, BarrierMark]] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise PipelineError(f"position of {self.group!r} on {self.pre}: {tp.error}")
+            if tp.offset >= 0:
+                at = f"group {self.group!r} on {self.pre}[{tp.partition}]"
+                marks[tp.partition] = (tp.offset, BarrierMark.decode(tp.metadata or "", at))
+        return marks
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        assert self._consumer is not None and self._view is not None
+        for msg in take(self._consumer, self.max_batch, self.poll_s):
+            if is_record(msg, self.pre):
+                self._take(msg)
+        self._view.check()
+        bundle = None
+        min_time = self._view.min_time(self.segment)
+        seen_at = time.monotonic()
+        if self._bundles is not None:
+            self._bundles.expire()
+        if min_time > self._min_seen and not self.replaying and not self._held(min_time):
+            self._min_seen = min_time
+            before = self._barrier.gt_last
+            bundle = self._barrier.on_min_time(min_time)
+            self._dirty = self._dirty or self._barrier.gt_last != before
+        overdue = time.monotonic() - self._last_commit > self.checkpoint_s
+        if self._acks or bundle is not None or (self._dirty and overdue):
+            self._commit(bundle, positions=bool(self._acks) or overdue)
+            if bundle is not None and bundle.records:
+                self.stats.release_s.append(time.monotonic() - seen_at)
+        # Bundles are committed as soon as they exist: everything below is out or cancelled.
+        self._released = self._min_seen
+
+    def _held(self, min_time: int) -> bool:
+        """Whether the bundle transaction holds items a release at ``min_time`` would not."""
+        bundles = self._bundles
+        return bundles is not None and bundles.holds(min_time, self._barrier)
+
+    @property
+    def replaying(self) -> bool:
+        """Whether records acked before the restart are still being read again (no release
+        happens until they are)."""
+        return any(ledger.replaying for ledger in self._ledgers.values())
+
+    @property
+    def replays_dropped(self) -> int:
+        """Items and tombstones dropped as at or before GT_last (see `Barrier`)."""
+        return self._barrier.replays_dropped
+
+    def released_through(self) -> int:
+        """The min time last applied: every item in a lower slot is visible or cancelled."""
+        return self._released
+
+    def _take(self, msg: Message) -> None:
+        partition, offset = where(msg)
+        items = read_items(msg.headers(), msg.value(), f"{self.pre}[{partition}]@{offset}")
+        ledger = self._ledgers[partition]
+        acking = ledger.needs_ack(offset)
+        acks = self._acks
+        barrier = self._barrier
+        push = barrier.push
+        bundles = self._bundles
+        pushed = bundles.pushed if bundles is not None and bundles.speculation.enabled else None
+        latest = items[0][0].gt
+        for meta, ack, payload in items:  # one pass: this runs once per output item
+            gt = meta.gt
+            latest = max(latest, gt)
+            if acking:
+                acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
+            record = _new(Record, (meta, payload))
+            change = push(record)
+            if pushed is not None:
+                pushed(record, change, barrier)
+        # A frame is needed until its latest item is released (items need not be sorted).
+        ledger.read(offset, latest)
+        self.stats.records_in += 1
+        self.stats.items_in += len(items)
+        self._dirty = True
+
+    def _commit(self, bundle: Bundle | None, positions: bool = True) -> None:
+        """Write a bundle, the receipt acks and the positions.
+
+        1. Exactly once, release the bundle in its own transaction (`BundleWriter.release`);
+           at least once, take its records: items, then a header on every output partition.
+        2. The receipt acks since the last commit: one ack batch per shard, closed by the
+           next node time of this barrier (every shard gets one, as from any sender).
+        3. Per pre-barrier partition ``P_rel`` with ``P_ack``, node time, ``GT_last`` --
+           unless ``positions`` is false: a bundle without receipt acks needs none (its
+           header carries ``GT_last`` and ``seq``, which a restart reads back, and no
+           ``P_ack`` moved), so the write that releases output skips the two round trips
+           of committing offsets in a transaction. They follow within ``checkpoint_s``.
+        4. Write the rest, if any, at once (`OutputWriter.write`: one transaction when
+           exactly once).
+        5. Only then take the acks as sent and the positions as committed.
+        """
+        assert self._writer is not None
+        # Step 1
+        # Crash tests kill the barrier here, between producing a bundle and committing it.
+        crash = "barrier.bundle" if bundle is not None and bundle.records else None
+        records: list[OutRecord] = []
+        if bundle is not None and self._bundles is not None:
+            started = time.monotonic()
+            self._bundles.release(bundle, self._barrier, crash)
+            self.stats.write_s.append(time.monotonic() - started)
+            self.stats.commits += 1
+            crash = None
+        elif bundle is not None:
+            records = bundle_records(bundle, self.sink.topic, self._out_partitions)
+        # Step 2
+        node_time = self._node_time
+        acks = {slot: value for slot, value in self._acks.items() if value}
+        if acks:
+            node_time = max(node_time + 1, time.time_ns() // 1000)
+            records.extend(self._receipts.records(acks, node_time))
+        # Step 3
+        gt_last = self._barrier.gt_last
+        marks = [
+            TopicPartition(
+                self.pre,
+                p,
+                ledger.release_position(gt_last),
+                metadata=ledger.mark(node_time, gt_last).encode(),
+            )
+            for p, ledger in self._ledgers.items()
+            if positions
+        ]
+        # Step 4
+        if records or marks:
+            started = time.monotonic()
+            self._writer.write(records, marks, crash)
+            self.stats.write_s.append(time.monotonic() - started)
+            self.stats.commits += 1
+        # Step 5
+        self._acks = {}
+        self._node_time = node_time
+        if positions:
+            for ledger in self._ledgers.values():
+                ledger.acked_all()
+            self._dirty = False
+            self._last_commit = time.monotonic()
+        if bundle is not None:
+            self.stats.bundles += 1
+            self.stats.items_out += len(bundle.records)
+
+    def _close(self) -> None:
+        for writer in (self._bundles, self._writer):
+            if writer is not None:
+                writer.close()
+        self._bundles = self._writer = None
+        consumer, self._consumer = self._consumer, None
+        close_quietly(consumer)
+        view = self._view
+        if self._own_view and view is not None:
+            self._view = None
+            with contextlib.suppress(FlamepipeError):  # the barrier's own failure comes first
+                view.stop()

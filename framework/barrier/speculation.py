@@ -1,0 +1,321 @@
+"""Exactly-once bundles written ahead of their release.
+
+A bundle becomes visible only when its transaction commits. Written at release, a bundle
+of thousands of items shows nothing until the last of them is produced, while an
+at-least-once writer shows items as each produce request is acknowledged: at 10k records/s
+that was most of what exactly-once cost (docs/latency.md). `BundleWriter` instead keeps a
+transaction open and writes items into it as the barrier buffers them; read_committed
+readers see none of it until the commit. When min time passes everything the transaction
+holds, the release adds what is missing and the headers and commits: one round trip after
+the min time.
+
+Which items go ahead (`Speculation.admit`): an item before the frontier (the latest slot
+pushed so far), at once; the frontier's items when a later slot arrives. Min time usually
+stops inside the frontier (the next unread source record is in it), so a transaction
+holding those items could not be released with the rest. After a commit, a new
+transaction starts with every buffered item before the frontier (`Speculation.resync`):
+so a transaction holds all of them, and a release at ``M`` covers it unless min time
+stopped short of the frontier.
+
+Release protocol (`BundleWriter.release`, a bundle released at min time ``M``):
+
+1. If the transaction holds an item a tombstone has since cancelled (it is poisoned),
+   abort it; speculation pauses for ``cooldown`` releases (a flow of repairs gains
+   nothing from it).
+2. With nothing open, begin a transaction: the bundle is written whole, as without
+   speculation.
+3. Produce the bundle's items the transaction does not hold yet; it must hold nothing
+   else (`ProtocolViolation` before any commit otherwise), then the headers.
+4. Commit.
+
+A release must not start while the transaction holds items at or after ``M``: they are
+not final. `BundleWriter.holds` says so and seals the transaction: it takes no item after
+the latest slot it holds (items up to it still go in: the awaited min-time step releases
+them with the rest), so a later min time passes all it holds and releases them together.
+A hold longer than ``max_hold_s`` aborts the transaction instead and the release goes
+ahead (step 2); the next transaction starts with what the release left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from framework import failpoints
+from framework.barrier.stats import BarrierStats
+from framework.barrier.writer import TransactionalWriter
+from framework.core.barrier import Barrier, Bundle
+from framework.core.meta import Meta, Record
+from framework.errors import PipelineError, ProtocolViolation
+from framework.wire.bundles import header_records, item_record
+
+__all__ = ["BundleWriter", "Hold", "Speculation"]
+
+_TIMEOUT_S = 30.0
+
+
+class Hold(enum.Enum):
+    """What a min time that would release a bundle means for an open transaction."""
+
+    GO = "go"  # release now
+    WAIT = "wait"  # the transaction holds items the release would not cover: wait
+    ABORT = "abort"  # waited too long: abort the transaction, then release
+
+
+@dataclass
+class Speculation:
+    """What an open transaction holds ahead of release: bookkeeping only, no Kafka.
+
+    The constructor's arguments are settings; `fresh` copies them into an empty instance.
+    """
+
+    enabled: bool = True
+    cooldown: int = 8
+    max_hold_s: float = 0.05
+    max_open_s: float = 20.0
+    held: dict[Record, int] = field(default_factory=dict, init=False)
+    size: int = field(default=0, init=False)
+    max_slot: int = field(default=-1, init=False)
+    opened_at: float | None = field(default=None, init=False)
+    sealed_at: float | None = field(default=None, init=False)
+    poisoned: bool = field(default=False, init=False)
+    paused: int = field(default=0, init=False)
+    frontier: int = field(default=-1, init=False)
+
+    def fresh(self) -> Speculation:
+        """The same settings, nothing held."""
+        return dataclasses.replace(self)
+
+    @property
+    def accepting(self) -> bool:
+        """Whether a new item goes into the transaction now, whatever its slot."""
+        return self.enabled and self.sealed_at is None and not self.poisoned and not self.paused
+
+    def admits(self, slot: int) -> bool:
+        """Whether an item of ``slot`` goes into the transaction now: a sealed one still
+        takes items up to its latest slot (the release it waits for covers them)."""
+        if self.sealed_at is None:
+            return self.accepting
+        return self.enabled and not self.poisoned and not self.paused and slot <= self.max_slot
+
+    def took(self, record: Record, now: float) -> None:
+        """``record`` was written into the transaction."""
+        self.held[record] = self.held.get(record, 0) + 1
+        self.size += 1
+        self.max_slot = max(self.max_slot, record.meta.gt.slot)
+        if self.opened_at is None:
+            self.opened_at = now
+
+    def cancelled(self, item: Record) -> None:
+        """A tombstone cancelled a buffered copy of ``item`` (its item form)."""
+        if item in self.held:
+            self.poisoned = True
+
+    def admit(self, record: Record, change: int, barrier: Barrier) -> list[Record]:
+        """What to write ahead now that ``record`` was pushed into ``barrier``, changing
+        the items to release by ``change`` (`Barrier.push`); see the module docstring."""
+        meta = record.meta
+        slot = meta.gt.slot
+        if change < 0 and self.size:
+            self.cancelled(Record(Meta(meta.gt, meta.child_ids, meta.trace, False), record.value))
+        if slot > self.frontier:
+            old, self.frontier = self.frontier, slot
+            return barrier.live(old, old + 1) if old >= 0 and self.admits(old) else []
+        if change > 0 and slot < self.frontier and self.admits(slot):
+            return [record]
+        return []
+
+    def resync(self, barrier: Barrier) -> list[Record]:
+        """What a new transaction starts with: every buffered item before the frontier
+        (none unless items came while speculation paused or the last transaction was
+        sealed)."""
+        if self.size or not self.accepting or self.frontier < 0:
+            return []
+        return barrier.live(0, self.frontier)
+
+    def hold(self, slot: int, releasable: bool, now: float) -> Hold:
+        """Whether min time ``slot`` may release now (see the module docstring)."""
+        if not self.size or self.poisoned or not releasable or self.max_slot < slot:
+            return Hold.GO
+        if self.sealed_at is None:
+            self.sealed_at = now
+        return Hold.WAIT if now - self.sealed_at < self.max_hold_s else Hold.ABORT
+
+    def expired(self, now: float) -> bool:
+        """Whether the transaction has been open too long (min time stalled)."""
+        return self.opened_at is not None and now - self.opened_at > self.max_open_s
+
+    def missing(self, records: Sequence[Record]) -> list[Record]:
+        """The records of a bundle not held yet, in order.
+
+        `ProtocolViolation` if the transaction holds anything the bundle lacks: committing
+        it would publish an item that is not final.
+        """
+        held = dict(self.held)
+        out: list[Record] = []
+        for record in records:
+            count = held.get(record, 0)
+            if count:
+                held[record] = count - 1
+            else:
+                out.append(record)
+        left = [record for record, count in held.items() if count]
+        if left:
+            raise ProtocolViolation(
+                f"the open bundle transaction holds {len(left)} item(s) its release does not "
+                f"cover, first at {left[0].meta.gt}"
+            )
+        return out
+
+    def end(self, *, pause: bool) -> None:
+        """The transaction committed or aborted; ``pause`` speculation for a while."""
+        self.held = {}
+        self.size = 0
+        self.max_slot = -1
+        self.opened_at = self.sealed_at = None
+        self.poisoned = False
+        self.paused = self.cooldown if pause else max(self.paused - 1, 0)
+
+
+class BundleWriter(TransactionalWriter):
+    """Bundles of one output topic, each in a transaction opened ahead of its release."""
+
+    # Items written ahead wait for the commit anyway, and the commit sends at once.
+    linger_ms = 5
+
+    def __init__(
+        self,
+        bootstrap: str,
+        consumer: Consumer,
+        transactional_id: str,
+        topic: str,
+        partitions: int,
+        *,
+        speculation: Speculation | None = None,
+        stats: BarrierStats | None = None,
+    ) -> None:
+        """Bundles on ``topic`` (``partitions``) under ``transactional_id``; ``stats`` counts
+        the items written ahead, the releases held and the transactions aborted."""
+        super().__init__(bootstrap, consumer, transactional_id)
+        self.topic = topic
+        self.partitions = partitions
+        self.speculation = speculation if speculation is not None else Speculation()
+        self.stats = stats if stats is not None else BarrierStats()
+        self._counts = [0] * partitions
+        self._open = False
+
+    def pushed(self, record: Record, change: int, barrier: Barrier) -> None:
+        """``record`` was pushed into ``barrier`` (`Barrier.push` returned ``change``):
+        write what that admits ahead (`Speculation.admit`)."""
+        for item in self.speculation.admit(record, change, barrier):
+            self._write_ahead(item)
+
+    def _write_ahead(self, record: Record) -> None:
+        producer = self._require()
+        try:
+            self._write_item(producer, record)
+        except (KafkaException, BufferError) as exc:
+            self._abandon(producer)
+            raise PipelineError(f"{self.transactional_id!r}: writing ahead failed: {exc}") from exc
+        self.speculation.took(record, time.monotonic())
+        self.stats.ahead += 1
+
+    def _write_item(self, producer: Producer, record: Record) -> None:
+        """Produce an item into the open transaction, beginning one if none is open."""
+        if not self._open:
+            producer.begin_transaction()
+            self._open = True
+        partition, out = item_record(record, self.topic, self.partitions)
+        self._produce(producer, out)
+        self._counts[partition] += 1
+
+    def _abandon(self, producer: Producer) -> None:
+        """After a failed write: abort what is open (if the producer still can)."""
+        self._abort(producer)
+        self._open = False
+
+    def holds(self, slot: int, barrier: Barrier) -> bool:
+        """Whether a release at min time ``slot`` must wait (module docstring)."""
+        sealed = self.speculation.sealed_at is not None
+        releasable = barrier.releasable(slot)
+        verdict = self.speculation.hold(slot, releasable, time.monotonic())
+        if verdict is Hold.ABORT:  # no pause: the release re-opens with what it left
+            self._abort_open(pause=False)
+        elif verdict is Hold.WAIT and not sealed:
+            self.stats.holds += 1
+        return verdict is Hold.WAIT
+
+    def expire(self) -> None:
+        """Abort a transaction open longer than ``max_open_s`` (its items wait anyway)."""
+        if self._open and self.speculation.expired(time.monotonic()):
+            self._abort_open(pause=True)
+
+    def release(self, bundle: Bundle, barrier: Barrier, failpoint: str | None = None) -> None:
+        """Make ``bundle``, just taken from ``barrier``, visible: the release protocol of
+        the module docstring; then start the next transaction (`Speculation.resync`)."""
+        producer = self._require()
+        spec = self.speculation
+        # Step 1
+        if spec.poisoned:
+            self._abort_open(pause=True)
+        try:
+            # Step 2
+            if not self._open:
+                producer.begin_transaction()
+                self._open = True
+            # Step 3
+            for record in spec.missing(bundle.records) if spec.size else bundle.records:
+                self._write_item(producer, record)
+            for header in header_records(bundle.seq, bundle.gt_last, self._counts, self.topic):
+                self._produce(producer, header)
+            if failpoint is not None:  # crash tests: the records are in the log, uncommitted
+                failpoints.hit(failpoint, before=lambda: producer.flush(_TIMEOUT_S))
+            # Step 4
+            self._commit(producer)
+        except (KafkaException, BufferError) as exc:
+            self._abandon(producer)
+            raise PipelineError(
+                f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
+            ) from exc
+        self._ended(pause=False)
+        for item in self.speculation.resync(barrier):
+            self._write_ahead(item)
+
+    def close(self) -> None:
+        """Abort an open transaction (its items come again after a restart), then close."""
+        producer = self._producer
+        if self._open and producer is not None:
+            with contextlib.suppress(KafkaException):  # fenced or gone: the broker aborts it
+                producer.abort_transaction(5.0)
+        self._open = False
+        super().close()
+
+    def _require(self) -> Producer:
+        producer = self._producer
+        if producer is None:
+            raise PipelineError(f"{self.transactional_id}: the writer is not open")
+        return producer
+
+    def _abort_open(self, *, pause: bool) -> None:
+        producer = self._require()
+        if self._open:
+            try:
+                producer.abort_transaction(_TIMEOUT_S)
+            except KafkaException as exc:
+                self.close()
+                raise PipelineError(
+                    f"cannot abort the transaction of {self.transactional_id!r}: {exc}"
+                ) from exc
+            self.stats.aborts += 1
+        self._ended(pause=pause)
+
+    def _ended(self, *, pause: bool) -> None:
+        self._open = False
+        self._counts = [0] * self.partitions
+        self.speculation.end(pause=pause)

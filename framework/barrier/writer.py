@@ -1,0 +1,217 @@
+"""How the barrier makes its output, its receipt acks and its positions visible together.
+
+`TransactionalWriter` (exactly once) puts them in one Kafka transaction under a stable
+transactional.id, so a restarted or zombie barrier is fenced and its open transaction
+aborted. `PlainWriter` (at least once, for comparison) produces with an idempotent
+producer and commits the positions afterwards: a crash in between shows a bundle twice.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from framework import failpoints
+from framework.core.acker.sharded import shard_of
+from framework.core.messages import Ack
+from framework.errors import PipelineError
+from framework.kafka.clients import close_quietly, kafka_call, new_producer
+from framework.kafka.transactions import OutRecordLike
+from framework.wire.internal import encode_ack_batch
+from framework.wire.records import OutRecord
+
+__all__ = ["OutputWriter", "PlainWriter", "ReceiptSender", "TransactionalWriter"]
+
+_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptSender:
+    """The barrier as a sender of acks: its node id, its segment, the acker's shards."""
+
+    topic: str
+    node: int
+    segment: str
+    shards: int
+
+    def records(self, acks: Mapping[int, int], node_time: int) -> list[OutRecord]:
+        """Receipt acks (slot -> XOR) as one ack batch per shard, each closed by this
+        node's ``node_time`` (every shard must see every node time of a sender)."""
+        by_shard: dict[int, list[Ack]] = {shard: [] for shard in range(self.shards)}
+        for slot, value in sorted(acks.items()):
+            by_shard[shard_of(slot, self.shards)].append(Ack(self.segment, slot, value))
+        return [
+            OutRecord(self.topic, shard, None, encode_ack_batch(self.node, node_time, batch, []))
+            for shard, batch in by_shard.items()
+        ]
+
+
+class OutputWriter(ABC):
+    """Writes records and commits consumer positions (with metadata) for one group."""
+
+    def __init__(self, bootstrap: str, consumer: Consumer) -> None:
+        self.bootstrap = bootstrap
+        self.consumer = consumer
+        self._producer: Producer | None = None
+
+    @abstractmethod
+    def open(self) -> None:
+        """Start the producer (fencing older ones where that applies)."""
+
+    @abstractmethod
+    def write(
+        self,
+        records: Sequence[OutRecordLike],
+        positions: list[TopicPartition],
+        failpoint: str | None = None,
+    ) -> None:
+        """Make ``records`` visible and commit ``positions``; `PipelineError` on failure.
+
+        ``failpoint`` names the crash point between producing and committing
+        (`framework.failpoints`), for crash tests.
+        """
+
+    def close(self) -> None:
+        """Release the producer; an open transaction is left for the broker to abort."""
+        producer, self._producer = self._producer, None
+        close_quietly(producer)
+
+    def _produce(self, producer: Producer, record: OutRecordLike, on_delivery: Any = None) -> None:
+        kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = list(record.headers)
+        deadline = time.monotonic() + _TIMEOUT_S
+        while True:
+            try:
+                producer.produce(record.topic, **kwargs)
+                return
+            except BufferError:  # the local queue is full: let deliveries drain it
+                if time.monotonic() > deadline:
+                    raise
+                producer.poll(0.05)
+
+
+class TransactionalWriter(OutputWriter):
+    """One transaction per write under ``transactional_id``."""
+
+    linger_ms = 0
+
+    def __init__(self, bootstrap: str, consumer: Consumer, transactional_id: str) -> None:
+        super().__init__(bootstrap, consumer)
+        self.transactional_id = transactional_id
+
+    def open(self) -> None:
+        """Start the producer: init_transactions fences older producers of the id."""
+        producer = new_producer(
+            self.bootstrap, {"transactional.id": self.transactional_id, "linger.ms": self.linger_ms}
+        )
+        what = f"cannot start the transactional producer {self.transactional_id!r}"
+        try:
+            kafka_call(what, lambda: producer.init_transactions(_TIMEOUT_S))
+        except PipelineError:
+            close_quietly(producer)
+            raise
+        self._producer = producer
+
+    def write(
+        self,
+        records: Sequence[OutRecordLike],
+        positions: list[TopicPartition],
+        failpoint: str | None = None,
+    ) -> None:
+        """Records and positions in one transaction.
+
+        1. Begin the transaction.
+        2. Produce every record.
+        3. Add the positions (with their metadata) for the consumer's group, if any.
+        4. Commit (retrying while the error is retriable).
+
+        A Kafka failure aborts the transaction, if the producer still can, and raises
+        `PipelineError`; the caller's state no longer matches Kafka, so it must restart.
+        """
+        producer = self._producer
+        if producer is None:
+            raise PipelineError(f"{self.transactional_id}: the writer is not open")
+        try:
+            # Step 1
+            producer.begin_transaction()
+            # Step 2
+            for record in records:
+                self._produce(producer, record)
+            # Step 3
+            if positions:
+                group = self.consumer.consumer_group_metadata()
+                producer.send_offsets_to_transaction(positions, group, _TIMEOUT_S)
+            if failpoint is not None:  # crash tests: the records are in the log, uncommitted
+                failpoints.hit(failpoint, before=lambda: producer.flush(_TIMEOUT_S))
+            # Step 4
+            self._commit(producer)
+        except (KafkaException, BufferError) as exc:
+            self._abort(producer)
+            raise PipelineError(
+                f"transaction of {self.transactional_id!r} failed ({len(records)} records): {exc}"
+            ) from exc
+
+    def _commit(self, producer: Producer) -> None:
+        deadline = time.monotonic() + _TIMEOUT_S
+        while True:
+            try:
+                producer.commit_transaction(_TIMEOUT_S)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                retriable = isinstance(error, KafkaError) and error.retriable()
+                if not retriable or time.monotonic() > deadline:
+                    raise
+
+    def _abort(self, producer: Producer) -> None:
+        try:
+            producer.abort_transaction(_TIMEOUT_S)
+        except KafkaException:  # fenced or fatal: nothing to abort from here
+            self.close()
+
+
+class PlainWriter(OutputWriter):
+    """At least once: produce, wait for every acknowledgement, then commit positions."""
+
+    def open(self) -> None:
+        """Start an idempotent producer."""
+        self._producer = new_producer(self.bootstrap, {"linger.ms": 0})
+
+    def write(
+        self,
+        records: Sequence[OutRecordLike],
+        positions: list[TopicPartition],
+        failpoint: str | None = None,
+    ) -> None:
+        """Produce and flush ``records``, then commit ``positions`` synchronously."""
+        producer = self._producer
+        if producer is None:
+            raise PipelineError("the at-least-once writer is not open")
+        failures: list[str] = []
+
+        def delivered(error: KafkaError | None, _msg: Any) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        for record in records:
+            self._produce(producer, record, delivered)
+        producer.poll(0)
+        if producer.flush(_TIMEOUT_S) > 0 or failures:
+            raise PipelineError(f"at-least-once write failed: {failures or 'flush timed out'}")
+        if failpoint is not None:  # crash tests: output written, positions not committed
+            failpoints.hit(failpoint)
+        if positions:
+            kafka_call(
+                "cannot commit the barrier's positions",
+                lambda: self.consumer.commit(offsets=positions, asynchronous=False),
+            )

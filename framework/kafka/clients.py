@@ -1,0 +1,204 @@
+"""What the services share: node ids, topic specs, Kafka clients and reading helpers."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from framework.errors import PipelineError
+from framework.kafka.admin import TopicSpec, compacted_spec
+from framework.kafka.retry import TRANSIENT, retry
+from framework.wire.topics import Topics
+
+__all__ = [
+    "QUICK_END",
+    "acks_topic_spec",
+    "assign",
+    "close_quietly",
+    "is_eof",
+    "is_record",
+    "kafka_call",
+    "kafka_retry",
+    "mintime_topic_spec",
+    "new_consumer",
+    "new_producer",
+    "read_to_end",
+    "service_node_id",
+    "take",
+    "where",
+]
+
+T = TypeVar("T")
+_TIMEOUT_S = 30.0
+# How long the broker holds a fetch with no new records. It adds no latency: the broker
+# answers a waiting fetch as soon as records (or, read_committed, commit markers) land. But
+# every fetch costs the broker CPU (measured on the embedded broker: four idle consumers
+# took 0.08 cores at 50 ms, 0.30 cores at 5 ms), so long-lived consumers wait long. A
+# reader that stops at the end learns of the end only when a fetch comes back empty, so
+# it waits briefly (`QUICK_END`); a service's first end-of-partition event takes this long.
+_FETCH_MS = 500
+QUICK_END: Mapping[str, Any] = {"fetch.wait.max.ms": 10}
+"""Consumer settings of a reader that stops at the end: it learns of the end sooner."""
+
+
+def service_node_id(app: str, *parts: str) -> int:
+    """A stable 63-bit acker node id for a service of ``app`` (same across restarts)."""
+    text = "/".join((app, *parts))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
+
+
+def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:
+    """``<app>.acks``: one partition per shard, kept forever (the acker replays it all)."""
+    config = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    return TopicSpec(Topics(app, epoch).acks, shards, config)
+
+
+def mintime_topic_spec(app: str, partitions: int = 1, epoch: int = 0) -> TopicSpec:
+    """``<app>.mintime``: compacted by ``<shard>:<segment>`` (see `framework.kafka.mintime`)."""
+    return compacted_spec(Topics(app, epoch).mintime, partitions)
+
+
+def kafka_call(what: str, call: Callable[[], T]) -> T:
+    """``call()``, with a Kafka failure raised as `PipelineError` saying ``what`` failed."""
+    try:
+        return call()
+    except KafkaException as exc:
+        raise PipelineError(f"{what}: {exc}") from exc
+
+
+def kafka_retry(what: str, call: Callable[[], T], timeout: float = _TIMEOUT_S) -> T:
+    """Like `kafka_call`, retrying errors that pass (`framework.kafka.retry`)."""
+    return retry(what, call, timeout)
+
+
+def new_consumer(
+    bootstrap: str, group: str | None = None, config: Mapping[str, Any] | None = None
+) -> Consumer:
+    """A read_committed consumer that never auto-commits (group None: a throwaway id)."""
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group or f"flamepipe-reader-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "fetch.wait.max.ms": _FETCH_MS,
+        **(config or {}),
+    }
+    return kafka_call(f"cannot create a consumer for {bootstrap}", lambda: Consumer(settings))
+
+
+def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:
+    """Up to ``most`` messages: waits at most ``wait_s`` for the first, then takes only
+    what is already there.
+
+    ``Consumer.consume(most, wait_s)`` waits out ``wait_s`` unless ``most`` messages come
+    (measured: a lone message returned after the whole timeout), which would add up to
+    ``wait_s`` to every hop through a service.
+    """
+    first: list[Message] = consumer.consume(1, wait_s)
+    if not first or most <= 1:
+        return first
+    return first + consumer.consume(most - 1, 0)
+
+
+def new_producer(bootstrap: str, config: Mapping[str, Any] | None = None) -> Producer:
+    """An idempotent producer; ``config`` adds to or overrides its settings."""
+    settings = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **(config or {})}
+    return kafka_call(f"cannot create a producer for {bootstrap}", lambda: Producer(settings))
+
+
+def _first_offset(consumer: Consumer, topic: str, partition: int) -> int:
+    tp = TopicPartition(topic, partition)
+    low, _ = kafka_retry(
+        f"cannot read the offsets of {topic}[{partition}]",
+        lambda: consumer.get_watermark_offsets(tp, _TIMEOUT_S, cached=False),
+    )
+    return int(low)
+
+
+def assign(consumer: Consumer, topic: str, starts: Mapping[int, int | None]) -> None:
+    """Read ``topic`` from ``starts`` (partition -> offset, None: its first kept record).
+
+    Offsets are resolved here rather than passed as ``OFFSET_BEGINNING``: librdkafka
+    resolves a logical offset given before it knows the partition's leader only on a
+    500 ms retry timer.
+    """
+    tps = [
+        TopicPartition(topic, p, _first_offset(consumer, topic, p) if start is None else start)
+        for p, start in starts.items()
+    ]
+    kafka_call(f"cannot read {topic}", lambda: consumer.assign(tps))
+
+
+def read_to_end(
+    bootstrap: str, topic: str, partitions: int, timeout: float = _TIMEOUT_S
+) -> list[Message]:
+    """Every committed record of ``topic`` now, partition by partition in offset order."""
+    consumer = new_consumer(bootstrap, config=QUICK_END)
+    try:
+        assign(consumer, topic, dict.fromkeys(range(partitions)))
+        waiting = set(range(partitions))
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while waiting:
+            if time.monotonic() > deadline:
+                raise PipelineError(f"reading {topic} to its end took over {timeout} s")
+            for msg in consumer.consume(1000, 0.1):
+                if is_eof(msg):
+                    waiting.discard(where(msg)[0])
+                elif is_record(msg, topic):
+                    out.append(msg)
+        return out
+    finally:
+        close_quietly(consumer)
+
+
+def where(msg: Message) -> tuple[int, int]:
+    """``(partition, offset)`` of a consumed record."""
+    partition, offset = msg.partition(), msg.offset()
+    if partition is None or offset is None:  # only produced-but-unsent messages lack them
+        raise PipelineError(f"a consumed record of {msg.topic()} has no partition or offset")
+    return partition, offset
+
+
+def is_eof(msg: Message) -> bool:
+    """Whether ``msg`` is the end-of-partition event, not a record."""
+    error = msg.error()
+    return error is not None and error.code() == KafkaError._PARTITION_EOF
+
+
+def is_record(msg: Message, topic: str) -> bool:
+    """Whether ``msg`` is a record: False for events (end of partition, errors the client
+    retries by itself); `PipelineError` for an error it cannot get over."""
+    error = msg.error()
+    if error is None:
+        return True
+    code = error.code()
+    if error.fatal() or not (
+        code == KafkaError._PARTITION_EOF or error.retriable() or code in TRANSIENT
+    ):
+        raise PipelineError(f"cannot read {topic}: {error}")
+    return False
+
+
+def close_quietly(client: Consumer | Producer | None) -> None:
+    """Close a client that may be broken already; nothing is left to report."""
+    if client is None:
+        return
+    # SystemError: confluent-kafka's report of a delivery callback run during close with
+    # the client's fatal error still set (see `framework.kafka.transactions`).
+    with contextlib.suppress(KafkaException, RuntimeError, AttributeError, SystemError):
+        client.close()

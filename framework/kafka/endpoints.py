@@ -1,0 +1,198 @@
+"""Kafka topics as pipeline sources and sinks: what to read or write, and with which serde.
+
+Descriptors only: the runner reads and writes. A source topic must stamp its records with
+LogAppendTime (global time is computed from those timestamps); `KafkaSource.prepare`
+creates a missing topic that way, or rejects an existing ``CreateTime`` topic with the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from framework.core.graph import Graph, Kind, Sink, Source
+from framework.errors import ConfigError, DecodeError, PipelineError
+from framework.kafka.admin import (
+    TopicSpec,
+    ensure_topics,
+    input_topic_spec,
+    partition_count,
+    require_log_append_time,
+)
+from framework.wire.serde import Json, Serde, Utf8
+
+__all__ = ["KafkaSink", "KafkaSource", "kafka_sources", "sink_nodes"]
+
+# Serdes are immutable, so one default instance can serve every descriptor.
+_UTF8 = Utf8()
+_JSON = Json()
+# Kafka's own rule for topic names.
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _check_topic(kind: str, topic: str) -> None:
+    if not isinstance(topic, str) or not _TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+        raise PipelineError(
+            f"{kind}: {topic!r} is not a Kafka topic name (1-249 of a-z A-Z 0-9 . _ -)"
+        )
+
+
+def _check_serde(kind: str, role: str, serde: object) -> None:
+    if not isinstance(serde, Serde):
+        raise PipelineError(f"{kind}: {role} must be a serde with dumps/loads, got {serde!r}")
+
+
+def _check_partitions(kind: str, partitions: int | None) -> None:
+    if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+        raise PipelineError(f"{kind}: partitions must be >= 1, got {partitions!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class KafkaSource(Source):
+    """Records of ``topic``; each payload is ``value.loads(record value)``.
+
+    With a ``key`` serde the payload is ``(key.loads(record key), value)`` instead.
+    ``partitions``: the partition count to create the topic with if it is missing (1 if
+    None), and the least an existing topic must have. ``create=False`` never creates it.
+    """
+
+    topic: str
+    value: Serde = _UTF8
+    key: Serde | None = None
+    partitions: int | None = None
+    create: bool = True
+
+    def __post_init__(self) -> None:
+        _check_topic("KafkaSource", self.topic)
+        _check_serde("KafkaSource", "value", self.value)
+        if self.key is not None:
+            _check_serde("KafkaSource", "key", self.key)
+        _check_partitions("KafkaSource", self.partitions)
+
+    @property
+    def name(self) -> str:
+        """The topic name."""
+        return self.topic
+
+    def topic_spec(self) -> TopicSpec:
+        """How flamepipe creates this topic if it is missing: LogAppendTime timestamps."""
+        return input_topic_spec(self.topic, self.partitions or 1)
+
+    def prepare(self, bootstrap: str) -> int:
+        """Create the topic if missing and allowed, check LogAppendTime; its partitions.
+
+        Raises `ConfigError` with the fix for a missing topic (``create=False``), too few
+        partitions, or ``CreateTime`` timestamps.
+        """
+        if self.create:
+            ensure_topics(bootstrap, [self.topic_spec()])
+        try:
+            count = partition_count(bootstrap, self.topic)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{exc}; create it with message.timestamp.type=LogAppendTime, or let "
+                "flamepipe create it (KafkaSource(create=True))"
+            ) from exc
+        if self.partitions is not None and count < self.partitions:
+            raise ConfigError(
+                f"source topic {self.topic!r} has {count} partition(s), fewer than "
+                f"partitions={self.partitions}: add partitions or lower the setting"
+            )
+        require_log_append_time(bootstrap, self.topic)
+        return count
+
+    def decode(self, key: bytes | None, value: bytes | None) -> Any:
+        """The payload of a record; `DecodeError` if it has no value or bad bytes."""
+        if value is None:
+            raise DecodeError(f"record of {self.topic} has no value (a Kafka tombstone)")
+        payload = self.value.loads(value)
+        if self.key is None:
+            return payload
+        if key is None:
+            raise DecodeError(f"record of {self.topic} has no key, but a key serde is set")
+        return (self.key.loads(key), payload)
+
+    def __repr__(self) -> str:
+        return f"KafkaSource({self.topic!r}, value={self.value!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class KafkaSink(Sink):
+    """Bundles written to ``topic``: each payload as ``value.dumps(payload)``.
+
+    ``key`` maps a payload to its record key (bytes, or str as UTF-8); without it records
+    have no key. ``partitions`` is the count flamepipe creates the topic with if missing.
+    """
+
+    topic: str
+    value: Serde = _JSON
+    key: Callable[[Any], bytes | str] | None = None
+    partitions: int = 1
+
+    def __post_init__(self) -> None:
+        _check_topic("KafkaSink", self.topic)
+        _check_serde("KafkaSink", "value", self.value)
+        if self.key is not None and not callable(self.key):
+            raise PipelineError(
+                f"KafkaSink: key must be a function of the payload, got {self.key!r}"
+            )
+        _check_partitions("KafkaSink", self.partitions)
+
+    @property
+    def name(self) -> str:
+        """The topic name."""
+        return self.topic
+
+    def topic_spec(self) -> TopicSpec:
+        """How flamepipe creates this topic if it is missing."""
+        return TopicSpec(self.topic, self.partitions)
+
+    def prepare(self, bootstrap: str) -> int:
+        """Create the topic if missing; its partition count (`ConfigError` if too few)."""
+        ensure_topics(bootstrap, [self.topic_spec()])
+        return partition_count(bootstrap, self.topic)
+
+    def encode(self, payload: Any) -> tuple[bytes | None, bytes]:
+        """``(key, value)`` bytes of a payload; `PipelineError` if either cannot be made."""
+        value = self.value.dumps(payload)
+        if self.key is None:
+            return None, value
+        try:
+            key = self.key(payload)
+        except Exception as exc:  # a user function: any failure is the pipeline's
+            raise PipelineError(f"KafkaSink {self.topic}: key function failed: {exc}") from exc
+        if isinstance(key, str):
+            return key.encode(), value
+        if isinstance(key, bytes | bytearray | memoryview):
+            return bytes(key), value
+        raise PipelineError(
+            f"KafkaSink {self.topic}: key function returned {type(key).__name__}, not bytes or str"
+        )
+
+    def __repr__(self) -> str:
+        return f"KafkaSink({self.topic!r}, value={self.value!r})"
+
+
+def kafka_sources(graph: Graph) -> dict[str, KafkaSource]:
+    """Source node id -> its `KafkaSource`; `PipelineError` for any other source."""
+    sources: dict[str, KafkaSource] = {}
+    for node in graph.by_kind(Kind.SOURCE):
+        if not isinstance(node.endpoint, KafkaSource):
+            raise PipelineError(f"{node.describe()}: this runner needs a KafkaSource")
+        sources[node.id] = node.endpoint
+    topics = [s.topic for s in sources.values()]
+    if len(set(topics)) != len(topics):
+        raise PipelineError("two sources read the same topic: read it once and broadcast")
+    return sources
+
+
+def sink_nodes(graph: Graph) -> list[str]:
+    """Ids of the sink nodes, each a `KafkaSink` (`PipelineError` otherwise)."""
+    nodes = []
+    for node in graph.by_kind(Kind.SINK):
+        if not isinstance(node.endpoint, KafkaSink):
+            raise PipelineError(f"{node.describe()}: this runner needs a KafkaSink")
+        nodes.append(node.id)
+    return nodes

@@ -1,0 +1,88 @@
+"""The last bundle on an output topic: what a restarting barrier resumes from (seed 002).
+
+"The consumer returns the last bundle": here the output topic is the consumer's memory.
+Every bundle ends with a header on every partition, so the last committed header of a
+partition is normally among its last few records; the search looks further back if not.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from framework.core.messages import BundleHeader
+from framework.errors import PipelineError
+from framework.kafka.admin import partition_count
+from framework.kafka.clients import (
+    QUICK_END,
+    close_quietly,
+    is_eof,
+    is_record,
+    kafka_call,
+    kafka_retry,
+    new_consumer,
+    where,
+)
+from framework.wire.bundles import Headers, last_header
+
+__all__ = ["last_bundle_header"]
+
+_TIMEOUT_S = 30.0
+
+
+def _read_range(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int
+) -> list[Headers | None]:
+    """Headers of the committed records of ``topic[partition]`` in ``[start, end)``."""
+    kafka_call(
+        f"cannot read {topic}", lambda: consumer.assign([TopicPartition(topic, partition, start)])
+    )
+    headers: list[Headers | None] = []
+    deadline = time.monotonic() + _TIMEOUT_S
+    while time.monotonic() < deadline:
+        for msg in consumer.consume(1000, 0.1):
+            if is_eof(msg):
+                return headers
+            if not is_record(msg, topic):
+                continue
+            headers.append(msg.headers())
+            if where(msg)[1] >= end - 1:
+                return headers
+    raise PipelineError(f"reading the tail of {topic}[{partition}] took over {_TIMEOUT_S} s")
+
+
+def _last_in_partition(consumer: Consumer, topic: str, partition: int) -> BundleHeader | None:
+    tp = TopicPartition(topic, partition)
+    low, end = kafka_retry(
+        f"cannot read the offsets of {topic}",
+        lambda: consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False),
+    )
+    window = 64
+    while True:  # the header is normally among the last records: look back further if not
+        start = max(low, end - window)
+        header = (
+            last_header(_read_range(consumer, topic, partition, start, end))
+            if end > start
+            else None
+        )
+        if header is not None or start == low:
+            return header
+        window *= 8
+
+
+def last_bundle_header(bootstrap: str, topic: str) -> BundleHeader | None:
+    """The header of the last committed bundle on ``topic`` (None: no bundle yet).
+
+    Reads the tail of each partition with read_committed; every bundle closes every
+    partition, so the headers agree, and the highest ``seq`` is taken if they do not.
+    """
+    consumer = new_consumer(bootstrap, config=QUICK_END)
+    try:
+        headers = [
+            _last_in_partition(consumer, topic, p) for p in range(partition_count(bootstrap, topic))
+        ]
+    finally:
+        close_quietly(consumer)
+    found = [header for header in headers if header is not None]
+    return max(found, key=lambda header: header.seq) if found else None

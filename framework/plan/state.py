@@ -1,0 +1,78 @@
+"""The state of a stage that starts with a grouping or an aggregate, and its changelog.
+
+A changelog record per changed key holds the key's bucket (metas as plain tuples, values,
+early tombstones; None when the bucket is gone); an aggregate adds its min time under
+`MIN_TIME_KEY`. Replaying the records, oldest first, rebuilds the state (latest wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from framework.core.grouping import Grouping
+from framework.core.meta import Meta
+from framework.core.ops import key_bytes
+from framework.core.windows import WindowAggregator
+from framework.wire.serde import Pickle
+
+__all__ = ["MIN_TIME_KEY", "StageState", "apply_changelog", "changelog_records", "hold_value"]
+
+_PICKLE = Pickle()
+
+MIN_TIME_KEY = b"\xfffp.min_time"
+"""Changelog key of an aggregate's min time (no key's canonical bytes start with 0xff)."""
+
+StageState = Grouping | WindowAggregator
+"""The state of a stage that starts with a grouping or an aggregate."""
+
+
+def changelog_records(state: StageState) -> list[tuple[bytes, bytes]]:
+    """``(key, value)`` records of every bucket changed since the last call, the min time."""
+    records: list[tuple[bytes, bytes]] = []
+    if isinstance(state, WindowAggregator) and state.min_time:
+        records.append((MIN_TIME_KEY, _PICKLE.dumps((None, state.min_time))))
+    for key in state.take_changed():
+        # The Kafka key is canonical (equal keys compact together); the value carries
+        # the key itself, and None for a deleted bucket, so replay needs nothing else.
+        value = _PICKLE.dumps((key, _plain_state(state.bucket_state(key))))
+        records.append((key_bytes(key), value))
+    return records
+
+
+def _plain_state(state: tuple[list[Meta], list[Any], list[Any]] | None) -> Any:
+    """A bucket state with its metas as plain tuples (`meta_from_plain` reads both).
+
+    Pickling a NamedTuple costs a Python call per object: plain tuples make the changelog
+    3x cheaper to write (measured: 1.3 instead of 4.0 us per item).
+    """
+    if state is None:
+        return None
+    metas, values, early = state
+    return (
+        [(tuple(m[0]), m[1], m[2], m[3]) for m in metas],
+        values,
+        [((tuple(m[0]), m[1], m[2], m[3]), v) for m, v in early],
+    )
+
+
+def hold_value(op_id: int, partition: int, slot: int) -> int:
+    """The ack value of an aggregate's hold: fixed, so a release needs no memory of it."""
+    digest = hashlib.blake2b(f"{op_id}/{partition}/{slot}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") | 1
+
+
+def apply_changelog(
+    state: StageState, records: Iterable[tuple[bytes | None, bytes | None]]
+) -> None:
+    """Replay changelog ``(key, value)`` records, oldest first, into ``state`` (latest wins)."""
+    for kafka_key, value in records:
+        if value is None:
+            continue
+        key, bucket = _PICKLE.loads(value)
+        if kafka_key == MIN_TIME_KEY:
+            if isinstance(state, WindowAggregator):
+                state.put_min_time(bucket)
+        else:
+            state.put_bucket(key, bucket)

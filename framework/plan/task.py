@@ -1,0 +1,498 @@
+"""One stage task: a batch of Kafka records of one partition in, everything to commit out.
+
+Pure with respect to I/O: the caller reads the records and commits the result in one Kafka
+transaction. Per task and batch:
+
+1. Decode each record. A source stage computes the global time from the record's own
+   coordinates (it is the front); a shuffle stage reads a frame of items
+   (`framework.wire.frames`) and acks the receipt of each by its own ack value.
+   Undecodable user records become dead letters; a malformed frame fails the task.
+2. Run the record through the stage's nodes in-process; items passed between nodes of one
+   task need no acks (the send and the receipt would cancel in the local acker). A stage
+   that starts with a grouping hands it the whole batch (`Grouping.push_batch`), then
+   runs each of its outputs through the rest of the stage.
+3. Every output leaving the stage gets a fresh random ack value and is acked as sent into
+   the segment of the node it travels to; the outputs of the task to one partition of a
+   topic are written as a few frames. An item bound for a sink leaves as the sink's
+   output record (`Sink.encode`: a Kafka sink's key and value bytes), so the barrier
+   only moves bytes; a payload the sink cannot encode is a dead letter here.
+4. A user function that raises turns the item it failed on into a dead letter (with the
+   stage input's coordinates and the traceback), or fails the task in fail-fast mode.
+5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
+   one record per shard, ending with this node's time, so the acks become visible exactly
+   when the outputs do.
+6. A grouping's or aggregate's changed buckets are appended to its changelog, in the same
+   transaction (an aggregate's min time too).
+7. An aggregate stage emits every window that the min time the driver passed completes,
+   through the rest of the stage, and acks its holds into its downstream segment: a slot
+   becomes held with a value fixed by (aggregate, partition, slot) and released with it.
+
+Map-side combining: items bound for a ``combinable`` aggregate are pre-reduced per key
+and window pane before they leave; the partial carries the largest meta of its payloads,
+so the aggregate's result (meta of the window's last item) is the same either way.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, NamedTuple
+
+from framework.core.acker.local import LocalAcker
+from framework.core.acker.sharded import shard_of
+from framework.core.graph import Kind, Port, Sink
+from framework.core.grouping import Grouping, keyed_of
+from framework.core.messages import Ack
+from framework.core.meta import Meta, Record
+from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
+from framework.core.physical import stateless_operation
+from framework.core.time import GlobalTime, front_id, slot_of
+from framework.core.windows import Aggregation, WindowAggregator
+from framework.errors import DecodeError, PipelineError
+from framework.plan.records import SourceDecoder, StageSpec, TaskResult
+from framework.plan.stages import ExitKind
+from framework.plan.state import (
+    MIN_TIME_KEY,
+    StageState,
+    apply_changelog,
+    changelog_records,
+    hold_value,
+)
+from framework.wire.frames import FRAME_HEADERS, FrameBuilder, read_items
+from framework.wire.internal import dead_letter, encode_ack_batch
+from framework.wire.records import InRecord, OutRecord
+from framework.wire.serde import Pickle
+
+__all__ = [
+    "MIN_TIME_KEY",
+    "InRecord",
+    "OutRecord",
+    "SourceDecoder",
+    "StageProgram",
+    "StageSpec",
+    "StageState",
+    "TaskResult",
+    "apply_changelog",
+]
+
+_PICKLE = Pickle()
+
+
+class _ExitRoute(NamedTuple):
+    """Where an exit port's records go, resolved once per stage."""
+
+    node: str
+    target: str
+    topic: str
+    partitions: int
+    segment: str  # the target's, which the item is acked as sent into
+    shuffle: bool  # to a grouping: partitioned by key hash, keyed frames
+    aggregation: Aggregation | None  # the target's, if it may be pre-reduced
+    pane: int  # slots of the target's window panes (combining)
+    encode: Callable[[Any], Any] | None  # a sink's: the payload as its output record
+
+
+class StageProgram:
+    """A stage compiled for execution: operations, routes inside the stage, exits."""
+
+    def __init__(self, spec: StageSpec) -> None:
+        self.spec = spec
+        graph = spec.graph
+        self._segment = graph.segments().of_node
+        self._kinds = {node.id: node.kind for node in graph.nodes}
+        consumers = graph.consumers()
+        self._ops: dict[str, Operation] = {}
+        self._routes: dict[str, list[str | None]] = {}
+        for node_id in spec.stage.nodes:
+            node = graph.node(node_id)
+            if node.kind not in (Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE):
+                self._ops[node_id] = stateless_operation(graph.name, node)
+            self._routes[node_id] = [
+                None if Port(node_id, p) in spec.stage.exits else consumers[Port(node_id, p)].id
+                for p in range(node.ports)
+            ]
+        self._exits = {port: self._route(port, exit_) for port, exit_ in spec.stage.exits.items()}
+        entry = graph.node(spec.stage.entry)
+        self.window = entry.window if entry.kind is Kind.GROUP else 0
+        self.aggregation = entry.aggregation if entry.kind is Kind.AGGREGATE else None
+        self.entry_op_id = op_id_of(graph.name, entry.id)
+        # The segment an aggregate's results start (its holds live there).
+        self.hold_segment = ""
+        if self.aggregation is not None:
+            self.hold_segment = self._segment[consumers[Port(entry.id, 0)].id]
+
+    def _route(self, port: Port, exit_: Any) -> _ExitRoute:
+        target = self.spec.graph.node(exit_.target)
+        aggregation = target.aggregation
+        combining = aggregation is not None and aggregation.combinable
+        return _ExitRoute(
+            port.node,
+            exit_.target,
+            exit_.topic,
+            self.spec.partitions[exit_.topic],
+            self._segment[exit_.target],
+            exit_.kind is ExitKind.SHUFFLE,
+            aggregation if combining else None,
+            aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
+            target.endpoint.encode if isinstance(target.endpoint, Sink) else None,
+        )
+
+    def new_state(self) -> StageState | None:
+        """Fresh state for one hash unit, if this stage starts with a grouping or aggregate."""
+        if self.window:
+            return Grouping(self.entry_op_id, self.window)
+        if self.aggregation is not None:
+            return WindowAggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
+        return None
+
+    def run(
+        self,
+        records: Iterable[InRecord],
+        state: StageState | None,
+        node: int,
+        node_time: int,
+        rng: Callable[[], int] | None = None,
+        *,
+        min_slot: int = 0,
+    ) -> TaskResult:
+        """Process one partition's batch; see the module docstring for the steps.
+
+        ``min_slot``: the min time of the stage's segment, which completes an aggregate's
+        windows.
+        """
+        run = _TaskRun(self, state, rng or _ack_value)
+        result = run.result
+        decoded: list[tuple[Record, InRecord, int]] = []
+        for record in records:
+            result.records_in += 1
+            result.last_offset = max(result.last_offset, record.offset)
+            result.max_timestamp_ms = max(result.max_timestamp_ms, record.timestamp_ms)
+            run.decode(record, decoded)
+        result.items_in = len(decoded)
+        # Any order gives the same output; global-time order spares the grouping repairs
+        # for disorder inside one batch (a shuffle partition interleaves upstream tasks).
+        decoded.sort(key=_by_meta)
+        if isinstance(state, Grouping):
+            run.flow_grouped(state, decoded)
+        else:
+            for item, record, index in decoded:
+                run.flow(item, record, index)
+        if isinstance(state, WindowAggregator):
+            # Step 7
+            run.emit_windows(state, min_slot)
+            due = state.next_due()
+            result.next_due = -1 if due is None else due
+        run.write_frames()
+        # Step 5
+        run.close(node, node_time)
+        # Step 6
+        if state is not None:
+            run.changelog(state, record_partition=run.partition)
+        return result
+
+
+def _batch_only(record: Record) -> list[Record]:
+    # A grouping is always its stage's entry and takes the whole batch (`flow_grouped`).
+    raise PipelineError("a grouping takes a batch, not one record at a time")
+
+
+def _by_meta(entry: tuple[Record, InRecord, int]) -> Meta:
+    return entry[0].meta
+
+
+def _ack_value() -> int:
+    # Never 0: a zero ack would leave the XOR unchanged and hide an item from the acker.
+    return random.getrandbits(64) | 1
+
+
+class _TaskRun:
+    """The mutable part of one task execution."""
+
+    def __init__(
+        self, program: StageProgram, state: StageState | None, rng: Callable[[], int]
+    ) -> None:
+        self.program = program
+        self.spec = program.spec
+        self.state = state
+        self.rng = rng
+        self.acker = LocalAcker()
+        self.result = TaskResult()
+        self.partition = -1
+        self.frames: dict[tuple[str, int], FrameBuilder] = {}
+        self._fronts: dict[tuple[str, int], int] = {}
+        # Combining: (exit, key, pane) -> [largest meta, key hash, reduced value]
+        self._partials: dict[tuple[str, object, int], list[Any]] = {}
+        entry = self.spec.stage.entry
+        self._entry_segment = program._segment[entry]
+        self._appliers: dict[str, Callable[[Record], list[Record]]] = {}
+        self._pushers: dict[str, Callable[[Record], None]] = {}
+        for node_id in self.spec.stage.nodes:
+            kind = program._kinds[node_id]
+            if kind is Kind.SOURCE:
+                self._appliers[node_id] = _alone
+            elif kind is Kind.GROUP:
+                self._appliers[node_id] = _batch_only
+            elif kind is Kind.AGGREGATE:
+                self._appliers[node_id] = self._aggregate
+            else:
+                self._appliers[node_id] = program._ops[node_id].apply
+
+    def decode(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
+        """Step 1 for one input record: its items, with their index in a frame, ``into``."""
+        self.partition = record.partition
+        if not self.spec.stage.is_source:
+            self._decode_frame(record, into)
+            return
+        try:
+            into.append((self._decode_source(record), record, -1))
+        except DecodeError as exc:
+            self._dead(record, f"undecodable record: {exc}", exc)
+
+    def flow(self, item: Record, record: InRecord, index: int) -> None:
+        """Steps 2-4 for one decoded item (``index``: its place in a frame, else -1)."""
+        try:
+            self._flow(self.spec.stage.entry, item)
+        except PipelineError as exc:
+            self._failed(exc, item, record, index)
+
+    def flow_grouped(self, grouping: Grouping, decoded: list[tuple[Record, InRecord, int]]) -> None:
+        """Steps 2-4 for a stage that starts with a grouping: the grouping takes the whole
+        batch (`Grouping.push_batch`: a key out of order is repaired once, not once per
+        item), then each output goes through the rest of the stage. A failure there is a
+        dead letter of the input item the output is due to."""
+        entry = self.spec.stage.entry
+        batch: list[tuple[Record, InRecord, int]] = []
+        for one in decoded:
+            try:
+                keyed_of(one[0])
+            except PipelineError as exc:
+                self._failed(exc, *one)
+            else:
+                batch.append(one)
+        outputs = grouping.push_batch([item for item, _, _ in batch])
+        self.result.tombstones += sum(1 for _, out in outputs if out.meta.tombstone)
+        for cause, out in outputs:
+            try:
+                self._forward(entry, [out])
+            except PipelineError as exc:
+                self._failed(exc, *batch[cause])
+
+    def _failed(self, exc: PipelineError, item: Record, record: InRecord, index: int) -> None:
+        """Step 4: the input of a failed item becomes a dead letter (or fails the task)."""
+        if index < 0:
+            self._dead(record, str(exc), exc.__cause__ or exc)
+        else:
+            reason = f"{exc} (item {index} of a frame)"
+            self._dead(_item_record(record, item), reason, exc.__cause__ or exc)
+
+    def _decode_source(self, record: InRecord) -> Record:
+        # Step 1
+        spec = self.spec
+        if spec.source is None:
+            raise PipelineError(f"source stage {spec.stage.id} has no decoder")
+        # A task reads one partition: its front id (a blake2b digest) is computed once.
+        front = self._fronts.get((record.topic, record.partition))
+        if front is None:
+            front = self._fronts[(record.topic, record.partition)] = front_id(
+                record.topic, record.partition
+            )
+        gt = GlobalTime(slot_of(record.timestamp_ms, spec.graph.delta_ms), front, record.offset)
+        return Record(Meta(gt), spec.source.decode(record.key, record.value))
+
+    def _decode_frame(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
+        # Step 1
+        where = f"{record.topic}[{record.partition}]@{record.offset}"
+        items = read_items(record.headers, record.value, where)
+        segment = self._entry_segment
+        ack = self.acker.ack
+        append = into.append
+        for index, (meta, value, payload) in enumerate(items):
+            ack(segment, meta[0][0], value)
+            append((Record(meta, payload), record, index))
+
+    def _flow(self, node_id: str, record: Record) -> None:
+        """Step 2: depth-first through the stage, so outputs keep their causal order.
+
+        A node's outputs leaving the stage are emitted first, then each output staying in
+        it is followed to the end before the next one.
+        """
+        push = self._pushers.get(node_id)
+        if push is None:
+            push = self._pushers[node_id] = self._pusher(node_id)
+        push(record)
+
+    def _pusher(self, node_id: str) -> Callable[[Record], None]:
+        """``node_id`` applied and its outputs sent on, resolved once per node and task.
+
+        A chain of one-port nodes becomes nested closures: per item, no route lookups.
+        """
+        apply = self._appliers[node_id]
+        routes = self.program._routes[node_id]
+        if len(routes) != 1:
+            return lambda record: self._forward(node_id, apply(record))
+        target = routes[0]
+        send: Callable[[Record], None]
+        if target is None:
+            route = self.program._exits[Port(node_id, 0)]
+            send = partial(self._combine if route.aggregation is not None else self._emit, route)
+        else:
+            send = self._pushers.get(target) or self._pushers.setdefault(
+                target, self._pusher(target)
+            )
+
+        def push(record: Record) -> None:
+            for out in apply(record):
+                send(out)
+
+        return push
+
+    def _forward(self, node_id: str, outputs: list[Record]) -> None:
+        routes = self.program._routes[node_id]
+        if len(routes) == 1:  # the common case: one port, one way on
+            target = routes[0]
+            if target is None:
+                route = self.program._exits[Port(node_id, 0)]
+                send = self._combine if route.aggregation is not None else self._emit
+                for out in outputs:
+                    send(route, out)
+            else:
+                for out in outputs:
+                    self._flow(target, out)
+            return
+        staged: list[tuple[str, Record]] = []
+        for port, out in enumerate(outputs):
+            target = routes[port]
+            if target is None:
+                route = self.program._exits[Port(node_id, port)]
+                (self._combine if route.aggregation is not None else self._emit)(route, out)
+            else:
+                staged.append((target, out))
+        for target, out in staged:
+            self._flow(target, out)
+
+    def _aggregate(self, record: Record) -> list[Record]:
+        assert isinstance(self.state, WindowAggregator)
+        return self.state.push(record)
+
+    def emit_windows(self, aggregator: WindowAggregator, min_slot: int) -> None:
+        """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
+        entry = self.spec.stage.entry
+        results = aggregator.on_min_time(min_slot)
+        try:
+            self._forward(entry, results)
+        except PipelineError as exc:
+            # A window's result is no input record: nothing to send to the dead letters.
+            raise PipelineError(f"after {entry}: {exc}") from exc
+        acquired, released = aggregator.take_holds()
+        segment, ack = self.program.hold_segment, self.acker.ack
+        for slot in acquired + released:
+            ack(segment, slot, hold_value(self.program.entry_op_id, self.partition, slot))
+
+    def _combine(self, route: _ExitRoute, record: Record) -> None:
+        """Step 3 for a combinable aggregate: fold the item into its key's pane partial."""
+        keyed = record.value
+        meta = record.meta
+        if not isinstance(keyed, Keyed) or meta.tombstone:
+            self._emit(route, record)  # the error, or a case validation rules out
+            return
+        index = (route.target, keyed.key, meta.gt.slot // route.pane)
+        pending = self._partials.get(index)
+        if pending is None:
+            self._partials[index] = [meta, keyed.hash, keyed.value, route]
+            return
+        assert route.aggregation is not None and route.aggregation.reduce is not None
+        try:
+            pending[2] = route.aggregation.reduce(pending[2], keyed.value)
+        except Exception as exc:
+            raise PipelineError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
+        pending[0] = max(pending[0], meta)
+
+    def _emit(self, route: _ExitRoute, record: Record) -> None:
+        # Step 3
+        meta = record.meta
+        value = record.value if route.encode is None else route.encode(record.value)
+        ack = self.rng()
+        self.acker.ack(route.segment, meta.gt.slot, ack)
+        if route.shuffle:
+            keyed = record.value
+            if not isinstance(keyed, Keyed):
+                raise PipelineError(f"{route.node} must key its output before {route.target}")
+            partition = keyed.hash % route.partitions
+        else:
+            partition = meta.gt.front % route.partitions
+        builder = self.frames.get((route.topic, partition))
+        if builder is None:
+            builder = self.frames[(route.topic, partition)] = FrameBuilder(route.shuffle)
+        builder.add(meta, ack, value)
+        self.result.items_out += 1
+
+    def write_frames(self) -> None:
+        """Step 3, at the end: partials, then every partition's items as frames (no key)."""
+        for (_, key, _), (meta, hash_, value, route) in self._partials.items():
+            self._emit(route, Record(meta, Keyed(key, hash_, value)))
+        self._partials.clear()
+        records = self.result.records
+        for (topic, partition), builder in self.frames.items():
+            for value in builder.frames():
+                records.append(OutRecord(topic, partition, None, value, FRAME_HEADERS))
+        self.frames.clear()
+
+    def _dead(self, record: InRecord, reason: str, exc: BaseException) -> None:
+        # Step 4
+        if self.spec.fail_fast:
+            raise PipelineError(
+                f"{reason} at {record.topic}[{record.partition}]@{record.offset} "
+                "(fail_fast is on; turn it off to send such records to the dead-letter topic)"
+            ) from exc
+        trace = "".join(traceback.format_exception(exc))
+        key, value, headers = dead_letter(
+            record.key,
+            record.value,
+            reason,
+            self.spec.stage.id,
+            record.topic,
+            record.partition,
+            record.offset,
+            trace,
+        )
+        topic = self.spec.topics.dlq
+        self.result.records.append(OutRecord(topic, None, key, value, tuple(headers)))
+        self.result.dead_letters += 1
+
+    def close(self, node: int, node_time: int) -> None:
+        """Step 5: one ack batch per shard, closed by this node's time."""
+        acks = [a for a in self.acker.flush() if isinstance(a, Ack)]
+        if not acks:
+            return
+        shards = self.spec.shards
+        by_shard: dict[int, list[Any]] = {shard: [] for shard in range(shards)}
+        for ack in acks:
+            by_shard[shard_of(ack.slot, shards)].append(ack)
+        topic = self.spec.topics.acks
+        for shard, shard_acks in by_shard.items():
+            value = encode_ack_batch(node, node_time, shard_acks, [])
+            self.result.records.append(OutRecord(topic, shard, None, value))
+
+    def changelog(self, state: StageState, record_partition: int) -> None:
+        """Step 6: the new state of every changed bucket (None: deleted), the min time."""
+        topic = self.spec.topics.state(self.spec.stage.entry)
+        for key, value in changelog_records(state):
+            self.result.records.append(OutRecord(topic, record_partition, key, value))
+
+
+def _alone(record: Record) -> list[Record]:
+    """A source node passes its record on as it is."""
+    return [record]
+
+
+def _item_record(frame: InRecord, item: Record) -> InRecord:
+    """What a dead letter keeps of one item of a frame: the record it had before frames.
+
+    Key and value are the item's own (the key's canonical bytes, the pickled payload), so
+    the letter holds that item alone; the coordinates are the frame's.
+    """
+    payload = item.value
+    key = key_bytes(payload.key) if isinstance(payload, Keyed) else None
+    return frame._replace(key=key, value=_PICKLE.dumps(payload), headers=())

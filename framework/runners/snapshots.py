@@ -1,0 +1,100 @@
+"""Snapshots of one pipeline, built the same way in-process and by ``flamepipe acker``.
+
+Also the two readers of the committed snapshot the rest of the runtime needs: the prune
+bound of the Spark driver and the restore step of a replay.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from framework.config import Settings
+from framework.coordination import SnapshotRegistry
+from framework.core.graph import Graph
+from framework.kafka.mintime import MinTimeView
+from framework.runners.replay import Offsets, ReplayStart
+from framework.snapshots.backends import open_backend
+from framework.snapshots.coordinator import SnapshotCoordinator
+from framework.snapshots.restore import restore_epoch
+
+__all__ = ["CommittedSlot", "coordinator_for", "restorer"]
+
+
+def coordinator_for(
+    settings: Settings, graph: Graph, epoch: int, view: MinTimeView | None = None
+) -> SnapshotCoordinator:
+    """The snapshot coordinator of ``graph`` in ``epoch`` (backend and interval: settings)."""
+    return SnapshotCoordinator(
+        settings.kafka_bootstrap,
+        graph,
+        epoch,
+        open_backend(settings, graph.name),
+        SnapshotRegistry(settings.zookeeper, graph.name),
+        view=view,
+        interval_ms=settings.snapshot_interval_ms,
+        shards=settings.acker_shards,
+    )
+
+
+class CommittedSlot:
+    """The slot of the committed snapshot (0 before the first), re-read at most every 0.5 s.
+
+    Groupings prune only below it (docs/decisions/snapshots-from-changelogs.md): the
+    state a later snapshot is cut from must still hold what that snapshot needs. Any
+    epoch's snapshot counts: replays are deterministic, so a snapshot at slot T is the
+    state after every item before T, whichever epoch computed it.
+    """
+
+    def __init__(self, settings: Settings, app: str, every_s: float = 0.5) -> None:
+        self._registry = SnapshotRegistry(settings.zookeeper, app)
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._slot = 0
+        self._read_at = -every_s
+
+    def __call__(self) -> int:
+        with self._lock:
+            if time.monotonic() - self._read_at >= self._every_s:
+                latest = self._registry.latest()
+                self._slot = 0 if latest is None else latest.slot
+                self._read_at = time.monotonic()
+            return self._slot
+
+    def close(self) -> None:
+        """Close the ZooKeeper session."""
+        self._registry.close()
+
+
+def restorer(settings: Settings, graph: Graph) -> Callable[[Offsets, int], ReplayStart | None]:
+    """The ``restore`` step of `framework.runners.replay.start_replay` for ``graph``.
+
+    Picks the newest kept snapshot whose offsets are all at or before the asked ones and
+    seeds the new epoch's changelogs with its state.
+    """
+
+    def restore(offsets: Offsets, new_epoch: int) -> ReplayStart | None:
+        registry = SnapshotRegistry(settings.zookeeper, graph.name)
+        try:
+            for slot in sorted(registry.slots(), reverse=True):
+                record = registry.at_or_below(slot)
+                if record is None or record.slot != slot:
+                    continue
+                if all(
+                    record.offsets.get(topic, {}).get(p, 0) <= offset
+                    for topic, parts in offsets.items()
+                    for p, offset in parts.items()
+                ):
+                    backend = open_backend(settings, graph.name)
+                    try:
+                        restore_epoch(settings.kafka_bootstrap, graph, record, backend, new_epoch)
+                    finally:
+                        backend.close()
+                    start = {t: dict(parts) for t, parts in record.offsets.items()}
+                    return ReplayStart(start, record.slot)
+        finally:
+            registry.close()
+        return None
+
+    return restore

@@ -1,0 +1,35 @@
+"""The runner `Pipeline.run()` uses when given none: Spark on the configured stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.config import Settings
+from framework.core.graph import Graph
+from framework.kafka.endpoints import kafka_sources, sink_nodes
+from framework.runners.spark.runner import SparkRunner
+
+__all__ = ["DefaultRunner", "default_runner"]
+
+
+class DefaultRunner:
+    """Checks the graph, starts (or reuses) the embedded stack, then runs on Spark."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def run(self, graph: Graph) -> Any:
+        """Run ``graph`` until Ctrl-C, printing progress every 10 s."""
+        # Fail on a non-Kafka endpoint before paying for a broker and a Spark session.
+        kafka_sources(graph)
+        sink_nodes(graph)
+        if self.settings.embedded:
+            from framework.local import LocalStack
+
+            LocalStack(self.settings).up()
+        return SparkRunner(self.settings, progress_s=10.0).run(graph)
+
+
+def default_runner() -> DefaultRunner:
+    """A `DefaultRunner` with `Settings.load()` (TOML file and FLAMEPIPE_* variables)."""
+    return DefaultRunner(Settings.load())

@@ -1,0 +1,222 @@
+"""Front heartbeats, sent by the driver for every source stage (docs/runtime.md).
+
+Every ``heartbeat_ms``, and at once when a source stage finished a batch, per source stage:
+
+1. Read the last timestamp consumed per partition and Spark's last progress (the offsets
+   the last finished micro-batch consumed), then the clock ``t0``, then the end offset
+   (high watermark) of every input partition. Not the last stable offset: records of a
+   transaction still open were appended (and stamped) before ``t0`` but become readable
+   later, so a partition with an open transaction must not heartbeat past them.
+2. Any partition heartbeats the slot of its last consumed timestamp: LogAppendTime grows
+   with offsets, so no record not yet consumed has a lower slot. This keeps min time
+   moving while a stage works through a backlog.
+3. A partition whose consumed offset reached its end offset heartbeats
+   ``slot(t0 - lag)``: a record not consumed yet was not readable at ``t0``, so it was
+   stamped after ``t0 - lag`` unless it took longer than ``lag`` (``front_lag_ms``) from
+   its LogAppendTime to the high watermark. The broker stamps a record before it makes it
+   readable; a pause in between (a GC, a starved CPU, followers replicating) is the lag,
+   and with it the clock skew between this driver and the broker.
+4. If any front's heartbeat rose, send one AckBatch per acker shard (heartbeats only),
+   closed by this driver's next node time. The acks of the batches it covers were
+   committed before Spark reported their progress, so they precede it on every shard.
+
+A record that breaks the lag bound is detected, not dropped in silence: `check` compares
+each source batch's earliest timestamp per partition with what was heartbeated before
+the batch committed, and fails the run (`ProtocolViolation`) naming the setting to raise.
+
+A round that fails (the broker restarting, a leader moving) is skipped: heartbeats only
+ever rise, so a missed round holds min time back and costs nothing else. The thread gives
+up, and the runner's health check fails the run, only when rounds have failed for
+``outage_s`` in a row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from confluent_kafka import Producer
+
+from framework.core.messages import Heartbeat
+from framework.core.time import front_id, slot_of
+from framework.errors import PipelineError, ProtocolViolation
+from framework.kafka.admin import end_offsets, partition_count
+from framework.wire.internal import encode_ack_batch
+
+__all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
+
+_PARTITIONS_S = 30.0
+
+
+class Consumption(Protocol):
+    """What a source stage has consumed, as far as committed batches tell."""
+
+    def consumed(self) -> tuple[Any, dict[int, int]]:
+        """Spark's last progress and the last timestamp read per partition."""
+        ...
+
+
+def consumed_offsets(progress: Any, topic: str) -> dict[int, int]:
+    """Offsets of ``topic`` consumed by a query, from its last progress ({} if unknown)."""
+    if not progress:
+        return {}
+    for source in progress["sources"]:
+        end = source["endOffset"]
+        offsets = json.loads(end) if isinstance(end, str) else end
+        if isinstance(offsets, dict) and topic in offsets:
+            return {int(p): int(o) for p, o in offsets[topic].items()}
+    return {}
+
+
+class FrontHeartbeats:
+    """A daemon thread heartbeating the fronts of the given source topics."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        app: str,
+        *,
+        acks_topic: str,
+        shards: int,
+        sources: Mapping[str, Consumption],  # topic -> what its stage consumed
+        delta_ms: int,
+        interval_ms: int,
+        lag_ms: int = 250,
+        outage_s: float = 120.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.acks_topic = acks_topic
+        self.shards = shards
+        self.sources = dict(sources)
+        self.delta_ms = delta_ms
+        self.lag_ms = lag_ms
+        self.interval_s = interval_ms / 1000
+        self.outage_s = outage_s
+        self.failed_rounds = 0
+        # A new node per driver start: its node time then only has to grow in this process.
+        nonce = f"{app}/fronts/{os.getpid()}/{time.time_ns()}".encode()
+        self.node = int.from_bytes(hashlib.blake2b(nonce, digest_size=8).digest(), "big") >> 1
+        self.time = 0
+        self.sent: dict[int, int] = {}
+        self._producer: Producer | None = Producer(
+            {"bootstrap.servers": bootstrap, "enable.idempotence": True}
+        )
+        self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="flamepipe-fronts", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        """Start heartbeating."""
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Beat now, not at the next interval: a source stage just committed a batch, and
+        the heartbeat its timestamps allow is what releases that batch's output."""
+        self._wake.set()
+
+    def check(self, topic: str, rows: list[Any]) -> None:
+        """`ProtocolViolation` if a source batch of ``topic`` read a record in a slot this
+        driver had already heartbeated past (its summary ``rows``, before they count).
+
+        Such a record became readable more than ``lag_ms`` after it was stamped; min time
+        may have passed its slot, and the barrier would drop its output as a replay.
+        """
+        for row in rows:
+            if row["skipped"]:  # a batch committed before: heartbeated after it was read
+                continue
+            partition, stamp = row["partition"], row["min_timestamp_ms"]
+            promised = self.sent.get(front_id(topic, partition), -1)
+            if slot_of(stamp, self.delta_ms) < promised:
+                raise ProtocolViolation(
+                    f"a record of {topic}[{partition}] stamped {stamp} (LogAppendTime) became "
+                    f"readable after this driver heartbeated the partition past slot "
+                    f"{promised} ({promised * self.delta_ms} ms): it took over "
+                    f"front_lag_ms={self.lag_ms} to become readable, and its output may be "
+                    "dropped as a replay. Raise FLAMEPIPE_FRONT_LAG_MS (the broker's worst "
+                    "pause or replication delay) and restart the pipeline."
+                )
+
+    def stop(self, flush_s: float = 10.0) -> None:
+        """Stop and flush what was sent (waiting at most ``flush_s``)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            # Spark's callback server keeps this object (its poke and check hooks) until
+            # the process exits; a producer kept with it reconnects to a stopped broker.
+            producer.flush(flush_s)
+
+    def _loop(self) -> None:
+        failing_since: float | None = None
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.beat()
+            except Exception as exc:
+                now = time.monotonic()
+                if failing_since is None:
+                    failing_since = now
+                    print(f"flamepipe: front heartbeats paused: {exc}", file=sys.stderr)
+                self.failed_rounds += 1
+                if now - failing_since >= self.outage_s:
+                    self.error = exc  # surfaced by the runner's health check
+                    return
+                continue
+            if failing_since is not None:
+                failing_since = None
+                print("flamepipe: front heartbeats resumed", file=sys.stderr)
+
+    def _partition_count(self, topic: str) -> int:
+        """Cached for `_PARTITIONS_S`: a source topic rarely grows, and describing it on
+        every round cost the embedded broker 0.06 cores at one round per 50 ms."""
+        now = time.monotonic()
+        known = self._partitions.get(topic)
+        if known is None or now - known[1] > _PARTITIONS_S:
+            known = self._partitions[topic] = (partition_count(self.bootstrap, topic), now)
+        return known[0]
+
+    def beat(self) -> list[Heartbeat]:
+        """One round of steps 1-4; the heartbeats it sent."""
+        beats: list[Heartbeat] = []
+        for topic, stage in self.sources.items():
+            # Step 1
+            progress, stamps = stage.consumed()
+            consumed = consumed_offsets(progress, topic)
+            t0 = time.time_ns() // 1_000_000
+            ends = end_offsets(self.bootstrap, topic, partitions=self._partition_count(topic))
+            caught_up = slot_of(t0 - self.lag_ms, self.delta_ms)
+            for partition, end in ends.items():
+                # Step 2
+                slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1
+                # Step 3
+                if consumed.get(partition, -1) >= end:
+                    slot = max(slot, caught_up)
+                front = front_id(topic, partition)
+                if slot > self.sent.get(front, -1):
+                    beats.append(Heartbeat(front, slot))
+        # Step 4
+        if beats:
+            producer = self._producer
+            if producer is None:
+                raise PipelineError("front heartbeats are stopped")
+            self.time += 1
+            for shard in range(self.shards):
+                value = encode_ack_batch(self.node, self.time, [], beats)
+                producer.produce(self.acks_topic, value=value, partition=shard)
+            producer.poll(0)
+            # Only now: a round that fails before this point is sent again in full.
+            self.sent.update((beat.front, beat.slot) for beat in beats)
+        return beats

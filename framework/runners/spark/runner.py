@@ -1,0 +1,352 @@
+"""`SparkRunner`: runs a pipeline graph on Spark, its acker and barriers beside it.
+
+Start-up protocol of `SparkRunner.start`:
+
+1. Read the pipeline's epoch from ZooKeeper (`framework.coordination.Epochs`; 0 before the first
+   replay or recovery) and plan the stages on that epoch's topics; every source must be a
+   `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
+   offsets its record gives.
+2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
+   framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
+3. Start the min-time view the stages prune with and, with embedded services (the
+   default), the acker service and one barrier service per sink; otherwise ``flamepipe
+   acker`` and ``flamepipe barrier`` run them as processes of their own.
+4. Start one streaming query per stage, then the front heartbeats and the window ticks
+   of aggregate stages (`framework.runners.spark.ticks`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from framework.config import Settings
+from framework.core.graph import Graph, Kind
+from framework.core.time import GlobalTime
+from framework.errors import PipelineError
+from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
+from framework.kafka.clients import acks_topic_spec, mintime_topic_spec
+from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
+from framework.plan.records import StageSpec
+from framework.plan.stages import ExitKind, Stage, plan_stages
+from framework.runners.assembly import pre_topic_spec
+from framework.runners.snapshots import CommittedSlot
+from framework.runners.spark.fronts import FrontHeartbeats
+from framework.runners.spark.stages import StageQuery, StageStats
+from framework.runners.spark.ticks import WindowTicks
+from framework.wire.topics import Topics
+from framework.wire.znodes import Offsets
+
+__all__ = ["PipelineRun", "SparkRunner"]
+
+
+class SparkRunner:
+    """Runs pipelines on Spark against Kafka; ``pipeline.run(SparkRunner(settings))``."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        spark: Any = None,
+        *,
+        services: str = "embedded",
+        progress_s: float = 0.0,
+    ) -> None:
+        """``services``: "embedded" (acker and barriers in this process) or "external";
+        ``progress_s`` > 0 prints a progress line that often while `run` runs."""
+        if services not in ("embedded", "external"):
+            raise PipelineError(f"services={services!r}: use 'embedded' or 'external'")
+        self.settings = settings or Settings.load()
+        self.services = services
+        self.progress_s = progress_s
+        self._spark = spark
+
+    def start(self, graph: Graph) -> PipelineRun:
+        """Start the pipeline and return at once; see the module docstring."""
+        run = PipelineRun(
+            self.settings, graph, self._session(), embedded=self.services == "embedded"
+        )
+        try:
+            run.start()
+        except BaseException:
+            run.stop()
+            raise
+        return run
+
+    def run(self, graph: Graph, stop: threading.Event | None = None) -> PipelineRun:
+        """Start and run until interrupted (Ctrl-C), ``stop`` is set, or a part fails.
+
+        When the pipeline's epoch changes (a replay, or a recovery after a stall), the run
+        stops and starts again on the new epoch's topics.
+        """
+        from framework.coordination import Epochs
+
+        epochs = Epochs(self.settings.zookeeper, graph.name)
+        run = self.start(graph)
+        last = time.monotonic()
+        try:
+            while stop is None or not stop.is_set():
+                run.check()
+                time.sleep(1)
+                if self.progress_s > 0 and time.monotonic() - last >= self.progress_s:
+                    last = time.monotonic()
+                    print(run.progress(), file=sys.stderr, flush=True)
+                current = epochs.current()
+                if current is not None and current.epoch != run.epoch:
+                    print(
+                        f"flamepipe: epoch {current.epoch} started ({current.reason}): restarting",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    run.stop()
+                    run = self.start(graph)
+        except KeyboardInterrupt:
+            print("flamepipe: stopping", file=sys.stderr)
+        finally:
+            run.stop()
+            epochs.close()
+        return run
+
+    def _session(self) -> Any:
+        if self._spark is None:
+            from framework.runners.spark.session import spark_session
+
+            self._spark = spark_session(self.settings, "flamepipe")
+        return self._spark
+
+
+class PipelineRun:
+    """A running pipeline: its stage queries, services and counters."""
+
+    def __init__(self, settings: Settings, graph: Graph, spark: Any, *, embedded: bool = True):
+        self.settings = settings
+        self.embedded = embedded
+        self.graph = graph.validate()
+        self.spark = spark
+        self.epoch = 0
+        self.start_offsets: Offsets | None = None
+        self.topics = Topics(graph.name)
+        self.bootstrap = settings.kafka_bootstrap
+        self.queries: dict[str, StageQuery] = {}
+        self.services: list[Any] = []
+        self.view: Any = None
+        self.fronts: FrontHeartbeats | None = None
+        self.ticks: WindowTicks | None = None
+        self._committed: CommittedSlot | None = None
+
+    @property
+    def stats(self) -> Mapping[str, StageStats]:
+        """Counters per stage id."""
+        return {stage: query.stats for stage, query in self.queries.items()}
+
+    def start(self) -> None:
+        """Steps 1-4 of the module docstring."""
+        # Step 1
+        sources = kafka_sources(self.graph)
+        sink_nodes(self.graph)
+        self._read_epoch()
+        stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
+        # Step 2
+        partitions = self._prepare_topics(sources, stages)
+        # Step 3
+        from framework.runners.spark.services import start_services
+
+        self.view, self.services = start_services(
+            self.settings, self.graph, self.epoch, embedded=self.embedded
+        )
+        # Step 4
+        for stage in stages:
+            self._start_stage(stage, sources, partitions)
+        progress = {q.spec.stage.topic: q for q in self.queries.values() if q.spec.stage.is_source}
+        self.fronts = FrontHeartbeats(
+            self.bootstrap,
+            self.graph.name,
+            acks_topic=self.topics.acks,
+            shards=self.settings.acker_shards,
+            sources=progress,
+            delta_ms=self.graph.delta_ms,
+            interval_ms=self.settings.heartbeat_ms,
+            lag_ms=self.settings.front_lag_ms,
+        )
+        for topic, query in progress.items():
+            query.on_rows = functools.partial(self.fronts.check, topic)
+            query.on_batch = self.fronts.poke
+        self.fronts.start()
+        aggregates = [
+            q
+            for q in self.queries.values()
+            if self.graph.node(q.spec.stage.entry).kind is Kind.AGGREGATE
+        ]
+        if aggregates:
+            self.ticks = WindowTicks(
+                self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
+            )
+            self.ticks.start()
+
+    def _read_epoch(self) -> None:
+        from framework.coordination import Epochs
+
+        epochs = Epochs(self.settings.zookeeper, self.graph.name)
+        try:
+            record = epochs.current()
+        finally:
+            epochs.close()
+        if record is not None:
+            self.epoch, self.start_offsets = record.epoch, record.offsets
+            self.topics = Topics(self.graph.name, self.epoch)
+
+    def _prepare_topics(
+        self, sources: Mapping[str, KafkaSource], stages: tuple[Stage, ...]
+    ) -> dict[str, int]:
+        counts: dict[str, int] = {s.topic: s.prepare(self.bootstrap) for s in sources.values()}
+        for node in self.graph.by_kind(Kind.SINK):
+            sink = node.endpoint
+            assert isinstance(sink, KafkaSink)  # sink_nodes checked it
+            counts[sink.topic] = sink.prepare(self.bootstrap)
+        topics, parallelism = self.topics, self.settings.parallelism
+        specs = [
+            # Acks are kept forever (a restarted acker replays them); min times compacted.
+            acks_topic_spec(self.graph.name, self.settings.acker_shards, self.epoch),
+            mintime_topic_spec(self.graph.name, epoch=self.epoch),
+            TopicSpec(topics.dlq, 1),
+        ]
+        for stage in stages:
+            if not stage.is_source:
+                specs.append(TopicSpec(stage.topic, parallelism))
+                changelog = {"max.message.bytes": str(16 * 1024 * 1024)}
+                specs.append(compacted_spec(topics.state(stage.id), parallelism, changelog))
+            for exit_ in stage.exits.values():
+                if exit_.kind is ExitKind.SINK:
+                    specs.append(pre_topic_spec(self.graph.name, exit_.target, self.epoch))
+        ensure_topics(self.bootstrap, specs)
+        counts.update({spec.name: spec.partitions for spec in specs})
+        return counts
+
+    def _start_stage(
+        self, stage: Stage, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
+    ) -> None:
+        source = sources.get(stage.entry)
+        spec = StageSpec(
+            self.graph,
+            stage,
+            dict(partitions),
+            self.settings.acker_shards,
+            source,
+            self.settings.fail_fast,
+            self.epoch,
+        )
+        segment = self.graph.segments().of_node[stage.entry]
+        view, committed = self.view, self._committed_slot()
+        if view is None:
+            min_slot: Callable[[], int] = lambda: 0  # noqa: E731
+        elif self.graph.node(stage.entry).kind is Kind.AGGREGATE:
+            # An aggregate's min time completes windows; snapshots do not cover aggregates
+            # (a replay of a pipeline with one starts at the beginning), so nothing caps it.
+            min_slot = lambda: view.min_time(segment)  # noqa: E731
+        else:
+            # Prune only below the committed snapshot: a later snapshot is cut from the
+            # state, which must still hold what it needs (snapshots-from-changelogs.md).
+            min_slot = lambda: min(view.min_time(segment), committed())  # noqa: E731
+        query = StageQuery(
+            spec,
+            self.bootstrap,
+            self._checkpoints() / stage.id,
+            self.settings,
+            min_slot,
+            starting_offsets=self._starting_offsets(stage),
+        )
+        query.start(self.spark)
+        self.queries[stage.id] = query
+
+    def _committed_slot(self) -> CommittedSlot:
+        if self._committed is None:
+            self._committed = CommittedSlot(self.settings, self.graph.name)
+        return self._committed
+
+    def _starting_offsets(self, stage: Stage) -> str:
+        """Spark's startingOffsets: the epoch's replay offsets for a source, else earliest."""
+        offsets = (self.start_offsets or {}).get(stage.topic)
+        if not stage.is_source or not offsets:
+            return "earliest"
+        return json.dumps({stage.topic: {str(p): o for p, o in sorted(offsets.items())}})
+
+    def _checkpoints(self) -> Path:
+        """Spark checkpoints of this epoch: a new epoch starts every query afresh."""
+        return self.settings.state_dir / "apps" / self.graph.name / f"e{self.epoch}"
+
+    def check(self) -> None:
+        """Raise `PipelineError` if a query or service died."""
+        for stage, query in self.queries.items():
+            reason = query.failure()
+            if reason is not None:
+                raise PipelineError(f"stage {stage} of {self.graph.name!r} failed: {reason}")
+        if self.fronts is not None and self.fronts.error is not None:
+            raise PipelineError(f"front heartbeats failed: {self.fronts.error}")
+        if self.ticks is not None and self.ticks.error is not None:
+            raise PipelineError(f"window ticks failed: {self.ticks.error}")
+        for service in self.services:
+            error = getattr(service, "error", None)
+            if error is not None:
+                raise PipelineError(f"{type(service).__name__} failed: {error}")
+
+    def progress(self) -> str:
+        """One line: records in and items out per stage, bundles per barrier, min time."""
+        parts = [
+            f"{stage} in={stats.items_in} out={stats.items_out}"
+            for stage, stats in self.stats.items()
+        ]
+        parts += [
+            f"{b.sink_node} bundles={b.stats.bundles} items={b.stats.items_out}"
+            f"{' (re-reading acked records)' if b.replaying else ''}"
+            f" dropped={b.replays_dropped} applied min time={b.released_through()}"
+            for b in self.barriers()
+        ]
+        if self.view is not None:
+            parts.append(f"min time={self.view.min_time()}")
+        return f"flamepipe {self.graph.name}: " + ", ".join(parts)
+
+    def released(self, until_ms: int) -> bool:
+        """Whether everything appended before ``until_ms`` went through the barriers."""
+        if not self.embedded:
+            raise PipelineError(
+                "released() watches the barriers of this process; with external services read "
+                "the output topic instead"
+            )
+        self.check()
+        # A record stamped at until_ms is in this slot; min time must pass the whole slot.
+        slot = GlobalTime.of_record(until_ms, "", 0, 0, self.graph.delta_ms).slot
+        return all(b.released_through() > slot for b in self.barriers())
+
+    def wait_released(self, until_ms: int, timeout_s: float) -> None:
+        """Block until `released` (``until_ms``); `PipelineError` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.released(until_ms):
+            if time.monotonic() > deadline:
+                raise PipelineError(
+                    f"input appended before {until_ms} not released within {timeout_s:.0f} s"
+                )
+            time.sleep(0.05)
+
+    def barriers(self) -> list[Any]:
+        """The barrier services of the sinks."""
+        return [s for s in self.services if hasattr(s, "released_through")]
+
+    def stop(self) -> None:
+        """Stop heartbeats, queries, then services (each waits for its current work)."""
+        if self.fronts is not None:
+            self.fronts.stop()
+        if self.ticks is not None:
+            self.ticks.stop()
+        for query in self.queries.values():
+            query.stop()
+        for service in reversed(self.services):
+            service.stop()
+        if self.view is not None:
+            self.view.stop()
+        if self._committed is not None:
+            self._committed.close()

@@ -1,0 +1,197 @@
+"""Driver side of a stage: one Structured Streaming query over the stage's input topic."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.config import Settings
+from framework.plan.records import StageSpec
+from framework.runners.spark.executor import SUMMARY_SCHEMA, TaskContext, stage_task
+from framework.wire.frames import FRAME_ITEMS
+
+__all__ = ["StageQuery", "StageStats"]
+
+# No topic column: a stage reads one topic, so the task knows it (a string per row cost
+# the JVM's Arrow writer and the Python worker for nothing).
+_COLUMNS = ("key", "value", "partition", "offset", "unix_millis(timestamp) AS ts")
+# Only internal topics need headers (a frame's version). Spark's header column is costly:
+# 12 s of JVM CPU per 100 000 records with it, 1.5 s without (docs/decisions/windowed-
+# aggregates.md), and a source stage reads one record per input record.
+_HEADERS = ("headers",)
+
+
+@dataclass
+class StageStats:
+    """Running totals of one stage, from its tasks' summaries."""
+
+    batches: int = 0
+    records_in: int = 0  # Kafka records: frames on internal topics
+    items_in: int = 0
+    items_out: int = 0
+    dead_letters: int = 0
+    tombstones: int = 0
+    skipped_tasks: int = 0
+    last_timestamp_ms: dict[int, int] = field(default_factory=dict)  # per input partition
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, rows: list[Any]) -> None:
+        """Fold one micro-batch's summary rows in."""
+        with self._lock:
+            self.batches += 1
+            for row in rows:
+                self.records_in += row["records_in"]
+                self.items_in += row["items_in"]
+                self.items_out += row["items_out"]
+                self.dead_letters += row["dead_letters"]
+                self.tombstones += row["tombstones"]
+                self.skipped_tasks += int(row["skipped"])
+                partition, stamp = row["partition"], row["max_timestamp_ms"]
+                if stamp > self.last_timestamp_ms.get(partition, -1):
+                    self.last_timestamp_ms[partition] = stamp
+
+
+class StageQuery:
+    """Starts and stops the streaming query of one stage."""
+
+    def __init__(
+        self,
+        spec: StageSpec,
+        bootstrap: str,
+        checkpoint: Path,
+        settings: Settings,
+        min_slot: Callable[[], int],
+        *,
+        starting_offsets: str = "earliest",
+    ) -> None:
+        """``starting_offsets``: Spark's option (JSON per partition for a replay); it only
+        applies to a new checkpoint, a restarted query resumes from its own."""
+        self.spec = spec
+        self.starting_offsets = starting_offsets
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.trigger_ms = settings.trigger_ms
+        self.max_batch_records = settings.max_batch_records
+        self.min_slot = min_slot
+        self.stats = StageStats()
+        # Called with a batch's summary rows once its tasks committed, before they count.
+        self.on_rows: Callable[[list[Any]], None] | None = None
+        self.on_batch: Callable[[], None] | None = None  # after each batch's tasks committed
+        self.run_id = _run_id(checkpoint)
+        self.query: Any = None
+        # Aggregate stages: per input partition the earliest window end still to emit
+        # (-1: none; missing: unknown) and the ticks sent for it (framework.runners.spark.ticks).
+        self._due: dict[int, int] = {}
+        self._ticked: dict[int, tuple[int, float]] = {}
+        self._due_lock = threading.Lock()
+
+    @property
+    def topic(self) -> str:
+        """The stage's input topic."""
+        return self.spec.stage.topic
+
+    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
+        """Partitions whose next window ``min_slot`` completes, without a recent tick."""
+        out: list[int] = []
+        with self._due_lock:
+            for partition in range(self.spec.partitions[self.topic]):
+                due = self._due.get(partition, 0)
+                if due < 0 or due > min_slot:
+                    continue
+                ticked = self._ticked.get(partition)
+                if ticked is not None and ticked[0] == due and now - ticked[1] < retry_s:
+                    continue
+                self._ticked[partition] = (due, now)
+                out.append(partition)
+        return out
+
+    def start(self, spark: Any) -> None:
+        """Start the query (it runs on Spark's own thread)."""
+        frame = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", self.spec.stage.topic)
+            .option("startingOffsets", self.starting_offsets)
+            .option("includeHeaders", str(not self.spec.stage.is_source).lower())
+            # Internal topics are written in transactions; never read an aborted one.
+            .option("kafka.isolation.level", "read_committed")
+            # Bounded batches keep min time moving (so state is pruned) under a backlog.
+            .option("maxOffsetsPerTrigger", str(self._max_offsets()))
+            .load()
+            .selectExpr(*_COLUMNS, *(() if self.spec.stage.is_source else _HEADERS))
+        )
+        self.query = (
+            frame.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", str(self.checkpoint))
+            .queryName(f"{self.spec.graph.name}.{self.spec.stage.id}")
+            .trigger(processingTime=f"{self.trigger_ms} milliseconds")
+            .start()
+        )
+
+    def _max_offsets(self) -> int:
+        """Spark counts Kafka records; an internal topic's record is a frame of up to
+        `FRAME_ITEMS` items, so a shuffle stage reads that many times fewer."""
+        if self.spec.stage.is_source:
+            return self.max_batch_records
+        return max(1, self.max_batch_records // FRAME_ITEMS)
+
+    def _batch(self, frame: Any, batch_id: int) -> None:
+        ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
+        rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
+        if self.on_rows is not None:
+            self.on_rows(rows)
+        self.stats.add(rows)
+        self.note_due(rows)
+        if self.on_batch is not None:
+            self.on_batch()
+
+    def note_due(self, rows: list[Any]) -> None:
+        """Take each task's earliest pending window end from a batch's summary rows."""
+        with self._due_lock:
+            for row in rows:
+                if row["next_due"] != -2:  # -2: the task was skipped, its state unknown
+                    self._due[row["partition"]] = row["next_due"]
+                    self._ticked.pop(row["partition"], None)
+
+    def consumed(self) -> tuple[Any, dict[int, int]]:
+        """Spark's last progress report and the last timestamp read per partition.
+
+        Read the timestamps first: they only grow, and every batch they cover was
+        committed before it was reported.
+        """
+        with self.stats._lock:
+            stamps = dict(self.stats.last_timestamp_ms)
+        return self.progress(), stamps
+
+    def progress(self) -> Any:
+        """Spark's last progress report of the query (None before the first)."""
+        return None if self.query is None else self.query.lastProgress
+
+    def failure(self) -> str | None:
+        """Why the query died, or None while it is healthy."""
+        if self.query is None or self.query.isActive:
+            return None
+        exception = self.query.exception()
+        return str(exception) if exception is not None else "stopped"
+
+    def stop(self) -> None:
+        """Stop the query, waiting for its current batch to end."""
+        if self.query is not None and self.query.isActive:
+            self.query.stop()
+
+
+def _run_id(checkpoint: Path) -> str:
+    """An id kept in the checkpoint: restarts from it keep it, a new checkpoint gets a new one.
+
+    Commit markers are namespaced by it, so a replay from a fresh checkpoint never takes
+    its batch 0 for a batch an earlier run committed.
+    """
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    path = checkpoint / "flamepipe-run-id"
+    if not path.exists():
+        path.write_text(uuid.uuid4().hex)
+    return path.read_text().strip()

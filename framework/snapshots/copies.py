@@ -1,0 +1,155 @@
+"""Step 2 of a snapshot: per hash unit, a copy of the grouping state read from its changelog.
+
+The copies are kept between snapshots and read incrementally (read_committed), so a
+snapshot costs what the changelogs gained since the last one.
+
+When is a read complete? Min time ``M`` tells that every item below ``M`` was received,
+its receipt ack committed in one transaction with the changelog records. Those records
+are therefore below the high watermark of any moment after ``M`` was seen (a producer
+sends every record before it commits), but the transaction's commit marker may not be
+written to the changelog yet: ``commit_transaction`` returns, and the acks become
+visible, before the broker has written the markers of every partition. So:
+
+1. `mark` the high watermarks (read_uncommitted) after ``M`` was seen.
+2. `settled` tells when every partition's last stable offset has passed its mark: no
+   transaction holding records below the mark is still open, so the ones ``M`` needs are
+   committed and readable. Until then the caller tries again later (an open transaction
+   is a task's batch in progress, or a fenced one that the next attempt aborts).
+3. `catch_up` reads each partition from its position to its last stable offset.
+
+No timing assumption is involved, unlike waiting a fixed time for markers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from framework.core.grouping import Grouping
+from framework.errors import PipelineError
+from framework.kafka.clients import (
+    QUICK_END,
+    close_quietly,
+    is_eof,
+    is_record,
+    kafka_retry,
+    new_consumer,
+    where,
+)
+from framework.plan.state import apply_changelog
+
+__all__ = ["ChangelogCopies", "UnitCopy"]
+
+_TIMEOUT_S = 30.0
+Part = tuple[str, int]
+
+
+@dataclass(slots=True)
+class UnitCopy:
+    """The state of one hash unit as its changelog holds it up to ``position``."""
+
+    grouping: Grouping
+    position: int = 0
+
+
+class ChangelogCopies:
+    """Copies of every partition of some changelog topics (see the module docstring)."""
+
+    def __init__(self, bootstrap: str, topics: Mapping[str, tuple[int, int, int]]) -> None:
+        """``topics``: changelog topic -> (partitions, grouping op id, window); `close` it."""
+        self.bootstrap = bootstrap
+        self.copies: dict[Part, UnitCopy] = {
+            (topic, p): UnitCopy(Grouping(op_id, window))
+            for topic, (partitions, op_id, window) in topics.items()
+            for p in range(partitions)
+        }
+        self.records = 0
+        self._committed: Consumer = new_consumer(bootstrap, config=QUICK_END)
+        self._uncommitted: Consumer = new_consumer(
+            bootstrap, config={"isolation.level": "read_uncommitted"}
+        )
+
+    def mark(self) -> dict[Part, int]:
+        """Step 1: every partition's high watermark now."""
+        return {part: self._ends(self._uncommitted, part)[1] for part in self.copies}
+
+    def settled(self, marks: Mapping[Part, int]) -> bool:
+        """Step 2: whether every partition's last stable offset reached its mark."""
+        return all(self._ends(self._committed, part)[1] >= mark for part, mark in marks.items())
+
+    def catch_up(self) -> int:
+        """Step 3: apply what every changelog committed since the last call; records read."""
+        ends: dict[Part, int] = {}
+        for part, copy in self.copies.items():
+            low, stable = self._ends(self._committed, part)
+            # Compaction or retention may have removed the start: read from what is left.
+            copy.position = max(copy.position, low)
+            if copy.position < stable:
+                ends[part] = stable
+        if not ends:
+            return 0
+        values = self._read(ends)
+        for part, end in ends.items():
+            copy = self.copies[part]
+            apply_changelog(copy.grouping, [(None, v) for v in values.get(part, [])])
+            copy.grouping.take_changed()  # a copy writes no changelog of its own
+            copy.position = end
+        count = sum(len(v) for v in values.values())
+        self.records += count
+        return count
+
+    def snapshot(self, topic: str, partition: int, below: int) -> dict[str, Any]:
+        """`Grouping.snapshot` of one unit's copy: the state after every item below ``below``."""
+        return self.copies[(topic, partition)].grouping.snapshot(below=below)
+
+    def close(self) -> None:
+        """Close the consumers."""
+        close_quietly(self._committed)
+        close_quietly(self._uncommitted)
+
+    def _ends(self, consumer: Consumer, part: Part) -> tuple[int, int]:
+        # A read_committed consumer is told the last stable offset, a read_uncommitted one
+        # the high watermark.
+        tp = TopicPartition(*part)
+        low, high = kafka_retry(
+            f"cannot read the offsets of {part[0]}[{part[1]}]",
+            lambda: consumer.get_watermark_offsets(tp, _TIMEOUT_S, cached=False),
+        )
+        return int(low), int(high)
+
+    def _read(self, ends: Mapping[Part, int]) -> dict[Part, list[bytes | None]]:
+        """Committed values of each partition from its position to its end, oldest first."""
+        consumer = self._committed
+        start = [TopicPartition(t, p, self.copies[(t, p)].position) for t, p in ends]
+        kafka_retry("cannot read the changelogs", lambda: consumer.assign(start))
+        values: dict[Part, list[bytes | None]] = {part: [] for part in ends}
+        waiting = set(ends)
+        deadline = time.monotonic() + _TIMEOUT_S
+        try:
+            while waiting:
+                if time.monotonic() > deadline:
+                    raise PipelineError(f"changelogs {sorted(waiting)} not read to their end")
+                for msg in consumer.consume(1000, 0.1):
+                    topic = str(msg.topic())
+                    if not is_eof(msg) and not is_record(msg, topic):
+                        continue
+                    partition, offset = where(msg)
+                    part = (topic, partition)
+                    if part not in waiting:
+                        continue  # past its end, or left of an earlier assignment
+                    if is_eof(msg):
+                        # The stable end only grows; an end-of-partition below ours is stale.
+                        if offset >= ends[part]:
+                            waiting.discard(part)
+                        continue
+                    if offset < ends[part]:
+                        values[part].append(msg.value())
+                    if offset + 1 >= ends[part]:
+                        waiting.discard(part)
+        finally:
+            kafka_retry("cannot stop reading the changelogs", consumer.unassign)
+        return values

@@ -1,0 +1,155 @@
+"""The barrier's positions on its pre-barrier topic: what is read, acked and still needed.
+
+Per partition the barrier keeps two offsets and commits both with every transaction:
+
+* ``P_rel``, the group offset: the lowest offset of a record the barrier may still need
+  (buffered, not yet released). A restarted barrier seeks there and buffers again.
+* ``P_ack``, in the offset's metadata: everything below it was acked as received. A
+  restarted barrier does not ack those records twice (an XOR acked twice re-opens its slot).
+
+A record is done once its global time is at or before ``GT_last``: it was released, or
+cancelled, or dropped as a replay. A record is a frame of items with several global times
+(`framework.wire.frames`): it is done once its latest item is, and the bookkeeping stays
+per offset, i.e. per frame (a frame is read, acked and needed whole).
+
+``GT_last`` travels in the same metadata, so a restart never resumes with a ``GT_last``
+older than the one its ``P_rel`` was computed with; that would re-read a tombstone without
+the item it cancelled.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from framework.core.time import GlobalTime
+from framework.errors import ProtocolViolation
+
+__all__ = [
+    "BarrierMark",
+    "BundleMark",
+    "PartitionLedger",
+    "format_gt",
+    "parse_gt",
+]
+
+_VERSION = "fp1"
+
+
+def format_gt(gt: GlobalTime | None) -> str:
+    """``slot,front,offset`` (``-`` for None): a global time inside offset metadata."""
+    return "-" if gt is None else f"{gt.slot},{gt.front},{gt.offset}"
+
+
+def parse_gt(text: str) -> GlobalTime | None:
+    """Inverse of `format_gt`; ``ValueError`` on anything else."""
+    if text == "-":
+        return None
+    slot, front, offset = (int(part) for part in text.split(","))
+    return GlobalTime(slot, front, offset)
+
+
+@dataclass(frozen=True, slots=True)
+class BarrierMark:
+    """What the barrier commits as the offset metadata of each pre-barrier partition."""
+
+    acked: int
+    node_time: int
+    gt_last: GlobalTime | None
+
+    def encode(self) -> str:
+        """``fp1 ack=<P_ack> nt=<node time> gt=<GT_last>``."""
+        return f"{_VERSION} ack={self.acked} nt={self.node_time} gt={format_gt(self.gt_last)}"
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> BarrierMark:
+        """Inverse of `encode`; `ProtocolViolation` naming ``where`` on foreign metadata."""
+        try:
+            version, *fields = text.split(" ")
+            values = dict(field.split("=", 1) for field in fields)
+            if version != _VERSION:
+                raise ValueError(f"version {version!r}")
+            return cls(int(values["ack"]), int(values["nt"]), parse_gt(values["gt"]))
+        except (ValueError, KeyError) as exc:
+            raise ProtocolViolation(
+                f"{where}: offset metadata {text!r} was not written by a flamepipe barrier "
+                f"({exc}); reset the barrier's consumer group only together with its output"
+            ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class BundleMark:
+    """What a `BundleConsumer` commits as offset metadata: the bundle it received last."""
+
+    seq: int
+    gt_last: GlobalTime
+
+    def encode(self) -> str:
+        """``fp1 seq=<seq> gt=<gt_last>``."""
+        return f"{_VERSION} seq={self.seq} gt={format_gt(self.gt_last)}"
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> BundleMark:
+        """Inverse of `encode`; `ProtocolViolation` naming ``where`` on foreign metadata."""
+        try:
+            version, seq, gt = text.split(" ")
+            gt_last = parse_gt(gt.removeprefix("gt="))
+            if version != _VERSION or not seq.startswith("seq=") or gt_last is None:
+                raise ValueError("not fp1 seq=<n> gt=<slot,front,offset>")
+            return cls(int(seq.removeprefix("seq=")), gt_last)
+        except ValueError as exc:
+            raise ProtocolViolation(
+                f"{where}: offset metadata {text!r} was not written by a BundleConsumer ({exc})"
+            ) from exc
+
+
+class PartitionLedger:
+    """Offsets of one pre-barrier partition (see the module docstring)."""
+
+    __slots__ = ("_held", "acked", "position")
+
+    def __init__(self, start: int, acked: int) -> None:
+        """Resume reading at ``start`` (``P_rel``); records below ``acked`` were acked."""
+        self.position = start
+        self.acked = max(acked, start)
+        self._held: deque[tuple[int, GlobalTime]] = deque()
+
+    @property
+    def replaying(self) -> bool:
+        """Whether records acked before a restart are still to be read again.
+
+        A min time may count on them (their receipt was acked), so it must not be applied
+        to the barrier before they are buffered again.
+        """
+        return self.position < self.acked
+
+    def needs_ack(self, offset: int) -> bool:
+        """Whether the record at ``offset`` has not been acked yet."""
+        return offset >= self.acked
+
+    def read(self, offset: int, gt: GlobalTime) -> None:
+        """Record that the record at ``offset`` was read; ``gt``: its latest item's time."""
+        if offset < self.position:
+            raise ProtocolViolation(f"offset {offset} read again (position {self.position})")
+        self.position = offset + 1
+        self._held.append((offset, gt))
+
+    def acked_all(self) -> None:
+        """Every record read so far is acked (its transaction committed)."""
+        self.acked = max(self.acked, self.position)
+
+    def release_position(self, gt_last: GlobalTime | None) -> int:
+        """``P_rel``: the lowest offset of a record after ``gt_last``, else the position.
+
+        Records leave in offset order only, so one with a late global time keeps the
+        records after it; they are read again after a restart and dropped as replays.
+        """
+        held = self._held
+        if gt_last is not None:
+            while held and held[0][1] <= gt_last:
+                held.popleft()
+        return held[0][0] if held else self.position
+
+    def mark(self, node_time: int, gt_last: GlobalTime | None) -> BarrierMark:
+        """The metadata to commit with ``P_rel``, once every record read so far is acked."""
+        return BarrierMark(max(self.acked, self.position), node_time, gt_last)

@@ -1,0 +1,189 @@
+"""Speculation: what an open bundle transaction holds, and when a release may commit it."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from framework.barrier.speculation import Hold, Speculation
+from framework.core.barrier import Barrier
+from framework.core.meta import Meta, Record
+from framework.core.time import GlobalTime
+from framework.errors import ProtocolViolation
+
+
+def item(slot: int, offset: int = 0, payload: bytes = b"x", tomb: bool = False) -> Record:
+    return Record(Meta(GlobalTime(slot, 1, offset), (0,), 5, tomb), (None, payload))
+
+
+def test_a_release_that_covers_everything_held_goes_at_once() -> None:
+    spec = Speculation()
+    assert spec.hold(5, True, 0.0) is Hold.GO  # nothing held
+    spec.took(item(3), 0.0)
+    spec.took(item(4), 0.0)
+    assert spec.hold(5, True, 0.0) is Hold.GO
+    assert spec.missing([item(2), item(3), item(4)]) == [item(2)]
+
+
+def test_a_release_short_of_what_is_held_waits_sealed_then_aborts() -> None:
+    spec = Speculation(max_hold_s=0.1)
+    spec.took(item(3), 0.0)
+    spec.took(item(7), 0.0)
+    assert spec.hold(5, False, 1.0) is Hold.GO  # nothing below 5 to release: gt_last moves
+    assert spec.accepting
+    assert spec.hold(5, True, 1.0) is Hold.WAIT
+    assert not spec.accepting  # sealed: a later min time passes all it holds
+    assert spec.hold(6, True, 1.05) is Hold.WAIT
+    assert spec.hold(8, True, 1.06) is Hold.GO
+    assert spec.hold(6, True, 1.2) is Hold.ABORT
+
+
+def test_a_sealed_transaction_takes_items_up_to_its_latest_slot() -> None:
+    barrier, spec = Barrier(), Speculation()
+
+    def push(record: Record) -> list[Record]:
+        return spec.admit(record, barrier.push(record), barrier)
+
+    push(item(9))
+    for slot in (3, 7):
+        spec.took(push(item(slot))[0], 0.0)
+    assert spec.hold(5, True, 0.0) is Hold.WAIT
+    assert push(item(6)) == [item(6)]  # the step that releases 7 releases it too
+    assert push(item(8)) == []
+    assert push(item(10)) == []  # the frontier moved, but 9 is past what it holds
+
+
+def test_a_tombstone_poisons_only_a_transaction_holding_its_item() -> None:
+    spec = Speculation()
+    spec.took(item(3, payload=b"a"), 0.0)
+    spec.cancelled(item(3, payload=b"b"))
+    assert not spec.poisoned
+    spec.cancelled(item(3, payload=b"a"))
+    assert spec.poisoned
+    assert not spec.accepting
+    assert spec.hold(9, True, 0.0) is Hold.GO  # the release aborts it
+
+
+def test_missing_counts_copies_and_refuses_anything_left_over() -> None:
+    spec = Speculation()
+    spec.took(item(3), 0.0)
+    assert spec.missing([item(3), item(3)]) == [item(3)]  # an item released twice
+    spec.took(item(4), 0.0)
+    with pytest.raises(ProtocolViolation, match=r"holds 1 item\(s\) .* first at .*slot=4"):
+        spec.missing([item(3), item(3)])
+
+
+def test_aborts_pause_speculation_for_some_releases() -> None:
+    spec = Speculation(cooldown=2)
+    spec.took(item(3), 0.0)
+    spec.end(pause=True)
+    assert (spec.size, spec.held, spec.accepting) == (0, {}, False)
+    spec.end(pause=False)
+    assert not spec.accepting
+    spec.end(pause=False)
+    assert spec.accepting
+    assert not Speculation(enabled=False).accepting
+
+
+def test_a_transaction_open_too_long_expires() -> None:
+    spec = Speculation(max_open_s=20.0)
+    assert not spec.expired(100.0)
+    spec.took(item(3), 10.0)
+    assert not spec.expired(29.0)
+    assert spec.expired(31.0)
+
+
+def test_the_frontier_slot_goes_ahead_once_a_later_slot_arrives() -> None:
+    barrier, spec = Barrier(), Speculation()
+
+    def push(record: Record) -> list[Record]:
+        return spec.admit(record, barrier.push(record), barrier)
+
+    assert push(item(5, 1)) == []  # the frontier
+    assert push(item(5, 2)) == []
+    assert push(item(4)) == [item(4)]  # before it: at once
+    assert push(item(6)) == [item(5, 1), item(5, 2)]
+    spec.took(item(4), 0.0)
+    assert push(item(4, tomb=True)) == []
+    assert spec.poisoned  # it cancelled an item written ahead
+    assert push(item(7)) == []  # nothing goes ahead into a poisoned transaction
+    spec.end(pause=False)
+    assert spec.resync(barrier) == [item(5, 1), item(5, 2), item(6)]
+
+
+# -- the barrier's use of it, simulated ---------------------------------------------------
+
+streams = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # slot
+        st.integers(0, 3),  # offset
+        st.sampled_from([b"a", b"b"]),  # payload
+        st.integers(0, 2),  # copies
+        st.integers(0, 2),  # tombstones (never more than copies)
+    ),
+    max_size=30,
+)
+
+
+def records_of(stream: list[tuple[int, int, bytes, int, int]]) -> list[Record]:
+    out: list[Record] = []
+    for slot, offset, payload, copies, tombstones in stream:
+        out += [item(slot, offset, payload)] * copies
+        out += [item(slot, offset, payload, tomb=True)] * min(copies, tombstones)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=streams, seed=st.integers(0, 2**32))
+def test_each_commit_is_exactly_its_bundle(
+    stream: list[tuple[int, int, bytes, int, int]], seed: int
+) -> None:
+    """The barrier service's steps on one thread: every transaction that commits holds
+    exactly the bundle it releases, whatever the arrival order, holds and aborts."""
+    rng = random.Random(seed)
+    records = records_of(stream)
+    rng.shuffle(records)
+    barrier, spec = Barrier(), Speculation(cooldown=1, max_hold_s=0.1)
+    released, now, min_time = Counter[Record](), 0.0, 0
+
+    def release(target: int) -> None:
+        nonlocal min_time
+        verdict = spec.hold(target, barrier.releasable(target), now)
+        if verdict is Hold.WAIT:
+            return
+        if verdict is Hold.ABORT:
+            spec.end(pause=True)
+        min_time = target
+        bundle = barrier.on_min_time(target)
+        if bundle is None:
+            return
+        if spec.poisoned:
+            spec.end(pause=True)
+        written = spec.missing(bundle.records) if spec.size else list(bundle.records)
+        committed = Counter(spec.held) + Counter(written)
+        assert committed == Counter(bundle.records)
+        released.update(committed)
+        spec.end(pause=False)
+        for record in spec.resync(barrier):
+            spec.took(record, now)
+
+    for i, record in enumerate(records):
+        change = barrier.push(record)
+        for admitted in spec.admit(record, change, barrier):
+            spec.took(admitted, now)
+        if spec.accepting:  # it holds every item before the frontier
+            assert spec.held == Counter(barrier.live(0, spec.frontier))
+        if rng.random() < 0.4:
+            now += rng.choice([0.0, 0.05, 0.2])
+            unpushed = min((r.meta.gt.slot for r in records[i + 1 :]), default=8)
+            release(max(min_time, min(unpushed, min_time + rng.randint(0, 3))))
+    release(8)
+    assert barrier.pending == 0
+    want = Counter[Record]()
+    for slot, offset, payload, copies, tombstones in stream:
+        want[item(slot, offset, payload)] += copies - min(copies, tombstones)
+    assert released == +want

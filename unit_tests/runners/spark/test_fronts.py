@@ -1,0 +1,175 @@
+"""Front heartbeats ride out a broker outage and give up only after ``outage_s``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from framework.core.time import front_id
+from framework.errors import ProtocolViolation
+from framework.runners.spark.fronts import FrontHeartbeats
+
+
+def _fronts(outage_s: float, interval_ms: int = 5) -> FrontHeartbeats:
+    # No broker behind this address: the producer connects lazily and is never used.
+    return FrontHeartbeats(
+        "127.0.0.1:1",
+        "app",
+        acks_topic="app.acks",
+        shards=1,
+        sources={},
+        delta_ms=10,
+        interval_ms=interval_ms,
+        outage_s=outage_s,
+    )
+
+
+def _wait(condition: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
+        time.sleep(0.01)
+
+
+def test_failed_rounds_are_skipped_until_the_broker_is_back() -> None:
+    fronts = _fronts(outage_s=60)
+    rounds = []
+
+    def beat() -> list[object]:
+        rounds.append(time.monotonic())
+        if len(rounds) <= 5:
+            raise OSError("broker away")
+        return []
+
+    fronts.beat = beat  # type: ignore[method-assign]
+    fronts.start()
+    try:
+        _wait(lambda: len(rounds) >= 10)
+        assert len(rounds) >= 10, "the thread stopped heartbeating after the failures"
+        assert fronts.failed_rounds == 5
+        assert fronts.error is None
+        assert fronts._thread.is_alive()
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
+    fronts = _fronts(outage_s=0.1)
+
+    def beat() -> list[object]:
+        raise OSError("broker gone for good")
+
+    fronts.beat = beat  # type: ignore[method-assign]
+    started = time.monotonic()
+    fronts.start()
+    try:
+        _wait(lambda: fronts.error is not None)
+        assert isinstance(fronts.error, OSError)
+        assert time.monotonic() - started >= 0.1
+        assert not fronts._thread.is_alive()
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+class _Stage:
+    def consumed(self) -> tuple[object, dict[int, int]]:
+        return None, {0: 1_000}
+
+
+def test_a_round_that_fails_midway_is_sent_again_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    fails = ["b"]
+
+    def ends(_bootstrap: str, topic: str, partitions: int | None = None) -> dict[int, int]:
+        assert partitions == 1
+        if topic in fails:
+            fails.remove(topic)
+            raise OSError("broker away")
+        return {0: 5}
+
+    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", ends)
+    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", lambda _b, _t: 1)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _Stage(), "b": _Stage()}
+    try:
+        with pytest.raises(OSError):
+            fronts.beat()  # topic a's heartbeat was computed, never sent
+        beats = fronts.beat()
+        assert {beat.front for beat in beats} == {front_id("a", 0), front_id("b", 0)}
+        assert fronts.beat() == []  # nothing rose since
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def test_a_poke_beats_at_once_and_partition_counts_are_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    described: list[str] = []
+
+    def count(_bootstrap: str, topic: str) -> int:
+        described.append(topic)
+        return 1
+
+    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", count)
+    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", lambda *_a, **_k: {0: 5})
+    fronts = _fronts(outage_s=60, interval_ms=60_000)  # no round comes by the clock
+    fronts.sources = {"a": _Stage()}
+    rounds: list[float] = []
+    beat = fronts.beat
+
+    def counted() -> list[object]:
+        rounds.append(time.monotonic())
+        return beat()  # type: ignore[return-value]
+
+    fronts.beat = counted  # type: ignore[method-assign]
+    fronts.start()
+    try:
+        for expected in (1, 2, 3):
+            fronts.poke()
+            _wait(lambda n=expected: len(rounds) >= n)  # type: ignore[misc]
+            assert len(rounds) == expected
+        assert described == ["a"]
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+class _CaughtUp:
+    """A source stage that consumed topic ``a`` to offset 5, stamps long ago."""
+
+    def consumed(self) -> tuple[object, dict[int, int]]:
+        return {"sources": [{"endOffset": {"a": {"0": 5}}}]}, {0: 1_000}
+
+
+def test_a_caught_up_partition_heartbeats_front_lag_ms_behind_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", lambda *_a, **_k: {0: 5})
+    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", lambda _b, _t: 1)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _CaughtUp()}
+    try:
+        before = time.time_ns() // 1_000_000
+        (beat,) = fronts.beat()
+        after = time.time_ns() // 1_000_000
+        # Not slot(t0 - delta): a record stamped 200 ms ago may still be on its way.
+        assert (before - fronts.lag_ms) // 10 <= beat.slot <= (after - fronts.lag_ms) // 10
+        assert fronts.lag_ms == 250
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def _row(stamp: int, skipped: bool = False) -> dict[str, object]:
+    return {"partition": 0, "min_timestamp_ms": stamp, "skipped": skipped}
+
+
+def test_a_record_older_than_a_heartbeat_fails_the_run() -> None:
+    fronts = _fronts(outage_s=60)
+    fronts.sent[front_id("a", 0)] = 500  # promised: nothing below 5000 ms is left
+    try:
+        fronts.check("a", [_row(5_000), _row(5_009)])  # in the promised slot or later
+        fronts.check("a", [_row(4_000, skipped=True)])  # read before the promise
+        fronts.check("b", [_row(0)])  # another topic's front was never promised
+        with pytest.raises(ProtocolViolation, match="FLAMEPIPE_FRONT_LAG_MS") as caught:
+            fronts.check("a", [_row(5_000), _row(4_999)])
+        assert "a[0] stamped 4999" in str(caught.value)
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for

@@ -1,0 +1,157 @@
+"""The allowed imports: layers point inward, and this table is the one place that says so.
+
+Read bottom-up: a layer may import the layers it lists (and itself), nothing else of
+flamepipe; third-party packages are allowed only where ``THIRD_PARTY`` says. Lazy imports
+inside functions count the same as imports at the top.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = ("framework.errors", "framework.failpoints", "framework.deadline", "framework.service")
+CORE = (*BASE, "framework.core")
+WIRE = (*CORE, "framework.wire", "schemas")
+KAFKA = (*WIRE, "framework.kafka")
+ROLES = (*KAFKA, "framework.plan", "framework.coordination")
+
+# layer prefix -> the prefixes it may import (longest prefix decides a module's layer)
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "framework.errors": (),
+    "framework.failpoints": ("framework.errors",),
+    "framework.deadline": ("framework.errors",),
+    "framework.service": ("framework.errors",),
+    "framework.config": (*BASE, "framework.config"),
+    "framework.core": CORE,
+    "framework.wire": WIRE,
+    "framework.kafka": KAFKA,
+    "framework.coordination": (*WIRE, "framework.coordination"),
+    "framework.plan": (*WIRE, "framework.plan"),
+    "framework.acker": (*ROLES, "framework.acker"),
+    "framework.barrier": (*ROLES, "framework.barrier"),
+    "framework.snapshots": (*ROLES, "framework.snapshots", "framework.config"),
+    "framework.local": (*BASE, "framework.config", "framework.local"),
+    "framework.runners": (
+        *ROLES,
+        "framework.acker",
+        "framework.barrier",
+        "framework.snapshots",
+        "framework.runners",
+        "framework.config",
+        "framework.local",
+        "framework.pipeline",
+    ),
+    # The user-facing facades: what a pipeline author imports.
+    "framework.pipeline": (*CORE, "framework.runners.spark.default"),
+    "framework.testing": ("framework.runners.inprocess",),
+    "framework": ("framework.core", "framework.errors", "framework.pipeline"),
+    "connectors": (*KAFKA, "framework", "framework.config", "connectors"),
+    # The command line and the demo sit on top of everything.
+    "framework.demos": ("framework", "connectors"),
+    "framework.cli": ("framework", "connectors"),
+}
+
+# Third-party packages by layer: the pure core and the byte formats import neither Spark,
+# Kafka nor ZooKeeper; only the Kafka layer (and what sits above it) makes Kafka clients.
+THIRD_PARTY = ("pyspark", "confluent_kafka", "kazoo", "rocksdict", "testcontainers", "py4j")
+THIRD_PARTY_ALLOWED: dict[str, tuple[str, ...]] = {
+    "framework.kafka": ("confluent_kafka",),
+    "framework.coordination": ("kazoo",),
+    "framework.acker": ("confluent_kafka",),
+    "framework.barrier": ("confluent_kafka",),
+    "framework.snapshots": ("confluent_kafka", "rocksdict"),
+    "framework.runners": ("confluent_kafka", "kazoo", "pyspark", "py4j"),
+    "framework.local": ("testcontainers", "confluent_kafka"),
+    "framework.demos": ("confluent_kafka", "pyspark"),
+    "framework.cli": ("confluent_kafka", "kazoo", "pyspark"),
+    "connectors": ("confluent_kafka",),
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _layer(module: str, table: dict[str, tuple[str, ...]]) -> str | None:
+    best = None
+    for prefix in table:
+        if (module == prefix or module.startswith(prefix + ".")) and (
+            best is None or len(prefix) > len(best)
+        ):
+            best = prefix
+    return best
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _imports(path: Path, module: str) -> list[str]:
+    names: list[str] = []
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                names.append(".".join([*base, *([node.module] if node.module else [])]))
+            elif node.module:
+                # ``from framework import failpoints`` imports framework.failpoints only
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                modules = [name for name in subs if _is_module(name)]
+                names += modules if len(modules) == len(subs) else [node.module, *modules]
+    return names
+
+
+def _sources() -> list[tuple[Path, str]]:
+    paths = sorted((ROOT / "framework").rglob("*.py")) + sorted((ROOT / "connectors").rglob("*.py"))
+    return [(p, _module(p)) for p in paths]
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module or package of flamepipe (not a name inside one)."""
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_every_module_has_a_layer() -> None:
+    assert [m for _, m in _sources() if _layer(m, ALLOWED) is None] == []
+
+
+def test_imports_point_inward() -> None:
+    bad = []
+    for path, module in _sources():
+        layer = _layer(module, ALLOWED)
+        assert layer is not None
+        for name in _imports(path, module):
+            if not name.startswith(("framework", "connectors", "schemas")) or not _is_module(name):
+                continue
+            own = () if layer == "framework" else (layer,)
+            if not _under(name, (*ALLOWED[layer], *own)):
+                bad.append(f"{module} -> {name}")
+    assert bad == [], "\n".join(bad)
+
+
+def test_third_party_clients_only_where_allowed() -> None:
+    bad = []
+    for path, module in _sources():
+        layer = _layer(module, THIRD_PARTY_ALLOWED) or ""
+        allowed = THIRD_PARTY_ALLOWED.get(layer, ())
+        for name in _imports(path, module):
+            top = name.split(".")[0]
+            if top in THIRD_PARTY and top not in allowed:
+                bad.append(f"{module} -> {name}")
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_table_sees_the_tree() -> None:
+    """The check above can fail: a known inward import is seen, an outward one is caught."""
+    imports = dict(_sources())
+    assert any(m == "framework.barrier.service" for m in imports.values())
+    assert not _under("framework.runners.assembly", ALLOWED["framework.core"])
+    assert _under("framework.core.time", ALLOWED["framework.wire"])
