@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from framework.core.messages import BundleHeader
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
@@ -52,8 +53,6 @@ __all__ = [
     "consume_main",
     "last_bundle_header",
 ]
-
-_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +118,7 @@ class BundleConsumer:
             asked = [TopicPartition(self.topic, p) for p in range(partitions)]
             found = kafka_retry(
                 f"cannot read the positions of {self.group!r}",
-                lambda: consumer.committed(asked, timeout=_TIMEOUT_S),
+                lambda: consumer.committed(asked, timeout=DEFAULT_TIMEOUT_S),
             )
             starts = {tp.partition: self._resume(consumer, tp) for tp in found}
             assign(consumer, self.topic, starts)
@@ -139,7 +138,9 @@ class BundleConsumer:
             return int(tp.offset)
         low, _ = kafka_retry(
             f"cannot read the offsets of {at}",
-            lambda: consumer.get_watermark_offsets(TopicPartition(self.topic, p), _TIMEOUT_S),
+            lambda: consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), DEFAULT_TIMEOUT_S
+            ),
         )
         self._verifiers[p] = BundleVerifier(at, 0 if low == 0 else None)
         if low > 0:  # retention cut the log: its first bundle may be partial
@@ -152,9 +153,9 @@ class BundleConsumer:
         Asking for the next bundle acknowledges (commits) the previous one.
         """
         self.commit()
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while not self._ready and self._violation is None:
-            left = deadline - time.monotonic()
+            left = deadline.remaining()
             if left <= 0:
                 return None
             self._fill(min(left, self.poll_s))

@@ -1,18 +1,31 @@
-"""The one exception hierarchy of flamepipe: catch `FlamepipeError` to catch them all."""
+"""The one exception hierarchy of flamepipe: catch `FlamepipeError` to catch them all.
+
+Which to expect where: `ConfigError` before anything starts; `PipelineError` while a graph
+is built or planned; `UserFunctionError` from a user function in fail-fast mode;
+`EncodeError` / `DecodeError` at the byte formats; `KafkaClientError` and
+`DeadlineExceeded` from the Kafka layer; `CoordinationError` from ZooKeeper; `StateError`
+from a state backend; `ServiceFailed` when a running service or stage stops on an error;
+`ProtocolViolation` when an exactly-once invariant breaks (never retried).
+"""
 
 from __future__ import annotations
 
 __all__ = [
     "ConfigError",
     "CoordinationError",
+    "DeadlineExceeded",
     "DecodeError",
+    "EncodeError",
     "Fenced",
     "FlamepipeError",
+    "KafkaClientError",
     "PipelineError",
     "ProtocolViolation",
+    "ServiceFailed",
     "SnapshotMissing",
     "StackError",
     "StateError",
+    "UserFunctionError",
     "ZooKeeperUnreachable",
 ]
 
@@ -30,7 +43,29 @@ class DecodeError(FlamepipeError):
 
 
 class PipelineError(FlamepipeError):
-    """A pipeline graph is malformed, or a user function failed in fail-fast mode."""
+    """A pipeline graph is malformed or used wrongly (its nodes, endpoints or windows)."""
+
+
+class UserFunctionError(FlamepipeError):
+    """A user function (map, key, reduce, ...) raised, in fail-fast mode; the cause is chained."""
+
+
+class EncodeError(FlamepipeError):
+    """A value could not be encoded into bytes (a payload the serde cannot write, a field
+    out of its wire range)."""
+
+
+class KafkaClientError(FlamepipeError):
+    """A Kafka client call failed in a way that does not pass by itself (broker, topic,
+    transaction); the message names what was being done."""
+
+
+class DeadlineExceeded(FlamepipeError):  # noqa: N818 - a state of the world, like TimeoutError
+    """Something flamepipe waits for did not happen within its time (`framework.deadline`)."""
+
+
+class ServiceFailed(FlamepipeError):  # noqa: N818 - reports a failure, not a caller mistake
+    """A service or stage of a running pipeline failed; the message names which and why."""
 
 
 class ProtocolViolation(FlamepipeError):  # noqa: N818 - a violation, not an error of the caller

@@ -8,11 +8,10 @@ from abc import ABC, abstractmethod
 from types import TracebackType
 from typing import Self
 
-from framework.errors import FlamepipeError, PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S
+from framework.errors import DeadlineExceeded, FlamepipeError, PipelineError, ServiceFailed
 
 __all__ = ["Service"]
-
-_TIMEOUT_S = 30.0
 
 
 class Service(ABC):
@@ -48,22 +47,22 @@ class Service(ABC):
         self._thread.start()
         return self
 
-    def wait_ready(self, timeout: float = _TIMEOUT_S) -> None:
+    def wait_ready(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """Wait until the loop has opened its resources; raise if it failed or timed out."""
         if not self._ready.wait(timeout):
-            raise PipelineError(f"{self.name} did not get ready in {timeout} s")
+            raise DeadlineExceeded(f"{self.name} did not get ready in {timeout} s")
         self.check()
 
-    def stop(self, timeout: float = _TIMEOUT_S) -> None:
+    def stop(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """Stop the loop and wait for it; raise its failure if it had one."""
         self._stopping.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
             if self._thread.is_alive():
-                raise PipelineError(f"{self.name} did not stop within {timeout} s")
+                raise DeadlineExceeded(f"{self.name} did not stop within {timeout} s")
         self.check()
 
-    def stop_quietly(self, timeout: float = _TIMEOUT_S) -> None:
+    def stop_quietly(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """`stop`, for cleanup after another failure: this loop's own error is dropped."""
         with contextlib.suppress(FlamepipeError):
             self.stop(timeout)
@@ -108,7 +107,7 @@ class Service(ABC):
         except FlamepipeError as exc:
             self._error = exc
         except Exception as exc:  # a loop must report, not die silently
-            self._error = PipelineError(f"{self.name} failed: {type(exc).__name__}: {exc}")
+            self._error = ServiceFailed(f"{self.name} failed: {type(exc).__name__}: {exc}")
             self._error.__cause__ = exc
         finally:
             self._ready.set()

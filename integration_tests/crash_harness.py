@@ -67,7 +67,7 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.errors import ProtocolViolation, StackError
 from framework.kafka.admin import partition_count
-from framework.kafka.read import read_to_end
+from framework.kafka.clients import read_to_end
 from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.assembly import source_fronts

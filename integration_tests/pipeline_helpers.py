@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.config import Settings
-from framework.kafka.read import read_to_end
+from framework.kafka.clients import read_to_end
 from framework.pipeline import Pipeline
 from framework.runners.spark import PipelineRun, SparkRunner
 

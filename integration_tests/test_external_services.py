@@ -24,7 +24,7 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.failpoints import ENV as FAILPOINTS
-from framework.kafka.read import read_to_end
+from framework.kafka.clients import read_to_end
 from framework.runners.spark import SparkRunner
 from integration_tests.pipeline_helpers import produce_lines
 from integration_tests.services_helpers import ServiceProcess, service_env, services

@@ -19,7 +19,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from framework.errors import ConfigError, PipelineError
+from framework.errors import ConfigError, KafkaClientError
 from framework.kafka import admin
 from framework.kafka.admin import (
     TopicSpec,
@@ -344,7 +344,7 @@ def test_failed_commit_aborts_and_the_committer_recovers(
     group = _name("g")
     committer = TaskCommitter(bootstrap, _name("tx"))
     try:
-        with pytest.raises(PipelineError, match=r"transaction of .* failed"):
+        with pytest.raises(KafkaClientError, match=r"transaction of .* failed"):
             committer.commit(_failing(bootstrap, sink, "lost"), group, {(source, 0): 5})
         assert committer.committed_position(group, source, 0) is None
         committer.commit(_batch(sink, "kept"), group, {(source, 0): 5})
@@ -410,7 +410,7 @@ def test_changelog_catches_up_incrementally_without_aborted_writes(
         assert reader.catch_up() == [(b"a", b"1"), (b"b", b"2")]
         write([(b"a", None), (b"c", b"3")], 2)
         assert reader.catch_up() == [(b"a", None), (b"c", b"3")]
-        with pytest.raises(PipelineError):
+        with pytest.raises(KafkaClientError):
             aborted = _failing(bootstrap, changelog, "aborted", partition=1)
             committer.commit(aborted, group, {(source, 0): 3})
         write([(b"d", b"4")], 3)

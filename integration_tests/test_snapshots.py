@@ -24,7 +24,7 @@ from framework.core.ops import key_hash, op_id_of
 from framework.core.time import GlobalTime
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
-from framework.kafka.read import read_to_end
+from framework.kafka.clients import read_to_end
 from framework.plan.state import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
 from framework.snapshots.backends import FileBackend

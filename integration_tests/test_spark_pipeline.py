@@ -114,7 +114,7 @@ def _wait(condition: Any, run: Any, timeout_s: float = 120) -> None:
 
 
 def read_raw(bootstrap: str, topic: str) -> list[Any]:
-    from framework.kafka.read import read_to_end
+    from framework.kafka.clients import read_to_end
 
     return read_to_end(bootstrap, topic)
 
@@ -124,7 +124,7 @@ def test_two_groupings_in_sequence_equal_the_in_process_harness(
 ) -> None:
     from connectors import KafkaSink, KafkaSource
     from framework.demos.wordcount import two_groupings
-    from framework.kafka.read import read_to_end
+    from framework.kafka.clients import read_to_end
     from framework.testing import InProcessRunner, ListSink, ListSource
 
     settings = stack.with_(parallelism=2)

@@ -23,7 +23,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.errors": (),
     "framework.failpoints": ("framework.errors",),
     "framework.deadline": ("framework.errors",),
-    "framework.service": ("framework.errors",),
+    "framework.service": ("framework.errors", "framework.deadline"),
     "framework.config": (*BASE, "framework.config"),
     "framework.core": CORE,
     "framework.wire": WIRE,

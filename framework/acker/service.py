@@ -39,21 +39,20 @@ from confluent_kafka import (
 from framework.acker.checkpoints import acker_state_spec, encode_checkpoint, latest
 from framework.core.acker.sharded import AckerShard
 from framework.core.messages import MinTimeNotification, NodeTime
-from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
+from framework.errors import FlamepipeError, KafkaClientError, PipelineError, ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.clients import (
-    acks_topic_spec,
     assign,
     close_quietly,
     is_eof,
     is_record,
-    mintime_topic_spec,
     new_consumer,
     new_producer,
     read_to_end,
     take,
     where,
 )
+from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
 from framework.service import Service
 from framework.wire.avro import decode_min_time, encode_min_time
 from framework.wire.internal import decode_ack_batch
@@ -205,7 +204,7 @@ class AckerService(Service):
                 self._apply(msg)
         self._producer.poll(0)
         if self._failures:
-            raise PipelineError(f"cannot publish min times: {self._failures[0]}")
+            raise KafkaClientError(f"cannot publish min times: {self._failures[0]}")
         if self._unsaved and time.monotonic() - self._last_checkpoint >= self.checkpoint_s:
             self._checkpoint()
 
@@ -221,7 +220,7 @@ class AckerService(Service):
         if self._producer.flush(10) > 0:
             return
         if self._failures:
-            raise PipelineError(f"cannot publish min times: {self._failures[0]}")
+            raise KafkaClientError(f"cannot publish min times: {self._failures[0]}")
         # Step 2
         for partition in sorted(self._unsaved - self._replaying):
             value = encode_checkpoint(self._next[partition], self._shards[partition].state())

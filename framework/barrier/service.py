@@ -51,9 +51,10 @@ from framework.barrier.writer import (
 )
 from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph
+from framework.core.ids import service_node_id
 from framework.core.meta import Record
 from framework.core.time import GlobalTime
-from framework.errors import FlamepipeError, PipelineError
+from framework.errors import FlamepipeError, KafkaClientError, PipelineError
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
     assign,
@@ -61,7 +62,6 @@ from framework.kafka.clients import (
     is_record,
     kafka_retry,
     new_consumer,
-    service_node_id,
     take,
     where,
 )
@@ -247,7 +247,7 @@ class BarrierService(Service):
         marks: dict[int, tuple[int | None, BarrierMark]] = {}
         for tp in found:
             if tp.error is not None:
-                raise PipelineError(f"position of {self.group!r} on {self.pre}: {tp.error}")
+                raise KafkaClientError(f"position of {self.group!r} on {self.pre}: {tp.error}")
             if tp.offset >= 0:
                 at = f"group {self.group!r} on {self.pre}[{tp.partition}]"
                 marks[tp.partition] = (tp.offset, BarrierMark.decode(tp.metadata or "", at))

@@ -52,12 +52,11 @@ from framework.barrier.stats import BarrierStats
 from framework.barrier.writer import TransactionalWriter
 from framework.core.barrier import Barrier, Bundle
 from framework.core.meta import Meta, Record
-from framework.errors import PipelineError, ProtocolViolation
+from framework.deadline import DEFAULT_TIMEOUT_S
+from framework.errors import KafkaClientError, PipelineError, ProtocolViolation
 from framework.wire.bundles import header_records, item_record
 
 __all__ = ["BundleWriter", "Hold", "Speculation"]
-
-_TIMEOUT_S = 30.0
 
 
 class Hold(enum.Enum):
@@ -222,7 +221,9 @@ class BundleWriter(TransactionalWriter):
             self._write_item(producer, record)
         except (KafkaException, BufferError) as exc:
             self._abandon(producer)
-            raise PipelineError(f"{self.transactional_id!r}: writing ahead failed: {exc}") from exc
+            raise KafkaClientError(
+                f"{self.transactional_id!r}: writing ahead failed: {exc}"
+            ) from exc
         self.speculation.took(record, time.monotonic())
         self.stats.ahead += 1
 
@@ -275,7 +276,7 @@ class BundleWriter(TransactionalWriter):
             for header in header_records(bundle.seq, bundle.gt_last, self._counts, self.topic):
                 self._produce(producer, header)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-                failpoints.hit(failpoint, before=lambda: producer.flush(_TIMEOUT_S))
+                failpoints.hit(failpoint, before=lambda: producer.flush(DEFAULT_TIMEOUT_S))
             # Step 4
             self._commit(producer)
         except (KafkaException, BufferError) as exc:
@@ -306,7 +307,7 @@ class BundleWriter(TransactionalWriter):
         producer = self._require()
         if self._open:
             try:
-                producer.abort_transaction(_TIMEOUT_S)
+                producer.abort_transaction(DEFAULT_TIMEOUT_S)
             except KafkaException as exc:
                 self.close()
                 raise PipelineError(

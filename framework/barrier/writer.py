@@ -8,7 +8,6 @@ producer and commits the positions afterwards: a crash in between shows a bundle
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,15 +18,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from framework import failpoints
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
-from framework.errors import PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import KafkaClientError, PipelineError
 from framework.kafka.clients import close_quietly, kafka_call, new_producer
 from framework.kafka.transactions import OutRecordLike
 from framework.wire.internal import encode_ack_batch
 from framework.wire.records import OutRecord
 
 __all__ = ["OutputWriter", "PlainWriter", "ReceiptSender", "TransactionalWriter"]
-
-_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +87,13 @@ class OutputWriter(ABC):
             kwargs["partition"] = record.partition
         if record.headers:
             kwargs["headers"] = list(record.headers)
-        deadline = time.monotonic() + _TIMEOUT_S
+        deadline = Deadline(DEFAULT_TIMEOUT_S)
         while True:
             try:
                 producer.produce(record.topic, **kwargs)
                 return
             except BufferError:  # the local queue is full: let deliveries drain it
-                if time.monotonic() > deadline:
+                if deadline.expired:
                     raise
                 producer.poll(0.05)
 
@@ -116,8 +114,8 @@ class TransactionalWriter(OutputWriter):
         )
         what = f"cannot start the transactional producer {self.transactional_id!r}"
         try:
-            kafka_call(what, lambda: producer.init_transactions(_TIMEOUT_S))
-        except PipelineError:
+            kafka_call(what, lambda: producer.init_transactions(DEFAULT_TIMEOUT_S))
+        except KafkaClientError:
             close_quietly(producer)
             raise
         self._producer = producer
@@ -150,9 +148,9 @@ class TransactionalWriter(OutputWriter):
             # Step 3
             if positions:
                 group = self.consumer.consumer_group_metadata()
-                producer.send_offsets_to_transaction(positions, group, _TIMEOUT_S)
+                producer.send_offsets_to_transaction(positions, group, DEFAULT_TIMEOUT_S)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-                failpoints.hit(failpoint, before=lambda: producer.flush(_TIMEOUT_S))
+                failpoints.hit(failpoint, before=lambda: producer.flush(DEFAULT_TIMEOUT_S))
             # Step 4
             self._commit(producer)
         except (KafkaException, BufferError) as exc:
@@ -162,20 +160,20 @@ class TransactionalWriter(OutputWriter):
             ) from exc
 
     def _commit(self, producer: Producer) -> None:
-        deadline = time.monotonic() + _TIMEOUT_S
+        deadline = Deadline(DEFAULT_TIMEOUT_S)
         while True:
             try:
-                producer.commit_transaction(_TIMEOUT_S)
+                producer.commit_transaction(DEFAULT_TIMEOUT_S)
                 return
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
                 retriable = isinstance(error, KafkaError) and error.retriable()
-                if not retriable or time.monotonic() > deadline:
+                if not retriable or deadline.expired:
                     raise
 
     def _abort(self, producer: Producer) -> None:
         try:
-            producer.abort_transaction(_TIMEOUT_S)
+            producer.abort_transaction(DEFAULT_TIMEOUT_S)
         except KafkaException:  # fenced or fatal: nothing to abort from here
             self.close()
 
@@ -206,8 +204,8 @@ class PlainWriter(OutputWriter):
         for record in records:
             self._produce(producer, record, delivered)
         producer.poll(0)
-        if producer.flush(_TIMEOUT_S) > 0 or failures:
-            raise PipelineError(f"at-least-once write failed: {failures or 'flush timed out'}")
+        if producer.flush(DEFAULT_TIMEOUT_S) > 0 or failures:
+            raise KafkaClientError(f"at-least-once write failed: {failures or 'flush timed out'}")
         if failpoint is not None:  # crash tests: output written, positions not committed
             failpoints.hit(failpoint)
         if positions:

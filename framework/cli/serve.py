@@ -129,12 +129,25 @@ def _start_retrying(
     build: Callable[[int], list[Any]], epoch: int, lost: Callable[[], bool]
 ) -> list[Any] | None:
     """`_start_all` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
-    from framework.errors import CoordinationError, Fenced, PipelineError
+    from framework.errors import (
+        CoordinationError,
+        DeadlineExceeded,
+        Fenced,
+        KafkaClientError,
+        PipelineError,
+        ServiceFailed,
+    )
 
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
             return _start_all(build(epoch))
-        except (PipelineError, CoordinationError) as exc:
+        except (
+            PipelineError,
+            KafkaClientError,
+            DeadlineExceeded,
+            ServiceFailed,
+            CoordinationError,
+        ) as exc:
             if isinstance(exc, Fenced) or attempt == _START_ATTEMPTS:
                 raise
             _say(f"start failed ({exc}); trying again in {_START_PAUSE_S:.0f} s")

@@ -20,7 +20,7 @@ from typing import Any
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed
 from framework.core.time import GlobalTime
-from framework.errors import PipelineError
+from framework.errors import PipelineError, UserFunctionError
 
 __all__ = ["Bucket", "Grouping", "keyed_of", "meta_from_plain", "slot_floor"]
 
@@ -110,7 +110,7 @@ def keyed_of(record: Record) -> Keyed:
     """The `Keyed` value a grouping takes; `PipelineError` for anything else."""
     keyed = record.value
     if not isinstance(keyed, Keyed):
-        raise PipelineError(f"grouping expects key_by output, got {type(keyed).__name__}")
+        raise UserFunctionError(f"grouping expects key_by output, got {type(keyed).__name__}")
     return keyed
 
 

@@ -18,7 +18,6 @@ item).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import reprlib
 import struct
@@ -26,8 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from framework.core.ids import stable_id
 from framework.core.meta import Meta, Record
-from framework.errors import PipelineError
+from framework.errors import UserFunctionError
 
 # tuple.__new__ skips a NamedTuple's Python-level argument parsing: these run per item
 # (measured: the source stage of a word count spends a third of its time building them).
@@ -51,8 +51,7 @@ __all__ = [
 
 def op_id_of(pipeline: str, node_id: str) -> int:
     """The 64-bit id of physical operation ``node_id`` of ``pipeline``, equal across runs."""
-    digest = hashlib.blake2b(f"{pipeline}\x00{node_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+    return stable_id(f"{pipeline}\x00{node_id}", 64)
 
 
 class Keyed(NamedTuple):
@@ -76,8 +75,7 @@ def key_bytes(key: object) -> bytes:
 
 def key_hash(key: object) -> int:
     """A stable 64-bit hash of ``key`` (blake2b of `key_bytes`), never Python's salted hash."""
-    digest = hashlib.blake2b(key_bytes(key), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
+    return stable_id(key_bytes(key), 64)
 
 
 def _encode(key: object, out: bytearray) -> None:
@@ -101,7 +99,7 @@ def _encode(key: object, out: bytearray) -> None:
             _encode(item, out)
         out += b")"
     else:
-        raise PipelineError(
+        raise UserFunctionError(
             f"key {reprlib.repr(key)} of type {type(key).__name__} has no stable encoding; "
             "key_by must return None, bool, int, float, str, bytes or a tuple of them"
         )
@@ -116,8 +114,8 @@ class Operation(Protocol):
     def apply(self, record: Record) -> list[Record]: ...
 
 
-def _fail(name: str, value: object, exc: Exception) -> PipelineError:
-    return PipelineError(f"{name} failed on {reprlib.repr(value)}: {exc!r}")
+def _fail(name: str, value: object, exc: Exception) -> UserFunctionError:
+    return UserFunctionError(f"{name} failed on {reprlib.repr(value)}: {exc!r}")
 
 
 @dataclass(frozen=True, slots=True)

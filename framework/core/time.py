@@ -20,8 +20,9 @@ Tuples (``NamedTuple``) rather than dataclasses: comparisons happen on every hot
 
 from __future__ import annotations
 
-import hashlib
 from typing import NamedTuple
+
+from framework.core.ids import stable_id
 
 __all__ = [
     "DEFAULT_DELTA_MS",
@@ -72,5 +73,4 @@ def front_id(topic: str, partition: int) -> int:
 
     Python's ``hash()`` is salted per process, so a keyed digest is used instead.
     """
-    digest = hashlib.blake2b(f"{topic}\x00{partition}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
+    return stable_id(f"{topic}\x00{partition}")

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 from framework.core.grouping import Bucket, meta_from_plain
 from framework.core.meta import Record
 from framework.core.ops import Keyed
-from framework.errors import PipelineError
+from framework.errors import PipelineError, UserFunctionError
 
 __all__ = [
     "Aggregation",
@@ -174,7 +174,7 @@ class WindowAggregator:
         """Buffer an item or remove a tombstone's item; results come only on min time."""
         keyed = record.value
         if not isinstance(keyed, Keyed):
-            raise PipelineError(f"aggregate expects key_by output, got {type(keyed).__name__}")
+            raise UserFunctionError(f"aggregate expects key_by output, got {type(keyed).__name__}")
         bucket = self._buckets.get(keyed.key)
         if bucket is None:
             bucket = self._buckets[keyed.key] = Bucket()

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 
 from framework.core.time import GlobalTime
-from framework.kafka.read import read_to_end
+from framework.kafka.clients import read_to_end
 
 __all__ = ["pair_key", "window_counts_oracle", "word_pairs_oracle"]
 

@@ -30,10 +30,10 @@ from confluent_kafka import Producer
 
 from connectors.bundles import BundleConsumer
 from framework.config import Settings
+from framework.deadline import Deadline
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import word_pairs
-from framework.errors import PipelineError
 from framework.runners.spark import SparkRunner
 from framework.wire.serde import Json
 
@@ -119,10 +119,10 @@ def run_demo(
         # Step 3
         _say("all lines produced; waiting for the barrier to release the last bundles")
         _wait_released(run, until, reader)
-        deadline = time.monotonic() + 60
+        deadline = Deadline(60)
         while reader.items.total() < result.words:
             run.check()
-            if reader.error is not None or time.monotonic() > deadline:
+            if reader.error is not None or deadline.expired:
                 break
             time.sleep(0.1)
     finally:
@@ -162,11 +162,10 @@ def _produce(
 
 
 def _wait_released(run: Any, until: int, reader: _Reader, timeout_s: float = 600) -> None:
-    deadline = last_report = time.monotonic()
-    deadline += timeout_s
+    deadline = Deadline(timeout_s, "waiting for the barrier to release the input")
+    last_report = time.monotonic()
     while not run.released(until):
-        if time.monotonic() > deadline:
-            raise PipelineError(f"input not released within {timeout_s:.0f} s")
+        deadline.check()
         if time.monotonic() - last_report >= 3:
             last_report = time.monotonic()
             _say(f"released {reader.items.total()} word occurrences so far")

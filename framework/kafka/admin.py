@@ -29,6 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.retry import is_transient
@@ -49,7 +50,6 @@ __all__ = [
 
 LOG_APPEND_TIME = "LogAppendTime"
 _TIMESTAMP_TYPE = "message.timestamp.type"
-_TIMEOUT_S = 30.0
 T = TypeVar("T")
 
 # An admin client has no close: dropping the last reference releases it.
@@ -110,12 +110,12 @@ def _failed(bootstrap: str, what: str, exc: BaseException) -> ConfigError:
 
 def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
     """``ask()``, asked again while Kafka's error is transient; else a `ConfigError`."""
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = Deadline(DEFAULT_TIMEOUT_S)
     while True:
         try:
             return ask()
         except KafkaException as exc:
-            if not is_transient(exc) or time.monotonic() > deadline:
+            if not is_transient(exc) or deadline.expired:
                 raise _failed(bootstrap, what, exc) from exc
         except FlamepipeError:
             raise
@@ -145,7 +145,7 @@ def _describe(bootstrap: str, topics: Iterable[str]) -> dict[str, list[Any]]:
         found: dict[str, list[Any]] = {}
         for name, future in futures.items():
             try:
-                found[name] = list(future.result(timeout=_TIMEOUT_S).partitions)
+                found[name] = list(future.result(timeout=DEFAULT_TIMEOUT_S).partitions)
             except KafkaException as exc:
                 if _code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
                     raise
@@ -184,10 +184,10 @@ def _create(bootstrap: str, specs: list[TopicSpec]) -> None:
     by_name = {spec.name: spec for spec in specs}
 
     def ask() -> None:
-        futures = _admin(bootstrap).create_topics(new, request_timeout=_TIMEOUT_S)
+        futures = _admin(bootstrap).create_topics(new, request_timeout=DEFAULT_TIMEOUT_S)
         for future in futures.values():
             try:
-                future.result(timeout=_TIMEOUT_S)
+                future.result(timeout=DEFAULT_TIMEOUT_S)
             except KafkaException as exc:
                 # A concurrent creator won; its topic may not be visible here yet, so its
                 # size is checked once it is (`_await_ready`).
@@ -199,7 +199,7 @@ def _create(bootstrap: str, specs: list[TopicSpec]) -> None:
 
 def _await_ready(bootstrap: str, specs: list[TopicSpec]) -> None:
     """Wait until every new topic has all its partitions led: creation returns before."""
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = Deadline(DEFAULT_TIMEOUT_S)
     names = [spec.name for spec in specs]
     while True:
         described = _describe(bootstrap, names)
@@ -207,7 +207,7 @@ def _await_ready(bootstrap: str, specs: list[TopicSpec]) -> None:
             for spec in specs:
                 _check_partitions(spec, len(described[spec.name]))
             return
-        if time.monotonic() > deadline:
+        if deadline.expired:
             raise ConfigError(f"Kafka at {bootstrap}: topics {names} did not become ready")
         time.sleep(0.05)
 
@@ -221,8 +221,8 @@ def timestamp_type(bootstrap: str, topic: str) -> str:
     resource = ConfigResource(ResourceType.TOPIC, topic)
 
     def ask() -> str:
-        futures = _admin(bootstrap).describe_configs([resource], request_timeout=_TIMEOUT_S)
-        entries = next(iter(futures.values())).result(timeout=_TIMEOUT_S)
+        futures = _admin(bootstrap).describe_configs([resource], request_timeout=DEFAULT_TIMEOUT_S)
+        entries = next(iter(futures.values())).result(timeout=DEFAULT_TIMEOUT_S)
         return str(entries[_TIMESTAMP_TYPE].value)
 
     return _ask(bootstrap, f"describe the configuration of topic {topic!r}", ask)
@@ -262,9 +262,11 @@ def end_offsets(
 
     def ask() -> dict[int, int]:
         futures = _admin(bootstrap).list_offsets(
-            request, isolation_level=isolation, request_timeout=_TIMEOUT_S
+            request, isolation_level=isolation, request_timeout=DEFAULT_TIMEOUT_S
         )
-        return {tp.partition: f.result(timeout=_TIMEOUT_S).offset for tp, f in futures.items()}
+        return {
+            tp.partition: f.result(timeout=DEFAULT_TIMEOUT_S).offset for tp, f in futures.items()
+        }
 
     return _ask(bootstrap, what, ask)
 
@@ -287,8 +289,10 @@ def offsets_at(bootstrap: str, topic: str, at_ms: int | None) -> dict[int, int]:
     what = f"list the offsets of topic {topic!r} at {at_ms}"
 
     def ask() -> dict[int, int]:
-        futures = _admin(bootstrap).list_offsets(request, request_timeout=_TIMEOUT_S)
-        return {tp.partition: f.result(timeout=_TIMEOUT_S).offset for tp, f in futures.items()}
+        futures = _admin(bootstrap).list_offsets(request, request_timeout=DEFAULT_TIMEOUT_S)
+        return {
+            tp.partition: f.result(timeout=DEFAULT_TIMEOUT_S).offset for tp, f in futures.items()
+        }
 
     found = _ask(bootstrap, what, ask)
     return {p: offset if offset >= 0 else ends[p] for p, offset in found.items()}

@@ -28,13 +28,13 @@ from itertools import pairwise
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from framework.errors import DecodeError, PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import DeadlineExceeded, DecodeError, KafkaClientError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.retry import is_transient
 
 __all__ = ["ChangelogReader"]
 
-_TIMEOUT_S = 30.0
 _SETTLE_S = 5.0
 
 
@@ -78,7 +78,7 @@ class ChangelogReader:
         partition: int,
         *,
         settle_s: float = _SETTLE_S,
-        timeout_s: float = _TIMEOUT_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         """A reader of ``topic[partition]`` that has read nothing yet."""
         self.bootstrap = bootstrap
@@ -128,11 +128,11 @@ class ChangelogReader:
     def catch_up(self) -> list[tuple[bytes, bytes | None]]:
         """Committed ``(key, value)`` records since the last call, oldest first.
 
-        A None value is a deletion (tombstone). Raises `PipelineError` if Kafka fails or
+        A None value is a deletion (tombstone). Raises `KafkaClientError` if Kafka fails or
         the end is not reached within ``timeout_s``.
         """
         with _lock:
-            deadline = time.monotonic() + self.timeout_s
+            deadline = Deadline(self.timeout_s)
             while True:
                 try:
                     low, end = self._settled_end()
@@ -141,10 +141,10 @@ class ChangelogReader:
                     break
                 except KafkaException as exc:
                     # A changelog created a moment ago may not have a leader yet.
-                    if is_transient(exc) and time.monotonic() < deadline:
+                    if is_transient(exc) and not deadline.expired:
                         time.sleep(0.1)
                         continue
-                    raise PipelineError(f"changelog {self._name}: {exc}") from exc
+                    raise KafkaClientError(f"changelog {self._name}: {exc}") from exc
             self.position = max(end, self.position or 0)
             return records
 
@@ -157,11 +157,11 @@ class ChangelogReader:
         tp = TopicPartition(self.topic, self.partition)
         committed = _consumer(self.bootstrap, "read_committed")
         uncommitted = _consumer(self.bootstrap, "read_uncommitted")
-        deadline = time.monotonic() + self.settle_s
+        deadline = Deadline(self.settle_s)
         while True:
             low, stable = committed.get_watermark_offsets(tp, self.timeout_s, cached=False)
             _, high = uncommitted.get_watermark_offsets(tp, self.timeout_s, cached=False)
-            if stable >= high or time.monotonic() >= deadline:
+            if stable >= high or deadline.expired:
                 return low, stable
             time.sleep(0.005)
 
@@ -176,8 +176,8 @@ class ChangelogReader:
     def _drain(self, consumer: Consumer, end: int) -> list[tuple[bytes, bytes | None]]:
         """Records below ``end``; stops at ``end`` or at the partition's end (EOF)."""
         records: list[tuple[bytes, bytes | None]] = []
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
+        deadline = Deadline(self.timeout_s)
+        while not deadline.expired:
             message = consumer.poll(0.1)
             if message is None or not self._mine(message):
                 continue
@@ -194,7 +194,7 @@ class ChangelogReader:
             records.append((self._key(message), message.value()))
             if offset + 1 >= end:
                 return records
-        raise PipelineError(f"changelog {self._name}: end offset {end} not reached in time")
+        raise DeadlineExceeded(f"changelog {self._name}: end offset {end} not reached in time")
 
     def _mine(self, message: Message) -> bool:
         # Messages of a previous assignment may still sit in the local queue.

@@ -1,10 +1,14 @@
-"""What the services share: node ids, topic specs, Kafka clients and reading helpers."""
+"""The one place Kafka clients are made, and the helpers every reader of a topic shares.
+
+Consumers read committed records only and never auto-commit; producers are idempotent.
+A failed client call raises `KafkaClientError` naming what was being done
+(`kafka_call`), or is retried while its error is one that passes by itself
+(`kafka_retry`, `framework.kafka.retry`).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -18,31 +22,26 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from framework.errors import PipelineError
-from framework.kafka.admin import TopicSpec, compacted_spec
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import KafkaClientError
 from framework.kafka.retry import TRANSIENT, retry
-from framework.wire.topics import Topics
 
 __all__ = [
     "QUICK_END",
-    "acks_topic_spec",
     "assign",
     "close_quietly",
     "is_eof",
     "is_record",
     "kafka_call",
     "kafka_retry",
-    "mintime_topic_spec",
     "new_consumer",
     "new_producer",
     "read_to_end",
-    "service_node_id",
     "take",
     "where",
 ]
 
 T = TypeVar("T")
-_TIMEOUT_S = 30.0
 # How long the broker holds a fetch with no new records. It adds no latency: the broker
 # answers a waiting fetch as soon as records (or, read_committed, commit markers) land. But
 # every fetch costs the broker CPU (measured on the embedded broker: four idle consumers
@@ -54,32 +53,15 @@ QUICK_END: Mapping[str, Any] = {"fetch.wait.max.ms": 10}
 """Consumer settings of a reader that stops at the end: it learns of the end sooner."""
 
 
-def service_node_id(app: str, *parts: str) -> int:
-    """A stable 63-bit acker node id for a service of ``app`` (same across restarts)."""
-    text = "/".join((app, *parts))
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
-
-
-def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:
-    """``<app>.acks``: one partition per shard, kept forever (the acker replays it all)."""
-    config = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
-    return TopicSpec(Topics(app, epoch).acks, shards, config)
-
-
-def mintime_topic_spec(app: str, partitions: int = 1, epoch: int = 0) -> TopicSpec:
-    """``<app>.mintime``: compacted by ``<shard>:<segment>`` (see `framework.kafka.mintime`)."""
-    return compacted_spec(Topics(app, epoch).mintime, partitions)
-
-
 def kafka_call(what: str, call: Callable[[], T]) -> T:
-    """``call()``, with a Kafka failure raised as `PipelineError` saying ``what`` failed."""
+    """``call()``, with a Kafka failure raised as `KafkaClientError` saying ``what`` failed."""
     try:
         return call()
     except KafkaException as exc:
-        raise PipelineError(f"{what}: {exc}") from exc
+        raise KafkaClientError(f"{what}: {exc}") from exc
 
 
-def kafka_retry(what: str, call: Callable[[], T], timeout: float = _TIMEOUT_S) -> T:
+def kafka_retry(what: str, call: Callable[[], T], timeout: float = DEFAULT_TIMEOUT_S) -> T:
     """Like `kafka_call`, retrying errors that pass (`framework.kafka.retry`)."""
     return retry(what, call, timeout)
 
@@ -124,7 +106,7 @@ def _first_offset(consumer: Consumer, topic: str, partition: int) -> int:
     tp = TopicPartition(topic, partition)
     low, _ = kafka_retry(
         f"cannot read the offsets of {topic}[{partition}]",
-        lambda: consumer.get_watermark_offsets(tp, _TIMEOUT_S, cached=False),
+        lambda: consumer.get_watermark_offsets(tp, DEFAULT_TIMEOUT_S, cached=False),
     )
     return int(low)
 
@@ -144,19 +126,31 @@ def assign(consumer: Consumer, topic: str, starts: Mapping[int, int | None]) -> 
 
 
 def read_to_end(
-    bootstrap: str, topic: str, partitions: int, timeout: float = _TIMEOUT_S
+    bootstrap: str,
+    topic: str,
+    partitions: int | None = None,
+    *,
+    committed: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[Message]:
-    """Every committed record of ``topic`` now, partition by partition in offset order."""
-    consumer = new_consumer(bootstrap, config=QUICK_END)
+    """Every record of ``topic`` now, partition by partition in offset order.
+
+    ``partitions`` None: all the topic has. The end is where the broker reports the end of
+    each partition: its last stable offset with ``committed`` (read_committed), its high
+    watermark without. Partitions are assigned, not subscribed: no group join to wait for.
+    """
+    isolation = "read_committed" if committed else "read_uncommitted"
+    consumer = new_consumer(bootstrap, config={**QUICK_END, "isolation.level": isolation})
     try:
+        if partitions is None:
+            partitions = _partition_count(consumer, topic)
         assign(consumer, topic, dict.fromkeys(range(partitions)))
         waiting = set(range(partitions))
         out: list[Message] = []
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout_s, f"reading {topic} to its end")
         while waiting:
-            if time.monotonic() > deadline:
-                raise PipelineError(f"reading {topic} to its end took over {timeout} s")
-            for msg in consumer.consume(1000, 0.1):
+            deadline.check()
+            for msg in consumer.consume(1000, deadline.remaining(0.1)):
                 if is_eof(msg):
                     waiting.discard(where(msg)[0])
                 elif is_record(msg, topic):
@@ -166,11 +160,21 @@ def read_to_end(
         close_quietly(consumer)
 
 
+def _partition_count(consumer: Consumer, topic: str) -> int:
+    meta = kafka_retry(
+        f"cannot describe {topic}", lambda: consumer.list_topics(topic, DEFAULT_TIMEOUT_S)
+    )
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise KafkaClientError(f"cannot read {topic}: {found.error if found else 'no such topic'}")
+    return len(found.partitions)
+
+
 def where(msg: Message) -> tuple[int, int]:
     """``(partition, offset)`` of a consumed record."""
     partition, offset = msg.partition(), msg.offset()
     if partition is None or offset is None:  # only produced-but-unsent messages lack them
-        raise PipelineError(f"a consumed record of {msg.topic()} has no partition or offset")
+        raise KafkaClientError(f"a consumed record of {msg.topic()} has no partition or offset")
     return partition, offset
 
 
@@ -182,7 +186,7 @@ def is_eof(msg: Message) -> bool:
 
 def is_record(msg: Message, topic: str) -> bool:
     """Whether ``msg`` is a record: False for events (end of partition, errors the client
-    retries by itself); `PipelineError` for an error it cannot get over."""
+    retries by itself); `KafkaClientError` for an error it cannot get over."""
     error = msg.error()
     if error is None:
         return True
@@ -190,7 +194,7 @@ def is_record(msg: Message, topic: str) -> bool:
     if error.fatal() or not (
         code == KafkaError._PARTITION_EOF or error.retriable() or code in TRANSIENT
     ):
-        raise PipelineError(f"cannot read {topic}: {error}")
+        raise KafkaClientError(f"cannot read {topic}: {error}")
     return False
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from framework.core.graph import Graph, Kind, Sink, Source
-from framework.errors import ConfigError, DecodeError, PipelineError
+from framework.errors import ConfigError, DecodeError, PipelineError, UserFunctionError
 from framework.kafka.admin import (
     TopicSpec,
     ensure_topics,
@@ -155,19 +155,20 @@ class KafkaSink(Sink):
         return partition_count(bootstrap, self.topic)
 
     def encode(self, payload: Any) -> tuple[bytes | None, bytes]:
-        """``(key, value)`` bytes of a payload; `PipelineError` if either cannot be made."""
+        """``(key, value)`` bytes of a payload; `UserFunctionError` or `EncodeError` if either
+        cannot be made."""
         value = self.value.dumps(payload)
         if self.key is None:
             return None, value
         try:
             key = self.key(payload)
         except Exception as exc:  # a user function: any failure is the pipeline's
-            raise PipelineError(f"KafkaSink {self.topic}: key function failed: {exc}") from exc
+            raise UserFunctionError(f"KafkaSink {self.topic}: key function failed: {exc}") from exc
         if isinstance(key, str):
             return key.encode(), value
         if isinstance(key, bytes | bytearray | memoryview):
             return bytes(key), value
-        raise PipelineError(
+        raise UserFunctionError(
             f"KafkaSink {self.topic}: key function returned {type(key).__name__}, not bytes or str"
         )
 

@@ -27,11 +27,11 @@ from framework.kafka.clients import (
     close_quietly,
     is_eof,
     is_record,
-    mintime_topic_spec,
     new_consumer,
     take,
     where,
 )
+from framework.kafka.topics import mintime_topic_spec
 from framework.service import Service
 from framework.wire.avro import decode_min_time
 from framework.wire.topics import Topics

@@ -13,7 +13,8 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from framework.errors import PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import KafkaClientError
 
 __all__ = ["TRANSIENT", "is_transient", "retry"]
 
@@ -45,17 +46,19 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(error, KafkaError) and (error.retriable() or error.code() in TRANSIENT)
 
 
-def retry(what: str, call: Callable[[], T], timeout_s: float = 30.0, pause_s: float = 0.05) -> T:
+def retry(
+    what: str, call: Callable[[], T], timeout_s: float = DEFAULT_TIMEOUT_S, pause_s: float = 0.05
+) -> T:
     """``call()``, asked again while its Kafka error is transient (at most ``timeout_s``).
 
-    Any other Kafka error, or a transient one past the deadline, becomes a `PipelineError`
-    saying ``what`` failed.
+    Any other Kafka error, or a transient one past the deadline, becomes a
+    `KafkaClientError` saying ``what`` failed.
     """
-    deadline = time.monotonic() + timeout_s
+    deadline = Deadline(timeout_s, what)
     while True:
         try:
             return call()
         except KafkaException as exc:
-            if not is_transient(exc) or time.monotonic() > deadline:
-                raise PipelineError(f"{what}: {exc}") from exc
+            if not is_transient(exc) or deadline.expired:
+                raise KafkaClientError(f"{what}: {exc}") from exc
         time.sleep(pause_s)

@@ -7,12 +7,11 @@ partition is normally among its last few records; the search looks further back 
 
 from __future__ import annotations
 
-import time
-
 from confluent_kafka import Consumer, TopicPartition
 
 from framework.core.messages import BundleHeader
-from framework.errors import PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import DeadlineExceeded
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
     QUICK_END,
@@ -28,8 +27,6 @@ from framework.wire.bundles import Headers, last_header
 
 __all__ = ["last_bundle_header"]
 
-_TIMEOUT_S = 30.0
-
 
 def _read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int
@@ -39,8 +36,8 @@ def _read_range(
         f"cannot read {topic}", lambda: consumer.assign([TopicPartition(topic, partition, start)])
     )
     headers: list[Headers | None] = []
-    deadline = time.monotonic() + _TIMEOUT_S
-    while time.monotonic() < deadline:
+    deadline = Deadline(DEFAULT_TIMEOUT_S)
+    while not deadline.expired:
         for msg in consumer.consume(1000, 0.1):
             if is_eof(msg):
                 return headers
@@ -49,14 +46,16 @@ def _read_range(
             headers.append(msg.headers())
             if where(msg)[1] >= end - 1:
                 return headers
-    raise PipelineError(f"reading the tail of {topic}[{partition}] took over {_TIMEOUT_S} s")
+    raise DeadlineExceeded(
+        f"reading the tail of {topic}[{partition}] took over {DEFAULT_TIMEOUT_S} s"
+    )
 
 
 def _last_in_partition(consumer: Consumer, topic: str, partition: int) -> BundleHeader | None:
     tp = TopicPartition(topic, partition)
     low, end = kafka_retry(
         f"cannot read the offsets of {topic}",
-        lambda: consumer.get_watermark_offsets(tp, timeout=_TIMEOUT_S, cached=False),
+        lambda: consumer.get_watermark_offsets(tp, timeout=DEFAULT_TIMEOUT_S, cached=False),
     )
     window = 64
     while True:  # the header is normally among the last records: look back further if not

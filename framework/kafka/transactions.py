@@ -16,7 +16,7 @@ others) and commits again unless the marker shows the batch committed meanwhile.
 retry is safe because after the restart no other producer can commit, and markers only
 grow. Most fencings are seen coming: `is_committed` reads the marker, and a marker this
 committer did not write means a sibling committed since, so its producer is dropped
-before an attempt is wasted on it. Only flamepipe's errors escape: `PipelineError` for a
+before an attempt is wasted on it. Only flamepipe's errors escape: `KafkaClientError` for a
 failed commit.
 """
 
@@ -30,14 +30,14 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from framework.errors import PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import KafkaClientError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.retry import is_transient
 
 __all__ = ["ChangelogReader", "OutRecordLike", "TaskCommitter", "close_cached", "group_consumer"]
 
-_TIMEOUT_S = 30.0
 _PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "enable.idempotence": True,
     "linger.ms": 5,
@@ -141,7 +141,7 @@ class TaskCommitter:
         transactional_id: str,
         *,
         config: Mapping[str, Any] | None = None,
-        timeout_s: float = _TIMEOUT_S,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         """A committer; its producer starts (and fences older ones) on first use."""
         self.bootstrap = bootstrap
@@ -181,7 +181,7 @@ class TaskCommitter:
         Sees every committed transaction: the consumer reads with read_committed, so the
         broker holds the answer until pending transactional offsets are settled.
         """
-        deadline = time.monotonic() + self.timeout_s
+        deadline = Deadline(self.timeout_s)
         while True:
             try:
                 (tp,) = group_consumer(self.bootstrap, group).committed(
@@ -190,15 +190,15 @@ class TaskCommitter:
                 break
             except KafkaException as exc:
                 # A group never used before has no coordinator loaded yet: ask again.
-                if is_transient(exc) and time.monotonic() < deadline:
+                if is_transient(exc) and not deadline.expired:
                     time.sleep(0.1)
                     continue
-                raise PipelineError(
+                raise KafkaClientError(
                     f"cannot read the committed offset of group {group!r} on "
                     f"{topic}[{partition}]: {exc}"
                 ) from exc
         if tp.error is not None:
-            raise PipelineError(f"offset of {group!r} on {topic}[{partition}]: {tp.error}")
+            raise KafkaClientError(f"offset of {group!r} on {topic}[{partition}]: {tp.error}")
         offset: int = tp.offset
         return offset if offset >= 0 else None
 
@@ -233,7 +233,7 @@ class TaskCommitter:
            covers ``positions``, another attempt committed this batch: done. Else steps
            1-4 once more.
 
-        Any other failure aborts the transaction and raises `PipelineError`, and so does
+        Any other failure aborts the transaction and raises `KafkaClientError`, and so does
         a second fencing.
         """
         offsets = [-1] * len(records)
@@ -298,8 +298,8 @@ class TaskCommitter:
             for (topic, partition), offset in positions.items()
         )
 
-    def _failed(self, count: int, group: str, exc: BaseException) -> PipelineError:
-        return PipelineError(
+    def _failed(self, count: int, group: str, exc: BaseException) -> KafkaClientError:
+        return KafkaClientError(
             f"transaction of {self.transactional_id!r} failed ({count} records, "
             f"group {group!r}): {exc}"
         )
@@ -323,7 +323,7 @@ class TaskCommitter:
             except KafkaException as exc:
                 _close_producer(producer)
                 if attempt == 2 or not _must_restart(exc):
-                    raise PipelineError(
+                    raise KafkaClientError(
                         f"cannot start the transactional producer {self.transactional_id!r} "
                         f"at {self.bootstrap}: {exc}"
                     ) from exc
@@ -340,25 +340,25 @@ class TaskCommitter:
             kwargs["partition"] = record.partition
         if record.headers:
             kwargs["headers"] = list(record.headers)
-        deadline = time.monotonic() + self.timeout_s
+        deadline = Deadline(self.timeout_s)
         while True:
             try:
                 producer.produce(record.topic, **kwargs)
                 return
             except BufferError:
-                if time.monotonic() > deadline:
+                if deadline.expired:
                     raise
                 producer.poll(0.05)
 
     def _commit_transaction(self, producer: Producer) -> None:
-        deadline = time.monotonic() + self.timeout_s
+        deadline = Deadline(self.timeout_s)
         while True:
             try:
                 producer.commit_transaction(self.timeout_s)
                 return
             except KafkaException as exc:
                 error = _error(exc)
-                if error is None or not error.retriable() or time.monotonic() > deadline:
+                if error is None or not error.retriable() or deadline.expired:
                     raise
 
     def _abort(self, producer: Producer) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from framework.deadline import Deadline
 from framework.errors import StackError
 
 __all__ = [
@@ -52,8 +53,8 @@ def wait_for(
     ready: Callable[[], bool], timeout_s: float, alive: Callable[[], bool], what: str
 ) -> None:
     """Poll ``ready`` until true; fail early if the process died, or after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    deadline = Deadline(timeout_s)
+    while not deadline.expired:
         if ready():
             return
         if not alive():
@@ -114,8 +115,8 @@ class Daemon:
             self.pid_file.unlink(missing_ok=True)
             return False
         self._signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self._running(pid):
+        deadline = Deadline(timeout_s)
+        while not deadline.expired and self._running(pid):
             self._reap()
             time.sleep(0.1)
         if self._running(pid):

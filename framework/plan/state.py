@@ -7,11 +7,11 @@ early tombstones; None when the bucket is gone); an aggregate adds its min time 
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from typing import Any
 
 from framework.core.grouping import Grouping
+from framework.core.ids import stable_id
 from framework.core.meta import Meta
 from framework.core.ops import key_bytes
 from framework.core.windows import WindowAggregator
@@ -59,8 +59,7 @@ def _plain_state(state: tuple[list[Meta], list[Any], list[Any]] | None) -> Any:
 
 def hold_value(op_id: int, partition: int, slot: int) -> int:
     """The ack value of an aggregate's hold: fixed, so a release needs no memory of it."""
-    digest = hashlib.blake2b(f"{op_id}/{partition}/{slot}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") | 1
+    return stable_id(f"{op_id}/{partition}/{slot}", 64) | 1
 
 
 def apply_changelog(

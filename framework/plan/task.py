@@ -50,7 +50,13 @@ from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
 from framework.core.physical import stateless_operation
 from framework.core.time import GlobalTime, front_id, slot_of
 from framework.core.windows import Aggregation, WindowAggregator
-from framework.errors import DecodeError, PipelineError
+from framework.errors import (
+    DecodeError,
+    EncodeError,
+    FlamepipeError,
+    PipelineError,
+    UserFunctionError,
+)
 from framework.plan.records import SourceDecoder, StageSpec, TaskResult
 from framework.plan.stages import ExitKind
 from framework.plan.state import (
@@ -78,6 +84,9 @@ __all__ = [
 ]
 
 _PICKLE = Pickle()
+RECORD_ERRORS = (UserFunctionError, EncodeError)
+"""Errors of one record (a user function failed on it, its output cannot be encoded): its
+input becomes a dead letter, or, in fail-fast mode, the task fails."""
 
 
 class _ExitRoute(NamedTuple):
@@ -254,7 +263,7 @@ class _TaskRun:
         """Steps 2-4 for one decoded item (``index``: its place in a frame, else -1)."""
         try:
             self._flow(self.spec.stage.entry, item)
-        except PipelineError as exc:
+        except RECORD_ERRORS as exc:
             self._failed(exc, item, record, index)
 
     def flow_grouped(self, grouping: Grouping, decoded: list[tuple[Record, InRecord, int]]) -> None:
@@ -267,7 +276,7 @@ class _TaskRun:
         for one in decoded:
             try:
                 keyed_of(one[0])
-            except PipelineError as exc:
+            except RECORD_ERRORS as exc:
                 self._failed(exc, *one)
             else:
                 batch.append(one)
@@ -276,10 +285,10 @@ class _TaskRun:
         for cause, out in outputs:
             try:
                 self._forward(entry, [out])
-            except PipelineError as exc:
+            except RECORD_ERRORS as exc:
                 self._failed(exc, *batch[cause])
 
-    def _failed(self, exc: PipelineError, item: Record, record: InRecord, index: int) -> None:
+    def _failed(self, exc: FlamepipeError, item: Record, record: InRecord, index: int) -> None:
         """Step 4: the input of a failed item becomes a dead letter (or fails the task)."""
         if index < 0:
             self._dead(record, str(exc), exc.__cause__ or exc)
@@ -382,9 +391,9 @@ class _TaskRun:
         results = aggregator.on_min_time(min_slot)
         try:
             self._forward(entry, results)
-        except PipelineError as exc:
+        except RECORD_ERRORS as exc:
             # A window's result is no input record: nothing to send to the dead letters.
-            raise PipelineError(f"after {entry}: {exc}") from exc
+            raise UserFunctionError(f"after {entry}: {exc}") from exc
         acquired, released = aggregator.take_holds()
         segment, ack = self.program.hold_segment, self.acker.ack
         for slot in acquired + released:
@@ -406,7 +415,7 @@ class _TaskRun:
         try:
             pending[2] = route.aggregation.reduce(pending[2], keyed.value)
         except Exception as exc:
-            raise PipelineError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
+            raise UserFunctionError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
         pending[0] = max(pending[0], meta)
 
     def _emit(self, route: _ExitRoute, record: Record) -> None:
@@ -418,7 +427,7 @@ class _TaskRun:
         if route.shuffle:
             keyed = record.value
             if not isinstance(keyed, Keyed):
-                raise PipelineError(f"{route.node} must key its output before {route.target}")
+                raise UserFunctionError(f"{route.node} must key its output before {route.target}")
             partition = keyed.hash % route.partitions
         else:
             partition = meta.gt.front % route.partitions
@@ -442,7 +451,8 @@ class _TaskRun:
     def _dead(self, record: InRecord, reason: str, exc: BaseException) -> None:
         # Step 4
         if self.spec.fail_fast:
-            raise PipelineError(
+            failure = type(exc) if isinstance(exc, FlamepipeError) else UserFunctionError
+            raise failure(
                 f"{reason} at {record.topic}[{record.partition}]@{record.offset} "
                 "(fail_fast is on; turn it off to send such records to the dead-letter topic)"
             ) from exc

@@ -15,15 +15,14 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, TopicPartition
 
 from framework.core.time import GlobalTime
-from framework.errors import ConfigError, PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S
+from framework.errors import ConfigError, KafkaClientError
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import close_quietly, kafka_retry, new_consumer
 from framework.wire.positions import BarrierMark
 from framework.wire.topics import Topics
 
 __all__ = ["BarrierMarks", "accepted_slot", "accepts", "barrier_group"]
-
-_TIMEOUT_S = 30.0
 
 
 def barrier_group(app: str, sink_node: str) -> str:
@@ -102,12 +101,12 @@ class BarrierMarks:
         asked = [TopicPartition(topic, p) for p in range(partitions)]
         found = kafka_retry(
             f"cannot read the positions of group {group!r}",
-            lambda: consumer.committed(asked, timeout=_TIMEOUT_S),
+            lambda: consumer.committed(asked, timeout=DEFAULT_TIMEOUT_S),
         )
         marks: list[BarrierMark | None] = []
         for tp in found:
             if tp.error is not None:
-                raise PipelineError(f"position of {group!r} on {topic}: {tp.error}")
+                raise KafkaClientError(f"position of {group!r} on {topic}: {tp.error}")
             where = f"group {group!r} on {topic}[{tp.partition}]"
             marks.append(BarrierMark.decode(tp.metadata or "", where) if tp.offset >= 0 else None)
         return marks

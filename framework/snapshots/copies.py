@@ -22,7 +22,6 @@ No timing assumption is involved, unlike waiting a fixed time for markers.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +29,8 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from framework.core.grouping import Grouping
-from framework.errors import PipelineError
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.errors import DeadlineExceeded
 from framework.kafka.clients import (
     QUICK_END,
     close_quietly,
@@ -44,7 +44,6 @@ from framework.plan.state import apply_changelog
 
 __all__ = ["ChangelogCopies", "UnitCopy"]
 
-_TIMEOUT_S = 30.0
 Part = tuple[str, int]
 
 
@@ -117,7 +116,7 @@ class ChangelogCopies:
         tp = TopicPartition(*part)
         low, high = kafka_retry(
             f"cannot read the offsets of {part[0]}[{part[1]}]",
-            lambda: consumer.get_watermark_offsets(tp, _TIMEOUT_S, cached=False),
+            lambda: consumer.get_watermark_offsets(tp, DEFAULT_TIMEOUT_S, cached=False),
         )
         return int(low), int(high)
 
@@ -128,11 +127,11 @@ class ChangelogCopies:
         kafka_retry("cannot read the changelogs", lambda: consumer.assign(start))
         values: dict[Part, list[bytes | None]] = {part: [] for part in ends}
         waiting = set(ends)
-        deadline = time.monotonic() + _TIMEOUT_S
+        deadline = Deadline(DEFAULT_TIMEOUT_S)
         try:
             while waiting:
-                if time.monotonic() > deadline:
-                    raise PipelineError(f"changelogs {sorted(waiting)} not read to their end")
+                if deadline.expired:
+                    raise DeadlineExceeded(f"changelogs {sorted(waiting)} not read to their end")
                 for msg in consumer.consume(1000, 0.1):
                     topic = str(msg.topic())
                     if not is_eof(msg) and not is_record(msg, topic):

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
+from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.kafka.cache import ProcessCache
 from framework.kafka.clients import close_quietly, kafka_call, kafka_retry
 
 __all__ = ["replay_offsets"]
-
-_TIMEOUT_S = 30.0
 
 
 def replay_offsets(
@@ -65,7 +64,7 @@ def _topic_offsets(consumer: Consumer, topic: str, partitions: int, at_ms: int) 
         p: kafka_retry(
             f"cannot read the end offset of {topic}[{p}]",
             lambda p=p: consumer.get_watermark_offsets(  # type: ignore[misc]
-                TopicPartition(topic, p), _TIMEOUT_S, cached=False
+                TopicPartition(topic, p), DEFAULT_TIMEOUT_S, cached=False
             ),
         )[1]
         for p in range(partitions)
@@ -74,7 +73,7 @@ def _topic_offsets(consumer: Consumer, topic: str, partitions: int, at_ms: int) 
     asked = [TopicPartition(topic, p, at_ms) for p in range(partitions)]
     found = kafka_retry(
         f"cannot look up the offsets of {topic} at {at_ms} ms",
-        lambda: consumer.offsets_for_times(asked, _TIMEOUT_S),
+        lambda: consumer.offsets_for_times(asked, DEFAULT_TIMEOUT_S),
     )
     # Step 3
     return {tp.partition: tp.offset if tp.offset >= 0 else int(ends[tp.partition]) for tp in found}

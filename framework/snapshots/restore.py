@@ -8,14 +8,19 @@ ZooKeeper only after `restore_epoch` returned, with the snapshot's offsets as th
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
 from framework.core.graph import Graph, Kind
-from framework.errors import ConfigError, PipelineError, SnapshotMissing
+from framework.deadline import Deadline
+from framework.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    KafkaClientError,
+    SnapshotMissing,
+)
 from framework.kafka.admin import compacted_spec, ensure_topics, partition_count
 from framework.kafka.clients import read_to_end
 from framework.snapshots.backends.base import StateBackend
@@ -154,25 +159,27 @@ def _producer(bootstrap: str, transactional_id: str) -> Producer:
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes, value: bytes) -> None:
-    deadline = time.monotonic() + _TIMEOUT_S
+    deadline = Deadline(_TIMEOUT_S)
     while True:
         try:
             producer.produce(topic, value=value, key=key, partition=partition)
             return
         except BufferError:
             # The local queue is full: let it drain into the transaction.
-            if time.monotonic() > deadline:
-                raise PipelineError(f"restoring {topic}: the producer queue stays full") from None
+            if deadline.expired:
+                raise DeadlineExceeded(
+                    f"restoring {topic}: the producer queue stays full"
+                ) from None
             producer.poll(0.1)
 
 
 def _flush(producer: Producer) -> None:
     if producer.flush(_TIMEOUT_S) > 0:
-        raise PipelineError(f"restore: records not delivered within {_TIMEOUT_S:g} s")
+        raise DeadlineExceeded(f"restore: records not delivered within {_TIMEOUT_S:g} s")
 
 
 def _call(what: str, call: Callable[[], object]) -> None:
     try:
         call()
     except KafkaException as exc:
-        raise PipelineError(f"restore: cannot {what}: {exc}") from exc
+        raise KafkaClientError(f"restore: cannot {what}: {exc}") from exc

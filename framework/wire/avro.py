@@ -10,7 +10,7 @@ complement and decode back to ``[0, 2**64)``.
 Decoding never raises anything but `DecodeError`: fastavro reports garbage with whatever
 the byte that broke it triggered (EOFError, IndexError, UnicodeDecodeError, ...), so every
 decoder wraps them all, and rejects trailing bytes, which a valid message never has.
-Encoding an invalid message raises ``ValueError``.
+Encoding an invalid message raises `EncodeError`.
 
 Schema evolution. A field may be added only with a default, and nothing is ever renamed
 or retyped. Readers that know a newer schema read older bytes by resolution against the
@@ -42,7 +42,7 @@ from framework.core.messages import (
 )
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
-from framework.errors import DecodeError
+from framework.errors import DecodeError, EncodeError
 from framework.wire import meta as meta_writer
 
 __all__ = [
@@ -122,7 +122,7 @@ def _write(name: str, record: dict[str, Any]) -> bytes:
     try:
         schemaless_writer(out, _SCHEMAS[name], record)
     except (TypeError, ValueError, OverflowError, KeyError, AttributeError) as exc:
-        raise ValueError(f"cannot encode {name}: {exc}") from exc
+        raise EncodeError(f"cannot encode {name}: {exc}") from exc
     return out.getvalue()
 
 
@@ -147,7 +147,7 @@ def _build(name: str, build: Callable[[Any], T], record: Any) -> T:
 
 def _u64_out(value: int) -> int:
     if not 0 <= value < _U64:
-        raise ValueError(f"{value} is not an unsigned 64-bit value")
+        raise EncodeError(f"{value} is not an unsigned 64-bit value")
     return value - _U64 if value >= _I64 else value
 
 
@@ -271,7 +271,7 @@ def encode_acker_input(message: AckerInput) -> bytes:
     elif isinstance(message, NodeTime):
         body = ("flamepipe.NodeTime", {"node": message.node, "time": message.time})
     else:
-        raise ValueError(f"not an acker input: {message!r}")
+        raise EncodeError(f"not an acker input: {message!r}")
     return _write("acker_input", {"message": body})
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from framework.core.messages import Ack, AckerInput, Heartbeat, NodeTime
-from framework.errors import DecodeError
+from framework.errors import DecodeError, EncodeError
 from framework.wire.avro import (
     decode_ack_batch,
     decode_item_header,
@@ -77,7 +77,7 @@ def ack_batch_records(router_output: Iterable[tuple[int, AckerInput]]) -> list[t
         else:
             beats.append(message)
     if pending:
-        raise ValueError(f"shards {sorted(pending)} have messages no NodeTime closes")
+        raise EncodeError(f"shards {sorted(pending)} have messages no NodeTime closes")
     return records
 
 

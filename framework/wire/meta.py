@@ -10,6 +10,7 @@ zig-zag varint; an array is blocks of ``count, items...`` closed by a zero count
 from __future__ import annotations
 
 from framework.core.meta import Meta
+from framework.errors import EncodeError
 
 __all__ = ["encode_meta"]
 
@@ -25,7 +26,7 @@ _cache: dict[int, bytes] = {}
 
 def _long(value: int) -> bytes:
     if not _I64_MIN <= value < _I64_END:
-        raise ValueError(f"cannot encode meta: {value} is not a signed 64-bit long")
+        raise EncodeError(f"cannot encode meta: {value} is not a signed 64-bit long")
     n = (value << 1) ^ (value >> 63)
     out = bytearray()
     while n > 0x7F:
@@ -54,7 +55,7 @@ def _tail(child_ids: tuple[int, ...], trace: int, tombstone: bool) -> bytes:
     data = _tails.get(key)
     if data is None:
         if not 0 <= trace < _U64:
-            raise ValueError(f"cannot encode meta: trace {trace} is not an unsigned 64-bit value")
+            raise EncodeError(f"cannot encode meta: trace {trace} is not an unsigned 64-bit value")
         parts = [_long(len(child_ids)), *map(_long, child_ids)] if child_ids else []
         parts.append(b"\x00")
         parts.append(_long(trace - _U64 if trace >= _I64_END else trace))
@@ -67,7 +68,7 @@ def _tail(child_ids: tuple[int, ...], trace: int, tombstone: bool) -> bytes:
 
 
 def encode_meta(meta: Meta) -> bytes:
-    """Avro bytes of ``meta`` (schema ``schemas/meta.avsc``); ``ValueError`` if invalid."""
+    """Avro bytes of ``meta`` (schema ``schemas/meta.avsc``); `EncodeError` if invalid."""
     gt, child_ids, trace, tombstone = meta
     slot, front, offset = gt
     # Offsets rarely repeat: encoded afresh, they would only churn the cache.

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from framework.errors import DecodeError, PipelineError
+from framework.errors import DecodeError, EncodeError, PipelineError
 
 __all__ = ["AvroSerde", "Bytes", "Json", "Pickle", "Serde", "Utf8"]
 
@@ -38,8 +38,8 @@ class Serde(Protocol):
         ...
 
 
-def _cannot_encode(serde: str, obj: Any, reason: object) -> PipelineError:
-    return PipelineError(f"{serde} cannot encode {type(obj).__name__}: {reason}")
+def _cannot_encode(serde: str, obj: Any, reason: object) -> EncodeError:
+    return EncodeError(f"{serde} cannot encode {type(obj).__name__}: {reason}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ import pytest
 
 from framework.barrier import BarrierService
 from framework.core.graph import Kind
+from framework.core.ids import service_node_id
 from framework.errors import PipelineError
-from framework.kafka.clients import service_node_id
 from framework.kafka.endpoints import KafkaSink, KafkaSource
 from framework.pipeline import Pipeline
 from framework.runners.inprocess.endpoints import ListSink, ListSource

@@ -23,7 +23,7 @@ from framework.core.ops import (
     op_id_of,
 )
 from framework.core.time import GlobalTime
-from framework.errors import PipelineError
+from framework.errors import UserFunctionError
 
 META = Meta(GlobalTime(5, 7, 3), (1,), 0xABC)
 OP = 0x1234_5678_9ABC_DEF0
@@ -50,8 +50,8 @@ def test_equal_keys_hash_equally() -> None:
     assert key_hash(b"x") != key_hash("x")
 
 
-def test_unhashable_key_type_is_a_pipeline_error() -> None:
-    with pytest.raises(PipelineError, match="no stable encoding"):
+def test_unhashable_key_type_is_a_user_function_error() -> None:
+    with pytest.raises(UserFunctionError, match="no stable encoding"):
         key_hash(object())
 
 
@@ -117,5 +117,5 @@ def test_tombstone_yields_exactly_the_tombstones_of_the_items_outputs(
 
 
 def test_user_function_failure_names_the_op() -> None:
-    with pytest.raises(PipelineError, match=r"map:boom failed on 0.*ZeroDivisionError"):
+    with pytest.raises(UserFunctionError, match=r"map:boom failed on 0.*ZeroDivisionError"):
         MapOp("map:boom", OP, lambda v: 1 / v).apply(Record(META, 0))

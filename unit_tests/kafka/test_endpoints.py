@@ -7,7 +7,7 @@ import pytest
 import connectors
 from connectors import AvroSerde, Bytes, Json, KafkaSink, KafkaSource, Utf8
 from framework.core.graph import Kind, Sink, Source
-from framework.errors import DecodeError, PipelineError
+from framework.errors import DecodeError, EncodeError, PipelineError, UserFunctionError
 from framework.pipeline import Pipeline
 
 
@@ -90,12 +90,12 @@ def test_sink_encodes_key_and_value() -> None:
     assert raw.encode(b"xyz") == (b"x", b"xyz")
 
 
-def test_sink_encode_errors_are_pipeline_errors() -> None:
-    with pytest.raises(PipelineError, match="returned int"):
+def test_sink_encode_errors_name_user_function_and_encoding() -> None:
+    with pytest.raises(UserFunctionError, match="returned int"):
         KafkaSink("t", key=lambda p: 1).encode("v")  # type: ignore[arg-type,return-value]
-    with pytest.raises(PipelineError, match="key function failed"):
+    with pytest.raises(UserFunctionError, match="key function failed"):
         KafkaSink("t", key=lambda p: p["missing"]).encode({})
-    with pytest.raises(PipelineError, match="Json cannot encode"):
+    with pytest.raises(EncodeError, match="Json cannot encode"):
         KafkaSink("t").encode(float("nan"))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from framework.errors import PipelineError
+from framework.errors import KafkaClientError
 from framework.kafka.retry import is_transient, retry
 
 
@@ -35,5 +35,5 @@ def test_a_lasting_error_says_what_failed() -> None:
     def call() -> str:
         raise _error(KafkaError.TOPIC_AUTHORIZATION_FAILED)
 
-    with pytest.raises(PipelineError, match="read offsets"):
+    with pytest.raises(KafkaClientError, match="read offsets"):
         retry("read offsets", call, timeout_s=5, pause_s=0)

@@ -14,7 +14,7 @@ from framework.core.messages import Ack
 from framework.core.meta import Meta
 from framework.core.ops import Keyed, key_bytes
 from framework.core.time import GlobalTime
-from framework.errors import PipelineError, ProtocolViolation
+from framework.errors import ProtocolViolation, UserFunctionError
 from framework.plan import plan_stages
 from framework.plan.task import InRecord, OutRecord, StageProgram, StageSpec, apply_changelog
 from framework.testing import ListSink, ListSource
@@ -178,7 +178,7 @@ def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
 
 def test_fail_fast_raises_with_the_fix() -> None:
     first, _ = programs(wordcount(fail_on="boom"), fail_fast=True)
-    with pytest.raises(PipelineError, match="fail_fast is on"):
+    with pytest.raises(UserFunctionError, match="fail_fast is on"):
         first.run(lines(b"boom"), None, node=1, node_time=1)
 
 

@@ -21,7 +21,7 @@ from framework.core.messages import (
 )
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
-from framework.errors import DecodeError
+from framework.errors import DecodeError, EncodeError
 from framework.wire import avro as codec
 
 i64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -131,15 +131,15 @@ def test_crafted_inputs(decode: Callable[[bytes], Any], data: bytes) -> None:
 
 
 def test_unsigned_and_range_checks_on_encode() -> None:
-    with pytest.raises(ValueError, match="unsigned"):
+    with pytest.raises(EncodeError, match="unsigned"):
         codec.encode_ack(Ack("s", 1, -1))
-    with pytest.raises(ValueError, match="unsigned"):
+    with pytest.raises(EncodeError, match="unsigned"):
         codec.encode_meta(Meta(GlobalTime(1, 1, 1), (), 1 << 64))
-    with pytest.raises(ValueError, match="cannot encode"):
+    with pytest.raises(EncodeError, match="cannot encode"):
         codec.encode_heartbeat(Heartbeat(1, 1 << 63))
-    with pytest.raises(ValueError, match="cannot encode"):
+    with pytest.raises(EncodeError, match="cannot encode"):
         codec.encode_ack(Ack(None, 1, 1))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="not an acker input"):
+    with pytest.raises(EncodeError, match="not an acker input"):
         codec.encode_acker_input("ack")  # type: ignore[arg-type]
 
 

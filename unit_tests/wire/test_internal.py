@@ -14,7 +14,7 @@ from framework.core.acker.sharded import AckerShard, ShardRouter
 from framework.core.messages import Ack, AckerInput, Heartbeat, NodeTime
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
-from framework.errors import DecodeError
+from framework.errors import DecodeError, EncodeError
 from framework.wire.internal import (
     DLQ_HEADERS,
     ITEM_HEADER,
@@ -64,7 +64,7 @@ def test_item_header_garbage_is_decode_error(data: bytes) -> None:
 
 @pytest.mark.parametrize("ack", [-1, 1 << 64])
 def test_item_header_rejects_out_of_range_ack(ack: int) -> None:
-    with pytest.raises(ValueError, match="unsigned 64-bit"):
+    with pytest.raises(EncodeError, match="unsigned 64-bit"):
         encode_item_header(Meta(GlobalTime(0, 0, 0)), ack)
 
 
@@ -196,7 +196,7 @@ def test_unclosed_batch_is_rejected() -> None:
     router = ShardRouter(node=1, shards=2)
     output = router.end_batch()
     output.append((1, Ack("s", 1, 5)))
-    with pytest.raises(ValueError, match=r"shards \[1\]"):
+    with pytest.raises(EncodeError, match=r"shards \[1\]"):
         ack_batch_records(output)
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
+from framework.errors import EncodeError
 from framework.wire import avro as codec
 from framework.wire import meta as metacodec
 
@@ -54,6 +55,6 @@ def test_bytes_equal_fastavro_and_decode_back(meta: Meta) -> None:
         Meta(GlobalTime(0, 0, 0), (), -1),
     ],
 )
-def test_out_of_range_values_are_value_errors(meta: Meta) -> None:
-    with pytest.raises(ValueError, match="cannot encode meta"):
+def test_out_of_range_values_are_encode_errors(meta: Meta) -> None:
+    with pytest.raises(EncodeError, match="cannot encode meta"):
         metacodec.encode_meta(meta)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from framework.errors import DecodeError, PipelineError
+from framework.errors import DecodeError, EncodeError, PipelineError
 from framework.wire.serde import AvroSerde, Bytes, Json, Pickle, Serde, Utf8
 
 json_values = st.recursive(
@@ -58,9 +58,9 @@ def test_utf8_round_trip(text: str) -> None:
 def test_utf8_errors() -> None:
     with pytest.raises(DecodeError, match="not UTF-8"):
         Utf8().loads(b"\xff\xfe")
-    with pytest.raises(PipelineError, match="Utf8 cannot encode int"):
+    with pytest.raises(EncodeError, match="Utf8 cannot encode int"):
         Utf8().dumps(3)
-    with pytest.raises(PipelineError, match="Utf8 cannot encode"):
+    with pytest.raises(EncodeError, match="Utf8 cannot encode"):
         Utf8().dumps("\ud800")
 
 
@@ -81,7 +81,7 @@ def test_json_is_compact_and_sorted() -> None:
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), {1j}, object()])
 def test_json_refuses_what_it_cannot_encode_exactly(value: object) -> None:
-    with pytest.raises(PipelineError, match="Json cannot encode"):
+    with pytest.raises(EncodeError, match="Json cannot encode"):
         Json().dumps(value)
 
 
@@ -98,7 +98,7 @@ def test_bytes_round_trip(data: bytes) -> None:
 
 
 def test_bytes_refuses_text() -> None:
-    with pytest.raises(PipelineError, match="Bytes cannot encode str"):
+    with pytest.raises(EncodeError, match="Bytes cannot encode str"):
         Bytes().dumps("text")
 
 
@@ -118,7 +118,7 @@ def test_pickle_garbage_is_decode_error(data: bytes) -> None:
 
 
 def test_pickle_refuses_unpicklable() -> None:
-    with pytest.raises(PipelineError, match="Pickle cannot encode"):
+    with pytest.raises(EncodeError, match="Pickle cannot encode"):
         Pickle().dumps(lambda: None)
 
 
@@ -135,7 +135,7 @@ def test_avro_errors() -> None:
         serde.loads(data + b"\x00")
     with pytest.raises(DecodeError, match="not Avro"):
         serde.loads(data[:-2])
-    with pytest.raises(PipelineError, match="AvroSerde cannot encode"):
+    with pytest.raises(EncodeError, match="AvroSerde cannot encode"):
         serde.dumps({"user": 3})
     with pytest.raises(PipelineError, match="bad Avro schema"):
         AvroSerde({"type": "record", "name": "X", "fields": [{"name": "a", "type": "nope"}]})

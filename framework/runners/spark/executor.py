@@ -19,13 +19,13 @@ Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and b
 from __future__ import annotations
 
 import gc
-import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
 from framework.core.grouping import Grouping
+from framework.core.ids import stable_id
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.transactions import TaskCommitter
@@ -71,8 +71,7 @@ class TaskContext:
 
 def node_id(app: str, stage: str, partition: int, run_id: str) -> int:
     """Stable 63-bit acker node id of a stage partition (its node time is the batch)."""
-    digest = hashlib.blake2b(f"{app}/{stage}/{partition}/{run_id}".encode(), digest_size=8)
-    return int.from_bytes(digest.digest(), "big") >> 1
+    return stable_id(f"{app}/{stage}/{partition}/{run_id}")
 
 
 def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:

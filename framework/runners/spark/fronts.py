@@ -32,7 +32,6 @@ up, and the runner's health check fails the run, only when rounds have failed fo
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -43,9 +42,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
+from framework.core.ids import stable_id
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
-from framework.errors import PipelineError, ProtocolViolation
+from framework.errors import ProtocolViolation, ServiceFailed
 from framework.kafka.admin import end_offsets, partition_count
 from framework.wire.internal import encode_ack_batch
 
@@ -100,8 +100,7 @@ class FrontHeartbeats:
         self.outage_s = outage_s
         self.failed_rounds = 0
         # A new node per driver start: its node time then only has to grow in this process.
-        nonce = f"{app}/fronts/{os.getpid()}/{time.time_ns()}".encode()
-        self.node = int.from_bytes(hashlib.blake2b(nonce, digest_size=8).digest(), "big") >> 1
+        self.node = stable_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
         self.time = 0
         self.sent: dict[int, int] = {}
         self._producer: Producer | None = Producer(
@@ -211,7 +210,7 @@ class FrontHeartbeats:
         if beats:
             producer = self._producer
             if producer is None:
-                raise PipelineError("front heartbeats are stopped")
+                raise ServiceFailed("front heartbeats are stopped")
             self.time += 1
             for shard in range(self.shards):
                 value = encode_ack_batch(self.node, self.time, [], beats)

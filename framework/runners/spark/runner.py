@@ -29,10 +29,11 @@ from typing import Any
 from framework.config import Settings
 from framework.core.graph import Graph, Kind
 from framework.core.time import GlobalTime
-from framework.errors import PipelineError
+from framework.deadline import Deadline
+from framework.errors import DeadlineExceeded, PipelineError, ServiceFailed
 from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
-from framework.kafka.clients import acks_topic_spec, mintime_topic_spec
 from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
+from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
 from framework.plan.records import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
 from framework.runners.assembly import pre_topic_spec
@@ -284,15 +285,15 @@ class PipelineRun:
         for stage, query in self.queries.items():
             reason = query.failure()
             if reason is not None:
-                raise PipelineError(f"stage {stage} of {self.graph.name!r} failed: {reason}")
+                raise ServiceFailed(f"stage {stage} of {self.graph.name!r} failed: {reason}")
         if self.fronts is not None and self.fronts.error is not None:
-            raise PipelineError(f"front heartbeats failed: {self.fronts.error}")
+            raise ServiceFailed(f"front heartbeats failed: {self.fronts.error}")
         if self.ticks is not None and self.ticks.error is not None:
-            raise PipelineError(f"window ticks failed: {self.ticks.error}")
+            raise ServiceFailed(f"window ticks failed: {self.ticks.error}")
         for service in self.services:
             error = getattr(service, "error", None)
             if error is not None:
-                raise PipelineError(f"{type(service).__name__} failed: {error}")
+                raise ServiceFailed(f"{type(service).__name__} failed: {error}")
 
     def progress(self) -> str:
         """One line: records in and items out per stage, bundles per barrier, min time."""
@@ -323,11 +324,11 @@ class PipelineRun:
         return all(b.released_through() > slot for b in self.barriers())
 
     def wait_released(self, until_ms: int, timeout_s: float) -> None:
-        """Block until `released` (``until_ms``); `PipelineError` after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
+        """Block until `released` (``until_ms``); `DeadlineExceeded` after ``timeout_s``."""
+        deadline = Deadline(timeout_s)
         while not self.released(until_ms):
-            if time.monotonic() > deadline:
-                raise PipelineError(
+            if deadline.expired:
+                raise DeadlineExceeded(
                     f"input appended before {until_ms} not released within {timeout_s:.0f} s"
                 )
             time.sleep(0.05)

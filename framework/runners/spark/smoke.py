@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from framework.config import Settings
+from framework.deadline import Deadline
 from framework.runners.spark import spark_session
 
 __all__ = ["SmokeResult", "create_topics", "read_all", "run_smoke"]
@@ -54,9 +55,9 @@ def read_all(
     )
     consumer.subscribe([topic])
     out: list[tuple[str, str, list[tuple[str, bytes]]]] = []
-    deadline = time.monotonic() + timeout_s
+    deadline = Deadline(timeout_s)
     try:
-        while len(out) < expected and time.monotonic() < deadline:
+        while len(out) < expected and not deadline.expired:
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
