@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from connectors.bundles import BundleConsumer, VerifiedBundle, consume_main, last_bundle_header
+from connectors.bundles import BundleConsumer, VerifiedBundle, last_bundle_header
 from framework.acker import AckerService
 from framework.barrier import BarrierService
 from framework.barrier.speculation import Speculation
 from framework.barrier.writer import TransactionalWriter
+from framework.cli.consume import consume_main
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, BundleHeader, Heartbeat
 from framework.core.meta import Meta

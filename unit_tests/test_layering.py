@@ -12,7 +12,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE = ("framework.errors", "framework.failpoints", "framework.deadline", "framework.service")
+BASE = (
+    "framework.errors",
+    "framework.failpoints",
+    "framework.deadline",
+    "framework.logs",
+    "framework.service",
+)
 CORE = (*BASE, "framework.core")
 WIRE = (*CORE, "framework.wire", "schemas")
 KAFKA = (*WIRE, "framework.kafka")
@@ -24,6 +30,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.failpoints": ("framework.errors",),
     "framework.deadline": ("framework.errors",),
     "framework.service": ("framework.errors", "framework.deadline"),
+    "framework.logs": (),
     "framework.config": (*BASE, "framework.config"),
     "framework.core": CORE,
     "framework.wire": WIRE,

@@ -10,8 +10,8 @@ replays its partition from the start, which is always correct, only slower.
 
 from __future__ import annotations
 
+import logging
 import pickle
-import sys
 from collections.abc import Iterable
 
 from confluent_kafka import Message
@@ -21,6 +21,8 @@ from framework.kafka.admin import TopicSpec, compacted_spec
 from framework.wire.topics import Topics
 
 __all__ = ["Checkpoint", "acker_state_spec", "decode_checkpoint", "encode_checkpoint", "latest"]
+
+_log = logging.getLogger(__name__)
 
 _FORMAT = 1
 
@@ -62,5 +64,5 @@ def latest(records: Iterable[Message], shards: Iterable[int]) -> dict[int, Check
             found[shard] = decode_checkpoint(value)
         except ValueError as exc:
             at = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
-            print(f"flamepipe: acker: skipping checkpoint {at}: {exc}", file=sys.stderr)
+            _log.warning("acker: skipping checkpoint %s: %s", at, exc)
     return found

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from framework.cli import jobs, stack
 from framework.errors import FlamepipeError
+from framework.logs import show_on_console
 
 __all__ = ["main"]
 
@@ -33,8 +34,9 @@ _COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS}
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flamepipe`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_on_console()
     if argv[:1] == ["consume"]:
-        from connectors.bundles import consume_main
+        from framework.cli.consume import consume_main
 
         code: int = consume_main(argv[1:])
         return code

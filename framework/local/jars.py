@@ -9,9 +9,9 @@ bundle is used without calling Maven at all, so the second start needs no networ
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -19,6 +19,8 @@ from framework.errors import StackError
 from framework.local.tools import maven_executable
 
 __all__ = ["BUNDLES", "jar_bundle"]
+
+_log = logging.getLogger(__name__)
 
 BUNDLES = {"kafka-broker": "kafka-broker.xml", "spark-kafka": "spark-kafka.xml"}
 _MARKER = ".complete"
@@ -42,7 +44,7 @@ def _download(name: str, pom: bytes, target: Path, quiet: bool) -> None:
     staging.mkdir(parents=True)
     (staging / "pom.xml").write_bytes(pom)
     if not quiet:
-        print(f"flamepipe: fetching {name} jars with Maven (once) ...", file=sys.stderr)
+        _log.info("fetching %s jars with Maven (once) ...", name)
     cmd = [
         mvn, "-B", "-q", "-f", str(staging / "pom.xml"),
         "dependency:copy-dependencies", f"-DoutputDirectory={staging}",

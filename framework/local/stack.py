@@ -12,8 +12,8 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -26,6 +26,8 @@ from framework.local.services import KafkaSpec, ZooKeeperSpec, kafka_ready, zook
 from framework.local.tools import java_executable, pyspark_jars_dir
 
 __all__ = ["Endpoints", "LocalStack", "ServiceStatus"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,4 +162,4 @@ class LocalStack:
 
     def _say(self, text: str) -> None:
         if not self.quiet:
-            print(f"flamepipe: {text}", file=sys.stderr, flush=True)
+            _log.info("%s", text)

@@ -7,6 +7,7 @@ from typing import Any
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.kafka.endpoints import kafka_sources, sink_nodes
+from framework.logs import show_on_console
 from framework.runners.spark.runner import SparkRunner
 
 __all__ = ["DefaultRunner", "default_runner"]
@@ -19,7 +20,9 @@ class DefaultRunner:
         self.settings = settings
 
     def run(self, graph: Graph) -> Any:
-        """Run ``graph`` until Ctrl-C, printing progress every 10 s."""
+        """Run ``graph`` until Ctrl-C, logging progress every 10 s (on stderr unless the
+        application configured logging)."""
+        show_on_console()
         # Fail on a non-Kafka endpoint before paying for a broker and a Spark session.
         kafka_sources(graph)
         sink_nodes(graph)

@@ -33,8 +33,8 @@ up, and the runner's health check fails the run, only when rounds have failed fo
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -50,6 +50,8 @@ from framework.kafka.admin import end_offsets, partition_count
 from framework.wire.internal import encode_ack_batch
 
 __all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
+
+_log = logging.getLogger(__name__)
 
 _PARTITIONS_S = 30.0
 
@@ -168,7 +170,7 @@ class FrontHeartbeats:
                 now = time.monotonic()
                 if failing_since is None:
                     failing_since = now
-                    print(f"flamepipe: front heartbeats paused: {exc}", file=sys.stderr)
+                    _log.warning("front heartbeats paused: %s", exc)
                 self.failed_rounds += 1
                 if now - failing_since >= self.outage_s:
                     self.error = exc  # surfaced by the runner's health check
@@ -176,7 +178,7 @@ class FrontHeartbeats:
                 continue
             if failing_since is not None:
                 failing_since = None
-                print("flamepipe: front heartbeats resumed", file=sys.stderr)
+                _log.info("front heartbeats resumed")
 
     def _partition_count(self, topic: str) -> int:
         """Cached for `_PARTITIONS_S`: a source topic rarely grows, and describing it on

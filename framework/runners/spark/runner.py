@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +45,8 @@ from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
 
 __all__ = ["PipelineRun", "SparkRunner"]
+
+_log = logging.getLogger(__name__)
 
 
 class SparkRunner:
@@ -96,18 +98,14 @@ class SparkRunner:
                 time.sleep(1)
                 if self.progress_s > 0 and time.monotonic() - last >= self.progress_s:
                     last = time.monotonic()
-                    print(run.progress(), file=sys.stderr, flush=True)
+                    _log.info("%s", run.progress())
                 current = epochs.current()
                 if current is not None and current.epoch != run.epoch:
-                    print(
-                        f"flamepipe: epoch {current.epoch} started ({current.reason}): restarting",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    _log.info("epoch %d started (%s): restarting", current.epoch, current.reason)
                     run.stop()
                     run = self.start(graph)
         except KeyboardInterrupt:
-            print("flamepipe: stopping", file=sys.stderr)
+            _log.info("stopping")
         finally:
             run.stop()
             epochs.close()

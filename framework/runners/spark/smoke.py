@@ -6,7 +6,7 @@ connector on pyspark's Spark, and a read_committed reader of the result.
 
 from __future__ import annotations
 
-import sys
+import logging
 import tempfile
 import time
 import uuid
@@ -21,6 +21,8 @@ from framework.deadline import Deadline
 from framework.runners.spark import spark_session
 
 __all__ = ["SmokeResult", "create_topics", "read_all", "run_smoke"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,4 +112,4 @@ def run_smoke(settings: Settings, lines: int = 1000, progress: bool = True) -> S
 
 def _say(enabled: bool, text: str) -> None:
     if enabled:
-        print(f"flamepipe: {text}", file=sys.stderr, flush=True)
+        _log.info("%s", text)

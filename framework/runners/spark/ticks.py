@@ -17,7 +17,7 @@ a tick not followed by a report within ``retry_s`` is sent again.
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +29,8 @@ from framework.kafka.clients import close_quietly
 from framework.wire.frames import FRAME_HEADERS, tick_frame
 
 __all__ = ["Due", "WindowTicks"]
+
+_log = logging.getLogger(__name__)
 
 
 class Due(Protocol):
@@ -105,7 +107,7 @@ class WindowTicks:
                 failures = 0
             except Exception as exc:  # a broker hiccup: the next round sends again
                 failures += 1
-                print(f"flamepipe: window ticks: {exc}", file=sys.stderr, flush=True)
+                _log.warning("window ticks: %s", exc)
                 if failures * self.interval_s > 120:
                     self.error = str(exc)
                     return
