@@ -8,7 +8,7 @@ for (or on `close`): its position is committed then, with its ``seq`` and ``gt_l
 the offset metadata, so a restarted consumer resumes after it and goes on verifying where
 it stopped.
 
-`last_bundle_header` is the other half of seed 002's contract: the consumer side hands
+`last_bundle_header` is the other half of FlameStream's output contract: the consumer side hands
 the last bundle back to a restarting barrier.
 """
 

@@ -112,7 +112,7 @@ class CrashingAcker(AckerService):
 def test_acker_publishes_the_seeds_t_and_t_plus_1_case(
     bootstrap: str, app: str, producer: Producer
 ) -> None:
-    """Seed 001: t+1 is done before t; processing t re-opens t+1 on the other shard."""
+    """The tracker paper: t+1 is done before t; processing t re-opens t+1 on the other shard."""
     t = 10  # shard 0 owns even slots, shard 1 odd ones
     front = Node(app, producer, FRONT_NODE)
     worker = Node(app, producer, WORKER)

@@ -1,4 +1,5 @@
-"""The committed snapshot of an application in ZooKeeper (seed 002's last step).
+"""The committed snapshot of an application in ZooKeeper: the last step of FlameStream's
+snapshot protocol.
 
 When the acker has every acceptance of a snapshot, it commits the snapshot's record here;
 recovery resumes from `SnapshotRegistry.latest`.

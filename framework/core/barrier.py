@@ -1,4 +1,7 @@
-"""The barrier (seeds 000, 002): holds output until min time passes it, then bundles it.
+"""The barrier: holds output until min time passes it, then bundles it.
+
+From the FlameStream runtime (release past min time) and its fault-tolerance section
+(bundles with ``GT_last``).
 
 Items and tombstones are buffered per slot and per item meta. An item and a tombstone
 cancel when their metas agree (ignoring the flag) and their payloads are equal; payloads

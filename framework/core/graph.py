@@ -4,7 +4,7 @@ A node reads from ports of upstream nodes; every node has one output port except
 ``broadcast``, which has one per copy. Nodes are kept in the order they were added, which
 the builder makes topological; validation checks it anyway.
 
-Segments (seed 001) partition the nodes for the acker. An item in flight belongs to the
+Segments (the tracker paper) partition the nodes for the acker. An item in flight belongs to the
 segment of the node it travels to. A new segment starts at a source, at a ``group`` or
 ``aggregate`` (a keyed shuffle: a new Spark stage), at a ``merge``, and right after an
 ``aggregate`` (whose outputs are released by min time, so they must be tracked apart

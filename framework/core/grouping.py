@@ -1,4 +1,4 @@
-"""The FlameStream grouping (seed 000): speculative windows repaired by tombstones.
+"""The FlameStream grouping (FlameStream runtime): speculative windows repaired by tombstones.
 
 Per key, a bucket holds the received items sorted by meta. Every item emits the window (a
 tuple of payloads) of the last ``N`` items of its bucket ending at it, with the item's meta
@@ -351,8 +351,8 @@ class Grouping:
         """The state as plain data; with ``below``, only what items before that slot leave.
 
         With ``below`` = a min time, this is the state reached after consuming every item
-        with a slot before it (seed 002): the immutable part of each bucket, trimmed to
-        its last ``N - 1`` items.
+        with a slot before it (FlameStream fault tolerance): the immutable part of each
+        bucket, trimmed to its last ``N - 1`` items.
         """
         buckets = []
         for key, bucket in self._buckets.items():

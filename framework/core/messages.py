@@ -1,4 +1,4 @@
-"""Wire messages of the tracker, the barrier and snapshots (seeds 001 and 002).
+"""Messages of the tracker (the tracker paper) and of the barrier (FlameStream fault tolerance).
 
 Plain frozen dataclasses: the acker's hot paths take bare ints and strings, these types
 are for the boundaries (Kafka topics, ZooKeeper, subscribers) and for `framework.wire.avro`.
@@ -44,7 +44,7 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class NodeTime:
-    """Worker ``node`` has sent every ack of its first ``time`` batches (seed 001)."""
+    """Worker ``node`` has sent every ack of its first ``time`` batches (the tracker paper)."""
 
     node: int
     time: int
@@ -71,7 +71,7 @@ class MinTimeNotification:
 
 @dataclass(frozen=True, slots=True)
 class BundleHeader:
-    """Header of an output bundle: its sequence number, GT_last and size (seed 002)."""
+    """Header of an output bundle: sequence number, GT_last, size (FlameStream fault tolerance)."""
 
     seq: int
     gt_last: GlobalTime

@@ -1,4 +1,4 @@
-"""Record meta (seed 000): ``(global time, child ids, trace, tombstone)``.
+"""Record meta (FlameStream runtime): ``(global time, child ids, trace, tombstone)``.
 
 Metas are ordered lexicographically in that field order; the barrier and the grouping
 sort by it. Map, flat_map and broadcast append a child id and XOR the physical operation's

@@ -1,4 +1,4 @@
-"""Stateless physical operations (seed 000), deterministic on the payload.
+"""Stateless physical operations (FlameStream runtime), deterministic on the payload.
 
 Every physical operation has a 64-bit id derived from the pipeline name and the node's id
 (its position and kind), so a replay or a restart computes the same ids and therefore the

@@ -2,14 +2,15 @@
 
 A record's global time is ``(slot, front, offset)``:
 
-* ``slot = timestamp_ms // delta_ms`` (seed 001): timestamps of different fronts are only
+* ``slot = timestamp_ms // delta_ms`` (the tracker paper): timestamps of different fronts are only
   comparable up to the synchronisation slack ``delta``, so time is coarsened to slots and
   the acker reasons in whole slots.
 * ``front`` is a stable 63-bit id of the ``(topic, partition)`` the record was read from.
   It breaks ties between fronts inside one slot.
 * ``offset`` is the record's Kafka offset. Inside a partition offsets grow with append
   order and, because input topics use LogAppendTime, so do timestamps: the triple is
-  monotone per front, which is all seed 002 asks of "Kafka offsets act as global time".
+  monotone per front, which is all FlameStream's fault tolerance asks of "Kafka offsets
+  act as global time".
 
 Everything in the triple is stored by Kafka with the record, so a replay from any offset
 recomputes exactly the same global times, and therefore the same output.

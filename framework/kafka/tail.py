@@ -1,4 +1,6 @@
-"""The last bundle on an output topic: what a restarting barrier resumes from (seed 002).
+"""The last bundle on an output topic: what a restarting barrier resumes from.
+
+FlameStream's fault tolerance has the consumer hand the last bundle back to the barrier.
 
 "The consumer returns the last bundle": here the output topic is the consumer's memory.
 Every bundle ends with a header on every partition, so the last committed header of a

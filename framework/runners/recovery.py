@@ -1,8 +1,8 @@
 """Recovery from lost acks: a min time that stops advancing starts a new epoch.
 
 Acks that never arrive (or an ack that was never sent) leave a slot's XOR non-zero
-forever: min time stops there and nothing behind it is released. Seed 002 answers with
-replay. `StallWatch` runs beside the snapshot coordinator:
+forever: min time stops there and nothing behind it is released. FlameStream's fault
+tolerance answers with replay. `StallWatch` runs beside the snapshot coordinator:
 
 1. Watch the global min time of its epoch; remember when it last grew. Before the
    first min time (0: Spark's cold start, a replay catching up) there is nothing to

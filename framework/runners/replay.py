@@ -1,4 +1,6 @@
-"""Replay: start a pipeline's next epoch from chosen input offsets (seed 002, input replay).
+"""Replay: start a pipeline's next epoch from chosen input offsets.
+
+Input replay as FlameStream's fault tolerance describes it.
 
 The output does not change: global times are recomputed from what Kafka stored, the
 operations are deterministic, and every barrier drops what it released before (items at

@@ -1,6 +1,6 @@
 """Snapshots of grouping state taken from the changelogs, and restoring a new epoch from one.
 
-Seed 002's snapshotting, read from durable state instead of asked of the operations:
+FlameStream's snapshotting, read from durable state instead of asked of the operations:
 ``docs/decisions/snapshots-from-changelogs.md``. `SnapshotCoordinator` takes and commits
 snapshots; `restore_epoch` seeds a new epoch's changelogs from one; `replay_offsets` says
 where sources start after a slot.

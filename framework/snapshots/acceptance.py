@@ -1,7 +1,8 @@
 """Step 1 of a snapshot: has every barrier released everything below the snapshot slot?
 
-Seed 002 asks each barrier to accept a snapshot at ``GT`` once the consumer acknowledged
-every bundle with items before ``GT``. A flamepipe barrier writes a bundle and its new
+FlameStream's fault-tolerance protocol asks each barrier to accept a snapshot at ``GT``
+once the consumer acknowledged every bundle with items before ``GT``. A flamepipe barrier
+writes a bundle and its new
 ``GT_last`` in one Kafka transaction, committing ``GT_last`` as the offset metadata of its
 pre-barrier partitions (`BarrierMark`), so the acceptance can be read instead of asked
 for: a committed ``GT_last`` at or after the end of slot ``M - 1`` means every item below

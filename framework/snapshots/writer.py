@@ -1,4 +1,4 @@
-"""Saving snapshots off the processing thread (seed 002: snapshots are asynchronous).
+"""Saving snapshots off the processing thread: FlameStream's snapshots are asynchronous.
 
 The grouping that receives a snapshot request submits a function that serializes the
 immutable part of its state and goes on processing; the writer thread calls it, puts the

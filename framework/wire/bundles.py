@@ -1,7 +1,7 @@
 """The output topic of a sink: bundles written by the barrier, verified by consumers.
 
-Wire format (seed 002). A bundle is written in one Kafka transaction; on every partition
-of the output topic it is:
+Wire format (FlameStream fault tolerance: output bundles). A bundle is written in one
+Kafka transaction; on every partition of the output topic it is:
 
 * the bundle's items routed to that partition, in no particular order (the exactly-once
   barrier writes items into the bundle's transaction as they arrive, ahead of their

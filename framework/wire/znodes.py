@@ -70,7 +70,7 @@ def _from_json(data: bytes, kind: str, where: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRecord:
-    """A snapshot the whole pipeline can resume from (seed 002's value in ZooKeeper).
+    """A snapshot the whole pipeline can resume from (its global time, kept in ZooKeeper).
 
     ``slot`` is the snapshot's global time; ``offsets`` where sources replay from;
     ``units`` the hash units each stateful node saved at ``slot``; ``epoch`` the

@@ -1,4 +1,4 @@
-"""Local tracker (seed 001): per-worker pre-aggregation of acks and heartbeats.
+"""Local tracker (the tracker paper): per-worker pre-aggregation of acks and heartbeats.
 
 A worker XORs its acks per ``(segment, slot)`` and keeps only the latest heartbeat per
 front, then flushes periodically. The flush order keeps the tracker's ordering rules:

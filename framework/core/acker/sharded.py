@@ -1,4 +1,4 @@
-"""Distributed tracker (seed 001): acks sharded by slot, vector clocks against false times.
+"""Distributed tracker (the tracker paper): acks sharded by slot, vector clocks against false times.
 
 Acks go to shard ``slot % shards``; heartbeats go to every shard. A sender ("node": a
 worker or a front) follows each batch with `NodeTime` (its batch counter) to every shard.

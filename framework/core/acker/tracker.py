@@ -1,4 +1,4 @@
-"""The tracker (seed 001, Algorithm 1): XOR checksums per segment and slot, min times.
+"""The tracker (the tracker paper, Algorithm 1): XOR checksums per segment and slot, min times.
 
 Every operation acks each item it sends and each item it receives with the item's slot
 and a random 64-bit value; the XOR of a slot is zero exactly when every item with that

@@ -1,6 +1,6 @@
 """The in-process executor: runs a pipeline graph with the real acker and barrier.
 
-Ack discipline (seeds 000, 001), which every delivery mode keeps:
+Ack discipline (FlameStream runtime; the tracker paper), which every delivery mode keeps:
 
 1. A front acks an item into the segment of the node it goes to when it ingests it, and
    heartbeats only slots that none of its remaining items is below.

@@ -1,4 +1,4 @@
-"""State backends: durable snapshots of stateful operations' hash units (seed 002).
+"""State backends: durable snapshots of stateful operations' hash units.
 
 Adapters only: ``framework.core`` produces and restores the state, this package stores it.
 `StateBackend` is the interface; `MemoryBackend`, `FileBackend` and `RocksBackend` the

@@ -1,7 +1,7 @@
 """The one interface of state backends, and the rules every backend checks keys by.
 
-A snapshot is the state of one hash unit of a stateful operation (seed 002) at one
-snapshot time. Its key is ``(unit, slot)``:
+A snapshot is the state of one hash unit of a stateful operation (FlameStream fault
+tolerance) at one snapshot time. Its key is ``(unit, slot)``:
 
 * ``unit`` names the hash unit, qualified enough to be unique in the backend, e.g.
   ``"<app>.<node>.p<partition>"``. Any non-empty string without NUL.
