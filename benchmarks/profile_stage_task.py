@@ -27,15 +27,11 @@ from framework.core.graph import Kind
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.plan import plan_stages
-from framework.plan.task import (
-    InRecord,
-    OutRecord,
-    StageProgram,
-    StageSpec,
-    TaskResult,
-    apply_changelog,
-)
+from framework.plan.records import StageSpec, TaskResult
+from framework.plan.state import apply_changelog
+from framework.plan.task import StageProgram
 from framework.runners.spark.executor import _records
+from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
 
 PARTITIONS = 2

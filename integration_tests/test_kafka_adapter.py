@@ -32,7 +32,6 @@ from framework.kafka.admin import (
     timestamp_type,
 )
 from framework.kafka.transactions import ChangelogReader, TaskCommitter, close_cached
-from framework.wire.internal import ITEM_HEADER
 
 OLD_MS = 1_000_000_000_000  # 2001-09-09: a producer timestamp far in the past
 
@@ -201,8 +200,11 @@ def io_topics(bootstrap: str) -> tuple[str, str]:
     return source, sink
 
 
+_TAG_HEADER = "fp.test.tag"
+
+
 def _batch(topic: str, tag: str, n: int = 3, partition: int = 0) -> list[Out]:
-    header = ((ITEM_HEADER, tag.encode()),)
+    header = ((_TAG_HEADER, tag.encode()),)
     return [Out(topic, partition, b"k%d" % i, f"{tag}-{i}".encode(), header) for i in range(n)]
 
 
@@ -221,7 +223,7 @@ def test_commit_makes_records_and_marker_visible(
         committer.close()
     assert _values(records) == [b"a-0", b"a-1", b"a-2"]
     assert [m.key() for m in records] == [b"k0", b"k1", b"k2"]
-    assert all(m.headers() == [(ITEM_HEADER, b"a")] for m in records)
+    assert all(m.headers() == [(_TAG_HEADER, b"a")] for m in records)
 
 
 def test_partitioner_chooses_when_partition_is_none(bootstrap: str) -> None:

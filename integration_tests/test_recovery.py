@@ -26,7 +26,7 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.runners.spark import SparkRunner
-from framework.wire.internal import encode_ack_batch
+from framework.wire.avro import encode_ack_batch
 from framework.wire.topics import Topics
 from integration_tests.pipeline_helpers import produce_lines, read_output
 

@@ -31,10 +31,9 @@ from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.clients import is_eof, new_consumer
 from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
-from framework.wire.avro import encode_bundle_header, encode_meta
+from framework.wire.avro import encode_ack_batch, encode_bundle_header, encode_meta
 from framework.wire.bundles import BUNDLE_HEADER, META_HEADER, read_bundle_header
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
-from framework.wire.internal import encode_ack_batch
 from framework.wire.serde import Utf8
 from framework.wire.topics import Topics
 

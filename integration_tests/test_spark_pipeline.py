@@ -78,7 +78,7 @@ def test_poison_record_and_raising_function_go_to_the_dead_letter_topic(
 ) -> None:
     from confluent_kafka import Producer
 
-    from framework.wire.internal import read_dead_letter
+    from framework.wire.dead_letters import read_dead_letter
     from framework.wire.topics import Topics
 
     settings = stack.with_(parallelism=2)

@@ -54,8 +54,7 @@ from framework.kafka.clients import (
 )
 from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
 from framework.service import Service
-from framework.wire.avro import decode_min_time, encode_min_time
-from framework.wire.internal import decode_ack_batch
+from framework.wire.avro import decode_ack_batch, decode_min_time, encode_min_time
 from framework.wire.topics import Topics
 
 __all__ = ["AckerService", "ReplayGate", "report_key"]

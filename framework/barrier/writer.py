@@ -16,13 +16,12 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from framework import failpoints
-from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import KafkaClientError, PipelineError
 from framework.kafka.clients import close_quietly, kafka_call, new_producer
 from framework.kafka.transactions import OutRecordLike
-from framework.wire.internal import encode_ack_batch
+from framework.wire.acks import shard_batches
 from framework.wire.records import OutRecord
 
 __all__ = ["OutputWriter", "PlainWriter", "ReceiptSender", "TransactionalWriter"]
@@ -40,12 +39,10 @@ class ReceiptSender:
     def records(self, acks: Mapping[int, int], node_time: int) -> list[OutRecord]:
         """Receipt acks (slot -> XOR) as one ack batch per shard, each closed by this
         node's ``node_time`` (every shard must see every node time of a sender)."""
-        by_shard: dict[int, list[Ack]] = {shard: [] for shard in range(self.shards)}
-        for slot, value in sorted(acks.items()):
-            by_shard[shard_of(slot, self.shards)].append(Ack(self.segment, slot, value))
+        batch = [Ack(self.segment, slot, value) for slot, value in sorted(acks.items())]
         return [
-            OutRecord(self.topic, shard, None, encode_ack_batch(self.node, node_time, batch, []))
-            for shard, batch in by_shard.items()
+            OutRecord(self.topic, shard, None, value)
+            for shard, value in shard_batches(self.node, node_time, batch, self.shards)
         ]
 
 

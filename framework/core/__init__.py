@@ -12,8 +12,6 @@ from framework.core.messages import (
     Heartbeat,
     MinTimeNotification,
     NodeTime,
-    PartitionOffset,
-    SnapshotManifest,
 )
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash, op_id_of
@@ -59,8 +57,6 @@ __all__ += [
     "MinTimeListener",
     "MinTimeNotification",
     "NodeTime",
-    "PartitionOffset",
     "ShardRouter",
     "ShardedAcker",
-    "SnapshotManifest",
 ]

@@ -20,8 +20,6 @@ __all__ = [
     "Heartbeat",
     "MinTimeNotification",
     "NodeTime",
-    "PartitionOffset",
-    "SnapshotManifest",
 ]
 
 
@@ -76,33 +74,3 @@ class BundleHeader:
     seq: int
     gt_last: GlobalTime
     item_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionOffset:
-    """The next offset to read from ``(topic, partition)`` when replaying."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotManifest:
-    """A completed snapshot: replay restarts at slot ``slot`` from ``offsets``.
-
-    ``state_keys`` name the stored grouping states; ``gt_last`` and ``next_seq`` are the
-    barrier's state at the snapshot, so bundles already delivered are not delivered again.
-    """
-
-    snapshot_id: int
-    slot: int
-    offsets: tuple[PartitionOffset, ...] = ()
-    state_keys: tuple[str, ...] = ()
-    gt_last: GlobalTime | None = None
-    next_seq: int = 0
-
-    @property
-    def gt(self) -> GlobalTime:
-        """The first global time of the snapshot: the state covers every time before it."""
-        return GlobalTime.slot_start(self.slot)

@@ -1,8 +1,8 @@
 """The state of a stage that starts with a grouping or an aggregate, and its changelog.
 
-A changelog record per changed key holds the key's bucket (metas as plain tuples, values,
-early tombstones; None when the bucket is gone); an aggregate adds its min time under
-`MIN_TIME_KEY`. Replaying the records, oldest first, rebuilds the state (latest wins).
+A changelog record per changed key holds the key's bucket; an aggregate adds its min time
+(layout: `framework.wire.changelog`). Replaying the records, oldest first, rebuilds the
+state (latest wins).
 """
 
 from __future__ import annotations
@@ -13,16 +13,10 @@ from typing import Any
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
 from framework.core.meta import Meta
-from framework.core.ops import key_bytes
 from framework.core.windows import WindowAggregator
-from framework.wire.serde import Pickle
+from framework.wire.changelog import bucket_record, min_time_record, read_record
 
-__all__ = ["MIN_TIME_KEY", "StageState", "apply_changelog", "changelog_records", "hold_value"]
-
-_PICKLE = Pickle()
-
-MIN_TIME_KEY = b"\xfffp.min_time"
-"""Changelog key of an aggregate's min time (no key's canonical bytes start with 0xff)."""
+__all__ = ["StageState", "apply_changelog", "changelog_records", "hold_value"]
 
 StageState = Grouping | WindowAggregator
 """The state of a stage that starts with a grouping or an aggregate."""
@@ -32,12 +26,10 @@ def changelog_records(state: StageState) -> list[tuple[bytes, bytes]]:
     """``(key, value)`` records of every bucket changed since the last call, the min time."""
     records: list[tuple[bytes, bytes]] = []
     if isinstance(state, WindowAggregator) and state.min_time:
-        records.append((MIN_TIME_KEY, _PICKLE.dumps((None, state.min_time))))
-    for key in state.take_changed():
-        # The Kafka key is canonical (equal keys compact together); the value carries
-        # the key itself, and None for a deleted bucket, so replay needs nothing else.
-        value = _PICKLE.dumps((key, _plain_state(state.bucket_state(key))))
-        records.append((key_bytes(key), value))
+        records.append(min_time_record(state.min_time))
+    records.extend(
+        bucket_record(key, _plain_state(state.bucket_state(key))) for key in state.take_changed()
+    )
     return records
 
 
@@ -69,8 +61,8 @@ def apply_changelog(
     for kafka_key, value in records:
         if value is None:
             continue
-        key, bucket = _PICKLE.loads(value)
-        if kafka_key == MIN_TIME_KEY:
+        is_min_time, key, bucket = read_record(kafka_key, value)
+        if is_min_time:
             if isinstance(state, WindowAggregator):
                 state.put_min_time(bucket)
         else:

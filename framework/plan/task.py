@@ -41,7 +41,6 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from framework.core.acker.local import LocalAcker
-from framework.core.acker.sharded import shard_of
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack
@@ -57,31 +56,20 @@ from framework.errors import (
     PipelineError,
     UserFunctionError,
 )
-from framework.plan.records import SourceDecoder, StageSpec, TaskResult
+from framework.plan.records import StageSpec, TaskResult
 from framework.plan.stages import ExitKind
 from framework.plan.state import (
-    MIN_TIME_KEY,
     StageState,
-    apply_changelog,
     changelog_records,
     hold_value,
 )
+from framework.wire.acks import shard_batches
+from framework.wire.dead_letters import dead_letter
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder, read_items
-from framework.wire.internal import dead_letter, encode_ack_batch
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.serde import Pickle
 
-__all__ = [
-    "MIN_TIME_KEY",
-    "InRecord",
-    "OutRecord",
-    "SourceDecoder",
-    "StageProgram",
-    "StageSpec",
-    "StageState",
-    "TaskResult",
-    "apply_changelog",
-]
+__all__ = ["RECORD_ERRORS", "StageProgram"]
 
 _PICKLE = Pickle()
 RECORD_ERRORS = (UserFunctionError, EncodeError)
@@ -476,13 +464,8 @@ class _TaskRun:
         acks = [a for a in self.acker.flush() if isinstance(a, Ack)]
         if not acks:
             return
-        shards = self.spec.shards
-        by_shard: dict[int, list[Any]] = {shard: [] for shard in range(shards)}
-        for ack in acks:
-            by_shard[shard_of(ack.slot, shards)].append(ack)
         topic = self.spec.topics.acks
-        for shard, shard_acks in by_shard.items():
-            value = encode_ack_batch(node, node_time, shard_acks, [])
+        for shard, value in shard_batches(node, node_time, acks, self.spec.shards):
             self.result.records.append(OutRecord(topic, shard, None, value))
 
     def changelog(self, state: StageState, record_partition: int) -> None:

@@ -6,7 +6,7 @@ shuffle topic), named ``"<node>/<p>"`` in the backend and in `SnapshotRecord.uni
 What is saved is `Grouping.snapshot(below=slot)` with every meta as a plain tuple, so
 the bytes do not depend on where flamepipe's classes live, pickled with a format number.
 `changelog_records` turns it back into the records a stage task would have written
-(``framework.plan.task``): key ``key_bytes(key)``, value ``pickle((key, state))``.
+(layout: `framework.wire.changelog`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from framework.core.ops import key_bytes
 from framework.errors import DecodeError
+from framework.wire.changelog import bucket_record
 from framework.wire.serde import Pickle
 
 __all__ = [
@@ -99,5 +99,5 @@ def changelog_records(state: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
             [v for _, v in items],
             [(_plain_meta(m), v) for m, v in early],
         )
-        records.append((key_bytes(key), _PICKLE.dumps((key, bucket))))
+        records.append(bucket_record(key, bucket))
     return records

@@ -1,7 +1,7 @@
-"""Avro (schemaless, fastavro) encoding of meta, data envelopes and tracker messages.
+"""Avro (schemaless, fastavro) encoding of meta, tracker messages and bundle headers.
 
 Each ``schemas/*.avsc`` file is parsed once, in dependency order, into one set of named
-types (``flamepipe.GlobalTime`` is shared by Meta, BundleHeader, SnapshotManifest...).
+types (``flamepipe.GlobalTime`` is shared by Meta, BundleHeader, MinTime...).
 Bytes carry no schema id: the topic fixes the writer schema.
 
 Unsigned 64-bit fields (``Meta.trace``, ``Ack.value``) travel as Avro ``long`` in two's
@@ -14,9 +14,9 @@ Encoding an invalid message raises `EncodeError`.
 
 Schema evolution. A field may be added only with a default, and nothing is ever renamed
 or retyped. Readers that know a newer schema read older bytes by resolution against the
-writer schema they were written with: `decode_with` does that, e.g. a v2 ``Heartbeat``
-reader with ``{"name": "wall_ms", "type": "long", "default": -1}`` reads v1 bytes as
-``{"front": ..., "slot": ..., "wall_ms": -1}``. New readers therefore roll out before new
+writer schema they were written with: `decode_with` does that, e.g. a v2 ``BundleHeader``
+reader with ``{"name": "wall_ms", "type": "long", "default": -1}`` reads v1 bytes with
+``wall_ms = -1``. New readers therefore roll out before new
 writers.
 """
 
@@ -37,41 +37,23 @@ from framework.core.messages import (
     Heartbeat,
     MinTimeNotification,
     NodeTime,
-    PartitionOffset,
-    SnapshotManifest,
 )
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
-from framework.errors import DecodeError, EncodeError
+from framework.errors import ConfigError, DecodeError, EncodeError
 from framework.wire import meta as meta_writer
 
 __all__ = [
     "SCHEMA_NAMES",
-    "decode_ack",
     "decode_ack_batch",
-    "decode_acker_input",
     "decode_bundle_header",
-    "decode_envelope",
-    "decode_global_time",
-    "decode_heartbeat",
-    "decode_item_header",
     "decode_meta",
     "decode_min_time",
-    "decode_node_time",
-    "decode_snapshot_manifest",
     "decode_with",
-    "encode_ack",
     "encode_ack_batch",
-    "encode_acker_input",
     "encode_bundle_header",
-    "encode_envelope",
-    "encode_global_time",
-    "encode_heartbeat",
-    "encode_item_header",
     "encode_meta",
     "encode_min_time",
-    "encode_node_time",
-    "encode_snapshot_manifest",
     "schema",
 ]
 
@@ -79,15 +61,11 @@ __all__ = [
 SCHEMA_NAMES = (
     "global_time",
     "meta",
-    "envelope",
     "ack",
     "heartbeat",
     "node_time",
-    "acker_input",
     "min_time",
     "bundle_header",
-    "snapshot_manifest",
-    "item_header",
     "ack_batch",
 )
 _U64 = 1 << 64
@@ -156,7 +134,7 @@ def decode_with(name: str, data: Buffer, reader_schema: dict[str, Any]) -> Any:
     try:
         reader = parse_schema(reader_schema, named_schemas={})
     except Exception as exc:  # an unparseable reader schema is the caller's error
-        raise ValueError(f"bad reader schema: {exc}") from exc
+        raise ConfigError(f"bad reader schema: {exc}") from exc
     return _read(name, data, reader)
 
 
@@ -189,16 +167,6 @@ def _meta_in(record: dict[str, Any]) -> Meta:
     )
 
 
-def encode_global_time(gt: GlobalTime) -> bytes:
-    """Avro bytes of a global time."""
-    return _write("global_time", _gt_out(gt))
-
-
-def decode_global_time(data: Buffer) -> GlobalTime:
-    """Inverse of `encode_global_time`."""
-    return _build("global_time", _gt_in, _read("global_time", data))
-
-
 def encode_meta(meta: Meta) -> bytes:
     """Avro bytes of a meta (written by `framework.wire.meta`: one per output item)."""
     return meta_writer.encode_meta(meta)
@@ -207,17 +175,6 @@ def encode_meta(meta: Meta) -> bytes:
 def decode_meta(data: Buffer) -> Meta:
     """Inverse of `encode_meta`."""
     return _build("meta", _meta_in, _read("meta", data))
-
-
-def encode_envelope(meta: Meta, payload: bytes) -> bytes:
-    """Avro bytes of a data record: its meta and its already encoded payload."""
-    return _write("envelope", {"meta": _meta_out(meta), "payload": payload})
-
-
-def decode_envelope(data: Buffer) -> tuple[Meta, bytes]:
-    """Inverse of `encode_envelope`: ``(meta, payload)``."""
-    record = _read("envelope", data)
-    return _build("envelope", lambda r: (_meta_in(r["meta"]), bytes(r["payload"])), record)
 
 
 # -- tracker messages -------------------------------------------------------------------
@@ -229,65 +186,6 @@ def _ack_out(ack: Ack) -> dict[str, Any]:
 
 def _ack_in(r: dict[str, Any]) -> Ack:
     return Ack(r["segment"], r["slot"], r["value"] % _U64)
-
-
-def encode_ack(ack: Ack) -> bytes:
-    """Avro bytes of an ack."""
-    return _write("ack", _ack_out(ack))
-
-
-def decode_ack(data: Buffer) -> Ack:
-    """Inverse of `encode_ack`."""
-    return _build("ack", _ack_in, _read("ack", data))
-
-
-def encode_heartbeat(beat: Heartbeat) -> bytes:
-    """Avro bytes of a heartbeat."""
-    return _write("heartbeat", {"front": beat.front, "slot": beat.slot})
-
-
-def decode_heartbeat(data: Buffer) -> Heartbeat:
-    """Inverse of `encode_heartbeat`."""
-    return _build("heartbeat", lambda r: Heartbeat(r["front"], r["slot"]), _read("heartbeat", data))
-
-
-def encode_node_time(node_time: NodeTime) -> bytes:
-    """Avro bytes of a node time."""
-    return _write("node_time", {"node": node_time.node, "time": node_time.time})
-
-
-def decode_node_time(data: Buffer) -> NodeTime:
-    """Inverse of `encode_node_time`."""
-    return _build("node_time", lambda r: NodeTime(r["node"], r["time"]), _read("node_time", data))
-
-
-def encode_acker_input(message: AckerInput) -> bytes:
-    """Avro bytes of an ack, heartbeat or node time, tagged so one topic can carry all."""
-    body: tuple[str, dict[str, Any]]
-    if isinstance(message, Ack):
-        body = ("flamepipe.Ack", _ack_out(message))
-    elif isinstance(message, Heartbeat):
-        body = ("flamepipe.Heartbeat", {"front": message.front, "slot": message.slot})
-    elif isinstance(message, NodeTime):
-        body = ("flamepipe.NodeTime", {"node": message.node, "time": message.time})
-    else:
-        raise EncodeError(f"not an acker input: {message!r}")
-    return _write("acker_input", {"message": body})
-
-
-def _acker_input_in(record: dict[str, Any]) -> AckerInput:
-    # The reader returns the union branch as a plain record; field names tell them apart.
-    body = record["message"]
-    if "segment" in body:
-        return _ack_in(body)
-    if "front" in body:
-        return Heartbeat(body["front"], body["slot"])
-    return NodeTime(body["node"], body["time"])
-
-
-def decode_acker_input(data: Buffer) -> AckerInput:
-    """Inverse of `encode_acker_input`."""
-    return _build("acker_input", _acker_input_in, _read("acker_input", data))
 
 
 def encode_min_time(note: MinTimeNotification) -> bytes:
@@ -334,50 +232,7 @@ def decode_bundle_header(data: Buffer) -> BundleHeader:
     )
 
 
-def encode_snapshot_manifest(manifest: SnapshotManifest) -> bytes:
-    """Avro bytes of a snapshot manifest."""
-    record = {
-        "snapshot_id": manifest.snapshot_id,
-        "slot": manifest.slot,
-        "offsets": [
-            {"topic": po.topic, "partition": po.partition, "offset": po.offset}
-            for po in manifest.offsets
-        ],
-        "state_keys": list(manifest.state_keys),
-        "gt_last": None if manifest.gt_last is None else _gt_out(manifest.gt_last),
-        "next_seq": manifest.next_seq,
-    }
-    return _write("snapshot_manifest", record)
-
-
-def _manifest_in(r: dict[str, Any]) -> SnapshotManifest:
-    return SnapshotManifest(
-        r["snapshot_id"],
-        r["slot"],
-        tuple(PartitionOffset(o["topic"], o["partition"], o["offset"]) for o in r["offsets"]),
-        tuple(r["state_keys"]),
-        None if r["gt_last"] is None else _gt_in(r["gt_last"]),
-        r["next_seq"],
-    )
-
-
-def decode_snapshot_manifest(data: Buffer) -> SnapshotManifest:
-    """Inverse of `encode_snapshot_manifest`."""
-    return _build("snapshot_manifest", _manifest_in, _read("snapshot_manifest", data))
-
-
-# -- Kafka wire: item headers and ack batches -------------------------------------------
-
-
-def encode_item_header(meta: Meta, ack: int) -> bytes:
-    """Avro bytes of an item's header on an internal topic: its meta and its ack value."""
-    return _write("item_header", {"meta": _meta_out(meta), "ack": _u64_out(ack)})
-
-
-def decode_item_header(data: Buffer) -> tuple[Meta, int]:
-    """Inverse of `encode_item_header`: ``(meta, ack)``."""
-    record = _read("item_header", data)
-    return _build("item_header", lambda r: (_meta_in(r["meta"]), r["ack"] % _U64), record)
+# -- ack batches -------------------------------------------
 
 
 def encode_ack_batch(

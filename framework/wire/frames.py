@@ -15,16 +15,13 @@ Wire format, version 1:
   `Meta` and `Keyed`: pickling a NamedTuple costs a Python call per object (3x slower).
 * a *tick* is a keyed frame without items: the driver sends one to make an aggregate
   stage run a batch when its min time completes a window and no data is arriving;
-* a *tick* is a keyed frame without items: the driver sends one to make an aggregate
-  stage run a batch when its min time completes a window and no data is arriving;
 * a frame holds at most ``FRAME_ITEMS`` items and ``FRAME_BYTES`` (one larger item
   travels alone), well below the broker's default 1 MB record limit.
 
 Each item keeps its own ack value: the receiver acks exactly what a record per item would
-have made it ack. Readers also take a record with the per-item header ``fp.item`` (the
-format before frames) as a frame of one. Anything else is a `ProtocolViolation` and fails
-the task: only flamepipe writes these topics, and a frame sent to the dead letters whole
-would take its items' acks with it, stalling the min time without a word.
+have made it ack. A record that is not a frame is a `ProtocolViolation` and fails the
+task: only flamepipe writes these topics, and a frame sent to the dead letters whole would
+take its items' acks with it, stalling the min time without a word.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ from framework.core.meta import Meta
 from framework.core.ops import Keyed
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation
-from framework.wire.internal import ITEM_HEADER, decode_item_header
 
 __all__ = [
     "FRAME_BYTES",
@@ -161,26 +157,18 @@ def decode_frame(version: bytes, value: bytes, where: str) -> list[FrameItem]:
 
 
 def read_items(headers: Headers | None, value: bytes | None, where: str) -> list[FrameItem]:
-    """The items of a record on an internal topic: a frame, or one ``fp.item`` record."""
-    version = item = None
+    """The items of a record on an internal topic (a frame)."""
+    version = None
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, raw in pairs:
         if name == FRAME_HEADER:
             version = raw
-        elif name == ITEM_HEADER:
-            item = raw
-    if value is None or (version is None and item is None):
+    if value is None or version is None:
         raise ProtocolViolation(
             f"{where}: no {FRAME_HEADER} header or no value: only flamepipe may write to its "
             "internal topics"
         )
-    if version is not None:
-        return decode_frame(_bytes(version), value, where)
-    try:
-        meta, ack = decode_item_header(_bytes(item))
-        return [(meta, ack, pickle.loads(value))]
-    except Exception as exc:  # a bad pickle raises almost anything; so does a bad header
-        raise ProtocolViolation(f"{where}: malformed {ITEM_HEADER} record: {exc}") from exc
+    return decode_frame(_bytes(version), value, where)
 
 
 def _bytes(raw: bytes | str | None) -> bytes:

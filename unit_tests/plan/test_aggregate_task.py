@@ -14,16 +14,13 @@ from framework.core.graph import Graph, Kind
 from framework.core.windows import WindowAggregator, WindowResult
 from framework.errors import PipelineError
 from framework.plan import plan_stages
-from framework.plan.task import (
-    MIN_TIME_KEY,
-    InRecord,
-    OutRecord,
-    StageProgram,
-    StageSpec,
-    apply_changelog,
-)
+from framework.plan.records import StageSpec
+from framework.plan.state import apply_changelog
+from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
+from framework.wire.changelog import MIN_TIME_KEY
 from framework.wire.frames import FRAME_HEADERS, read_items, tick_frame
+from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
 from unit_tests.plan.test_task import as_input, lines, xor_table
 

@@ -16,10 +16,13 @@ from framework.core.ops import Keyed, key_bytes
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation, UserFunctionError
 from framework.plan import plan_stages
-from framework.plan.task import InRecord, OutRecord, StageProgram, StageSpec, apply_changelog
+from framework.plan.records import StageSpec
+from framework.plan.state import apply_changelog
+from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
+from framework.wire.avro import decode_ack_batch
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder, FrameItem, read_items
-from framework.wire.internal import ITEM_HEADER, decode_ack_batch, encode_item_header
+from framework.wire.records import InRecord, OutRecord
 from framework.wire.serde import Json, Pickle
 from framework.wire.topics import Topics
 
@@ -216,16 +219,6 @@ def test_a_failing_item_of_a_frame_becomes_a_dead_letter_of_its_own() -> None:
     assert b"item 1 of a frame" in headers["fp.dlq.reason"]
     assert headers["fp.dlq.offset"] == b"7"  # the frame's coordinates
     assert (result.records_in, result.items_in, result.items_out) == (1, 3, 2)
-
-
-def test_a_record_per_item_from_before_frames_is_still_read() -> None:
-    graph = wordcount()
-    _, second = programs(graph)
-    meta, keyed = keyed_item("a", 3)
-    headers = ((ITEM_HEADER, encode_item_header(meta, 9)),)
-    legacy = InRecord("wc.3-group", 0, 0, 0, None, Pickle().dumps(keyed), headers)
-    result = second.run([legacy], second.new_state(), 2, 1)
-    assert (result.items_in, result.items_out) == (1, 1)
 
 
 def test_a_malformed_or_unknown_frame_fails_the_task() -> None:

@@ -1,4 +1,4 @@
-"""Codec: round trips, DecodeError for every malformed input, one evolution case."""
+"""Avro formats: round trips, DecodeError for every malformed input, one evolution case."""
 
 from __future__ import annotations
 
@@ -10,18 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework.core.messages import (
-    Ack,
-    BundleHeader,
-    Heartbeat,
-    MinTimeNotification,
-    NodeTime,
-    PartitionOffset,
-    SnapshotManifest,
-)
+from framework.core.messages import Ack, BundleHeader, Heartbeat, MinTimeNotification, NodeTime
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
-from framework.errors import DecodeError, EncodeError
+from framework.errors import ConfigError, DecodeError, EncodeError
 from framework.wire import avro as codec
 
 i64 = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -42,37 +34,30 @@ notes = st.builds(
     i32,
 )
 headers = st.builds(BundleHeader, i64, gts, i64)
-manifests = st.builds(
-    SnapshotManifest,
-    i64,
-    i64,
-    st.lists(st.builds(PartitionOffset, text, i32, i64), max_size=3).map(tuple),
-    st.lists(text, max_size=3).map(tuple),
-    st.none() | gts,
-    i64,
-)
+batches = st.tuples(i64, i64, st.lists(acks, max_size=3), st.lists(beats, max_size=3))
+
+
+def _encode_batch(batch: tuple[int, int, list[Ack], list[Heartbeat]]) -> bytes:
+    return codec.encode_ack_batch(*batch)
+
+
+def _decode_batch(data: bytes) -> tuple[int, int, list[Ack], list[Heartbeat]]:
+    *messages, closing = codec.decode_ack_batch(data)
+    assert isinstance(closing, NodeTime)
+    acked = [m for m in messages if isinstance(m, Ack)]
+    beats = [m for m in messages if isinstance(m, Heartbeat)]
+    return closing.node, closing.time, acked, beats
+
 
 # (encode, decode, strategy of values)
 PAIRS: dict[str, tuple[Callable[[Any], bytes], Callable[[bytes], Any], st.SearchStrategy[Any]]] = {
-    "global_time": (codec.encode_global_time, codec.decode_global_time, gts),
     "meta": (codec.encode_meta, codec.decode_meta, metas),
-    "ack": (codec.encode_ack, codec.decode_ack, acks),
-    "heartbeat": (codec.encode_heartbeat, codec.decode_heartbeat, beats),
-    "node_time": (codec.encode_node_time, codec.decode_node_time, node_times),
-    "acker_input": (
-        codec.encode_acker_input,
-        codec.decode_acker_input,
-        acks | beats | node_times,
-    ),
     "min_time": (codec.encode_min_time, codec.decode_min_time, notes),
     "bundle_header": (codec.encode_bundle_header, codec.decode_bundle_header, headers),
-    "snapshot_manifest": (
-        codec.encode_snapshot_manifest,
-        codec.decode_snapshot_manifest,
-        manifests,
-    ),
+    "ack_batch": (_encode_batch, _decode_batch, batches),
 }
-DECODERS = [pair[1] for pair in PAIRS.values()] + [codec.decode_envelope]
+DECODERS = [codec.decode_meta, codec.decode_min_time, codec.decode_bundle_header]
+DECODERS += [codec.decode_ack_batch]
 
 
 @settings(max_examples=60, deadline=None)
@@ -88,14 +73,6 @@ def test_round_trip_and_truncation(name: str, data: st.DataObject) -> None:
             decode(encoded[:cut])
     with pytest.raises(DecodeError):
         decode(encoded + b"\x00")
-
-
-@settings(max_examples=100, deadline=None)
-@given(meta=metas, payload=st.binary(max_size=40))
-def test_envelope_round_trip(meta: Meta, payload: bytes) -> None:
-    encoded = codec.encode_envelope(meta, payload)
-    assert codec.decode_envelope(encoded) == (meta, payload)
-    assert codec.decode_envelope(bytearray(encoded)) == (meta, payload)
 
 
 @settings(max_examples=400, deadline=None)
@@ -115,14 +92,12 @@ def test_wrong_input_types_raise_decode_error(decode: Callable[[Any], Any], bad:
 @pytest.mark.parametrize(
     ("decode", "data"),
     [
-        (codec.decode_heartbeat, b"\x80" * 11),  # a varint that never ends
+        (codec.decode_bundle_header, b"\x80" * 11),  # a varint that never ends
         (codec.decode_meta, b"\x02\x02\x02\xfe\xff\xff\xff\x0f"),  # 2**31 ids, 8 bytes
         (codec.decode_meta, b"\x02\x02\x02\x01\x80\x80\x80\x80\x08"),  # negative block
-        (codec.decode_ack, b"\x7f"),  # a string longer than the input
-        (codec.decode_ack, b"\x04\xff\xfe\x02\x02"),  # a string that is not UTF-8
+        (codec.decode_ack_batch, b"\x02\x02\x02\x7f"),  # a string longer than the input
+        (codec.decode_ack_batch, b"\x02\x02\x02\x04\xff\xfe\x02\x02\x00\x00"),  # not UTF-8
         (codec.decode_min_time, b"\x06"),  # union branch 3 of 2
-        (codec.decode_acker_input, b"\x08"),  # union branch 4 of 3
-        (codec.decode_envelope, b"\x02\x02\x02\x00\x00\x00\x7f"),  # short payload
     ],
 )
 def test_crafted_inputs(decode: Callable[[bytes], Any], data: bytes) -> None:
@@ -132,48 +107,60 @@ def test_crafted_inputs(decode: Callable[[bytes], Any], data: bytes) -> None:
 
 def test_unsigned_and_range_checks_on_encode() -> None:
     with pytest.raises(EncodeError, match="unsigned"):
-        codec.encode_ack(Ack("s", 1, -1))
+        codec.encode_ack_batch(1, 1, [Ack("s", 1, -1)], [])
     with pytest.raises(EncodeError, match="unsigned"):
         codec.encode_meta(Meta(GlobalTime(1, 1, 1), (), 1 << 64))
     with pytest.raises(EncodeError, match="cannot encode"):
-        codec.encode_heartbeat(Heartbeat(1, 1 << 63))
+        codec.encode_ack_batch(1, 1, [], [Heartbeat(1, 1 << 63)])
     with pytest.raises(EncodeError, match="cannot encode"):
-        codec.encode_ack(Ack(None, 1, 1))  # type: ignore[arg-type]
-    with pytest.raises(EncodeError, match="not an acker input"):
-        codec.encode_acker_input("ack")  # type: ignore[arg-type]
+        codec.encode_ack_batch(1, 1, [Ack(None, 1, 1)], [])  # type: ignore[arg-type]
 
 
-HEARTBEAT_V2 = {
+HEADER_V2 = {
     "type": "record",
-    "name": "Heartbeat",
+    "name": "BundleHeader",
     "namespace": "flamepipe",
     "fields": [
-        {"name": "front", "type": "long"},
-        {"name": "slot", "type": "long"},
+        {"name": "seq", "type": "long"},
+        {
+            "name": "gt_last",
+            "type": {
+                "type": "record",
+                "name": "GlobalTime",
+                "fields": [
+                    {"name": "slot", "type": "long"},
+                    {"name": "front", "type": "long"},
+                    {"name": "offset", "type": "long"},
+                ],
+            },
+        },
+        {"name": "item_count", "type": "long"},
         {"name": "wall_ms", "type": "long", "default": -1},
     ],
 }
 
 
 def test_schema_evolution_v2_reader_reads_v1_bytes() -> None:
-    v1 = codec.encode_heartbeat(Heartbeat(7, 123))
-    assert codec.decode_with("heartbeat", v1, HEARTBEAT_V2) == {
-        "front": 7,
-        "slot": 123,
+    v1 = codec.encode_bundle_header(BundleHeader(7, GlobalTime(1, 2, 3), 5))
+    assert codec.decode_with("bundle_header", v1, HEADER_V2) == {
+        "seq": 7,
+        "gt_last": {"slot": 1, "front": 2, "offset": 3},
+        "item_count": 5,
         "wall_ms": -1,
     }
 
 
 def test_incompatible_reader_schema_is_a_decode_error() -> None:
-    retyped = dict(HEARTBEAT_V2, fields=[{"name": "front", "type": "string"}])
+    retyped = dict(HEADER_V2, fields=[{"name": "seq", "type": "string"}])
+    v1 = codec.encode_bundle_header(BundleHeader(7, GlobalTime(1, 2, 3), 5))
     with pytest.raises(DecodeError):
-        codec.decode_with("heartbeat", codec.encode_heartbeat(Heartbeat(1, 2)), retyped)
-    with pytest.raises(ValueError, match="bad reader schema"):
-        codec.decode_with("heartbeat", b"", {"type": "nonsense"})
+        codec.decode_with("bundle_header", v1, retyped)
+    with pytest.raises(ConfigError, match="bad reader schema"):
+        codec.decode_with("bundle_header", b"", {"type": "nonsense"})
 
 
 def test_schemas_load_as_package_data() -> None:
-    assert set(codec.SCHEMA_NAMES) >= {"meta", "envelope", "min_time", "snapshot_manifest"}
+    assert set(codec.SCHEMA_NAMES) >= {"meta", "min_time", "bundle_header", "ack_batch"}
     assert codec.schema("meta")["name"] == "flamepipe.Meta"
     node_times = codec.schema("min_time")["fields"][2]
     assert node_times["name"] == "node_times"

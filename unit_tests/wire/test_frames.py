@@ -22,8 +22,6 @@ from framework.wire.frames import (
     decode_frame,
     read_items,
 )
-from framework.wire.internal import ITEM_HEADER, encode_item_header
-from framework.wire.serde import Pickle
 
 U64 = (1 << 64) - 1
 
@@ -128,15 +126,6 @@ def test_records_without_a_frame_header_or_value_are_refused() -> None:
     ):
         with pytest.raises(ProtocolViolation, match=r"no fp\.frame header or no value"):
             read_items(headers, value, "t[0]@1")
-
-
-def test_a_record_per_item_from_before_frames_reads_as_a_frame_of_one() -> None:
-    meta, ack, payload = items(1, keyed=True)[0]
-    value = Pickle().dumps(payload)
-    headers = [(ITEM_HEADER, encode_item_header(meta, ack))]
-    assert read_items(headers, value, "t[0]@1") == [(meta, ack, payload)]
-    with pytest.raises(ProtocolViolation, match=r"malformed fp\.item record"):
-        read_items([(ITEM_HEADER, b"\x01")], value, "t[0]@1")
 
 
 def test_header_values_may_come_as_text() -> None:

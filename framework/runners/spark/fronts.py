@@ -47,7 +47,7 @@ from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
 from framework.errors import ProtocolViolation, ServiceFailed
 from framework.kafka.admin import end_offsets, partition_count
-from framework.wire.internal import encode_ack_batch
+from framework.wire.acks import shard_batches
 
 __all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
 
@@ -214,8 +214,7 @@ class FrontHeartbeats:
             if producer is None:
                 raise ServiceFailed("front heartbeats are stopped")
             self.time += 1
-            for shard in range(self.shards):
-                value = encode_ack_batch(self.node, self.time, [], beats)
+            for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
                 producer.produce(self.acks_topic, value=value, partition=shard)
             producer.poll(0)
             # Only now: a round that fails before this point is sent again in full.

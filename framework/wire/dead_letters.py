@@ -1,48 +1,25 @@
-"""What flamepipe's own records look like on Kafka: item headers, ack batches, dead letters.
+"""Dead letters: a record that could not be decoded or processed, with the reason.
 
-* An item on an internal topic (shuffle, pre-barrier) carries its meta and ack value in
-  the Avro header `ITEM_HEADER` (``schemas/item_header.avsc``); the record value is the
-  payload alone, so a payload never has to be copied into an envelope.
-* A sender's batch of acks and heartbeats is one ``AckBatch`` record
-  (``schemas/ack_batch.avsc``) per acker shard, on the acks partition of that shard. It
-  decodes to exactly what `AckerShard.receive` takes, in order: acks, heartbeats, then the
-  ``NodeTime`` that closes the batch.
-* A dead letter keeps the original key and value bytes untouched; why and where it failed
+A dead letter keeps the original key and value bytes untouched; why and where it failed
   travel in ``fp.dlq.*`` headers (UTF-8 text), so the record can be replayed as it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from framework.core.messages import Ack, AckerInput, Heartbeat, NodeTime
-from framework.errors import DecodeError, EncodeError
-from framework.wire.avro import (
-    decode_ack_batch,
-    decode_item_header,
-    encode_ack_batch,
-    encode_item_header,
-)
+from framework.errors import DecodeError
 
 __all__ = [
     "DLQ_HEADERS",
-    "ITEM_HEADER",
     "DeadLetter",
     "HeaderValue",
     "MessageLike",
-    "ack_batch_records",
     "dead_letter",
-    "decode_ack_batch",
-    "decode_item_header",
-    "encode_ack_batch",
-    "encode_item_header",
     "read_dead_letter",
 ]
-
-ITEM_HEADER = "fp.item"
-"""Header of an item on an internal topic: Avro ``ItemHeader {meta, ack}``."""
 
 _REASON, _STAGE, _TOPIC = "fp.dlq.reason", "fp.dlq.stage", "fp.dlq.topic"
 _PARTITION, _OFFSET, _TRACEBACK = "fp.dlq.partition", "fp.dlq.offset", "fp.dlq.traceback"
@@ -56,29 +33,6 @@ _MAX_TRACEBACK = 8_000
 
 Headers = tuple[tuple[str, bytes], ...]
 HeaderValue = str | bytes | None
-
-
-def ack_batch_records(router_output: Iterable[tuple[int, AckerInput]]) -> list[tuple[int, bytes]]:
-    """One ``(shard, AckBatch bytes)`` per batch and shard of a `ShardRouter.end_batch` output.
-
-    Each shard's messages are cut at every `NodeTime`; records come in the order of their
-    closing node times, so several batches concatenated keep their order per partition.
-    Messages of a shard with no closing `NodeTime` are a ``ValueError``.
-    """
-    pending: dict[int, tuple[list[Ack], list[Heartbeat]]] = {}
-    records: list[tuple[int, bytes]] = []
-    for shard, message in router_output:
-        acks, beats = pending.setdefault(shard, ([], []))
-        if isinstance(message, NodeTime):
-            records.append((shard, encode_ack_batch(message.node, message.time, acks, beats)))
-            del pending[shard]
-        elif isinstance(message, Ack):
-            acks.append(message)
-        else:
-            beats.append(message)
-    if pending:
-        raise EncodeError(f"shards {sorted(pending)} have messages no NodeTime closes")
-    return records
 
 
 def _clip_head(text: str, limit: int) -> str:

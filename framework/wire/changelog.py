@@ -1,0 +1,43 @@
+"""Changelog records of stateful stages: one compacted record per key, latest wins.
+
+Layout (topic ``<app>.<node>.state``, compacted):
+
+* a key's record: Kafka key = the key's canonical bytes (`key_bytes`: equal keys compact
+  together), value = pickle of ``(key, bucket)``; ``bucket`` is ``(metas, values, early
+  tombstones)`` with every meta as a plain tuple, or None once the key's bucket is gone;
+* an aggregate's min time: Kafka key `MIN_TIME_KEY`, value = pickle of ``(None, min_time)``.
+
+Written by a stage task (`framework.plan.state`) and, byte for byte the same, by a restore
+that seeds a new epoch from a snapshot (`framework.snapshots.units`). These topics are
+flamepipe's own: nothing else may write them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.core.ops import key_bytes
+from framework.wire.serde import Pickle
+
+__all__ = ["MIN_TIME_KEY", "bucket_record", "min_time_record", "read_record"]
+
+_PICKLE = Pickle()
+
+MIN_TIME_KEY = b"\xfffp.min_time"
+"""Changelog key of an aggregate's min time (no key's canonical bytes start with 0xff)."""
+
+
+def bucket_record(key: Any, bucket: Any) -> tuple[bytes, bytes]:
+    """The record of ``key`` with its plain ``bucket`` (None: the bucket is gone)."""
+    return key_bytes(key), _PICKLE.dumps((key, bucket))
+
+
+def min_time_record(min_time: int) -> tuple[bytes, bytes]:
+    """The record of an aggregate's min time."""
+    return MIN_TIME_KEY, _PICKLE.dumps((None, min_time))
+
+
+def read_record(kafka_key: bytes | None, value: bytes) -> tuple[bool, Any, Any]:
+    """``(is_min_time, key, bucket or min time)`` of a record's bytes."""
+    key, bucket = _PICKLE.loads(value)
+    return kafka_key == MIN_TIME_KEY, key, bucket
