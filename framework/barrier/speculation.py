@@ -38,22 +38,21 @@ ahead (step 2); the next transaction starts with what the release left.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException
 
 from framework import failpoints
 from framework.barrier.stats import BarrierStats
 from framework.barrier.writer import TransactionalWriter
 from framework.core.barrier import Barrier, Bundle
 from framework.core.meta import Meta, Record
-from framework.deadline import DEFAULT_TIMEOUT_S
-from framework.errors import KafkaClientError, PipelineError, ProtocolViolation
+from framework.errors import KafkaClientError, ProtocolViolation
+from framework.kafka.transactions import TransactionalProducer
 from framework.wire.bundles import header_records, item_record
 
 __all__ = ["BundleWriter", "Hold", "Speculation"]
@@ -216,29 +215,29 @@ class BundleWriter(TransactionalWriter):
             self._write_ahead(item)
 
     def _write_ahead(self, record: Record) -> None:
-        producer = self._require()
+        txn = self._require()
         try:
-            self._write_item(producer, record)
+            self._write_item(txn, record)
         except (KafkaException, BufferError) as exc:
-            self._abandon(producer)
+            self._abandon(txn)
             raise KafkaClientError(
                 f"{self.transactional_id!r}: writing ahead failed: {exc}"
             ) from exc
         self.speculation.took(record, time.monotonic())
         self.stats.ahead += 1
 
-    def _write_item(self, producer: Producer, record: Record) -> None:
+    def _write_item(self, txn: TransactionalProducer, record: Record) -> None:
         """Produce an item into the open transaction, beginning one if none is open."""
         if not self._open:
-            producer.begin_transaction()
+            txn.begin()
             self._open = True
         partition, out = item_record(record, self.topic, self.partitions)
-        self._produce(producer, out)
+        txn.produce(out)
         self._counts[partition] += 1
 
-    def _abandon(self, producer: Producer) -> None:
+    def _abandon(self, txn: TransactionalProducer) -> None:
         """After a failed write: abort what is open (if the producer still can)."""
-        self._abort(producer)
+        txn.abort()
         self._open = False
 
     def holds(self, slot: int, barrier: Barrier) -> bool:
@@ -260,7 +259,7 @@ class BundleWriter(TransactionalWriter):
     def release(self, bundle: Bundle, barrier: Barrier, failpoint: str | None = None) -> None:
         """Make ``bundle``, just taken from ``barrier``, visible: the release protocol of
         the module docstring; then start the next transaction (`Speculation.resync`)."""
-        producer = self._require()
+        txn = self._require()
         spec = self.speculation
         # Step 1
         if spec.poisoned:
@@ -268,20 +267,20 @@ class BundleWriter(TransactionalWriter):
         try:
             # Step 2
             if not self._open:
-                producer.begin_transaction()
+                txn.begin()
                 self._open = True
             # Step 3
             for record in spec.missing(bundle.records) if spec.size else bundle.records:
-                self._write_item(producer, record)
+                self._write_item(txn, record)
             for header in header_records(bundle.seq, bundle.gt_last, self._counts, self.topic):
-                self._produce(producer, header)
+                txn.produce(header)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-                failpoints.hit(failpoint, before=lambda: producer.flush(DEFAULT_TIMEOUT_S))
+                failpoints.hit(failpoint, before=txn.flush)
             # Step 4
-            self._commit(producer)
+            txn.commit()
         except (KafkaException, BufferError) as exc:
-            self._abandon(producer)
-            raise PipelineError(
+            self._abandon(txn)
+            raise KafkaClientError(
                 f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
             ) from exc
         self._ended(pause=False)
@@ -290,29 +289,17 @@ class BundleWriter(TransactionalWriter):
 
     def close(self) -> None:
         """Abort an open transaction (its items come again after a restart), then close."""
-        producer = self._producer
-        if self._open and producer is not None:
-            with contextlib.suppress(KafkaException):  # fenced or gone: the broker aborts it
-                producer.abort_transaction(5.0)
+        if self._open:
+            self.txn.abort(timeout_s=5.0)  # fenced or gone: the broker aborts it
         self._open = False
         super().close()
 
-    def _require(self) -> Producer:
-        producer = self._producer
-        if producer is None:
-            raise PipelineError(f"{self.transactional_id}: the writer is not open")
-        return producer
-
     def _abort_open(self, *, pause: bool) -> None:
-        producer = self._require()
+        txn = self._require()
         if self._open:
-            try:
-                producer.abort_transaction(DEFAULT_TIMEOUT_S)
-            except KafkaException as exc:
+            if not txn.abort():
                 self.close()
-                raise PipelineError(
-                    f"cannot abort the transaction of {self.transactional_id!r}: {exc}"
-                ) from exc
+                raise KafkaClientError(f"cannot abort the transaction of {self.transactional_id!r}")
             self.stats.aborts += 1
         self._ended(pause=pause)
 

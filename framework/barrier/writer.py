@@ -17,10 +17,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from framework import failpoints
 from framework.core.messages import Ack
-from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import KafkaClientError, PipelineError
-from framework.kafka.clients import close_quietly, kafka_call, new_producer
-from framework.kafka.transactions import OutRecordLike
+from framework.kafka.clients import (
+    OutRecordLike,
+    close_quietly,
+    kafka_call,
+    new_producer,
+    produce_record,
+)
+from framework.kafka.transactions import TransactionalProducer
 from framework.wire.acks import shard_batches
 from framework.wire.records import OutRecord
 
@@ -52,7 +58,6 @@ class OutputWriter(ABC):
     def __init__(self, bootstrap: str, consumer: Consumer) -> None:
         self.bootstrap = bootstrap
         self.consumer = consumer
-        self._producer: Producer | None = None
 
     @abstractmethod
     def open(self) -> None:
@@ -65,57 +70,31 @@ class OutputWriter(ABC):
         positions: list[TopicPartition],
         failpoint: str | None = None,
     ) -> None:
-        """Make ``records`` visible and commit ``positions``; `PipelineError` on failure.
+        """Make ``records`` visible and commit ``positions``; `KafkaClientError` on failure.
 
         ``failpoint`` names the crash point between producing and committing
         (`framework.failpoints`), for crash tests.
         """
 
+    @abstractmethod
     def close(self) -> None:
         """Release the producer; an open transaction is left for the broker to abort."""
-        producer, self._producer = self._producer, None
-        close_quietly(producer)
-
-    def _produce(self, producer: Producer, record: OutRecordLike, on_delivery: Any = None) -> None:
-        kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        if record.headers:
-            kwargs["headers"] = list(record.headers)
-        deadline = Deadline(DEFAULT_TIMEOUT_S)
-        while True:
-            try:
-                producer.produce(record.topic, **kwargs)
-                return
-            except BufferError:  # the local queue is full: let deliveries drain it
-                if deadline.expired:
-                    raise
-                producer.poll(0.05)
 
 
 class TransactionalWriter(OutputWriter):
-    """One transaction per write under ``transactional_id``."""
+    """One transaction per write under ``transactional_id`` (`TransactionalProducer`)."""
 
     linger_ms = 0
 
     def __init__(self, bootstrap: str, consumer: Consumer, transactional_id: str) -> None:
         super().__init__(bootstrap, consumer)
         self.transactional_id = transactional_id
+        self.txn = TransactionalProducer(bootstrap, transactional_id, {"linger.ms": self.linger_ms})
 
     def open(self) -> None:
-        """Start the producer: init_transactions fences older producers of the id."""
-        producer = new_producer(
-            self.bootstrap, {"transactional.id": self.transactional_id, "linger.ms": self.linger_ms}
-        )
-        what = f"cannot start the transactional producer {self.transactional_id!r}"
-        try:
-            kafka_call(what, lambda: producer.init_transactions(DEFAULT_TIMEOUT_S))
-        except KafkaClientError:
-            close_quietly(producer)
-            raise
-        self._producer = producer
+        """Start the producer: init_transactions fences older producers of the id. A
+        fencing is final here: a barrier fenced by its successor must stop."""
+        self.txn.start()
 
     def write(
         self,
@@ -131,52 +110,44 @@ class TransactionalWriter(OutputWriter):
         4. Commit (retrying while the error is retriable).
 
         A Kafka failure aborts the transaction, if the producer still can, and raises
-        `PipelineError`; the caller's state no longer matches Kafka, so it must restart.
+        `KafkaClientError`; the caller's state no longer matches Kafka, so it must restart.
         """
-        producer = self._producer
-        if producer is None:
-            raise PipelineError(f"{self.transactional_id}: the writer is not open")
+        txn = self._require()
         try:
             # Step 1
-            producer.begin_transaction()
+            txn.begin()
             # Step 2
             for record in records:
-                self._produce(producer, record)
+                txn.produce(record)
             # Step 3
             if positions:
-                group = self.consumer.consumer_group_metadata()
-                producer.send_offsets_to_transaction(positions, group, DEFAULT_TIMEOUT_S)
+                txn.send_offsets(positions, self.consumer.consumer_group_metadata())
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-                failpoints.hit(failpoint, before=lambda: producer.flush(DEFAULT_TIMEOUT_S))
+                failpoints.hit(failpoint, before=txn.flush)
             # Step 4
-            self._commit(producer)
+            txn.commit()
         except (KafkaException, BufferError) as exc:
-            self._abort(producer)
-            raise PipelineError(
+            txn.abort()
+            raise KafkaClientError(
                 f"transaction of {self.transactional_id!r} failed ({len(records)} records): {exc}"
             ) from exc
 
-    def _commit(self, producer: Producer) -> None:
-        deadline = Deadline(DEFAULT_TIMEOUT_S)
-        while True:
-            try:
-                producer.commit_transaction(DEFAULT_TIMEOUT_S)
-                return
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                retriable = isinstance(error, KafkaError) and error.retriable()
-                if not retriable or deadline.expired:
-                    raise
+    def close(self) -> None:
+        """Release the producer; an open transaction is left for the broker to abort."""
+        self.txn.close()
 
-    def _abort(self, producer: Producer) -> None:
-        try:
-            producer.abort_transaction(DEFAULT_TIMEOUT_S)
-        except KafkaException:  # fenced or fatal: nothing to abort from here
-            self.close()
+    def _require(self) -> TransactionalProducer:
+        if self.txn.producer is None:
+            raise PipelineError(f"{self.transactional_id}: the writer is not open")
+        return self.txn
 
 
 class PlainWriter(OutputWriter):
     """At least once: produce, wait for every acknowledgement, then commit positions."""
+
+    def __init__(self, bootstrap: str, consumer: Consumer) -> None:
+        super().__init__(bootstrap, consumer)
+        self._producer: Producer | None = None
 
     def open(self) -> None:
         """Start an idempotent producer."""
@@ -199,7 +170,7 @@ class PlainWriter(OutputWriter):
                 failures.append(str(error))
 
         for record in records:
-            self._produce(producer, record, delivered)
+            produce_record(producer, record, delivered)
         producer.poll(0)
         if producer.flush(DEFAULT_TIMEOUT_S) > 0 or failures:
             raise KafkaClientError(f"at-least-once write failed: {failures or 'flush timed out'}")
@@ -210,3 +181,8 @@ class PlainWriter(OutputWriter):
                 "cannot commit the barrier's positions",
                 lambda: self.consumer.commit(offsets=positions, asynchronous=False),
             )
+
+    def close(self) -> None:
+        """Release the producer."""
+        producer, self._producer = self._producer, None
+        close_quietly(producer)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from confluent_kafka import (
     Consumer,
@@ -28,6 +28,7 @@ from framework.kafka.retry import TRANSIENT, retry
 
 __all__ = [
     "QUICK_END",
+    "OutRecordLike",
     "assign",
     "close_quietly",
     "is_eof",
@@ -36,6 +37,7 @@ __all__ = [
     "kafka_retry",
     "new_consumer",
     "new_producer",
+    "produce_record",
     "read_to_end",
     "take",
     "where",
@@ -51,6 +53,30 @@ T = TypeVar("T")
 _FETCH_MS = 500
 QUICK_END: Mapping[str, Any] = {"fetch.wait.max.ms": 10}
 """Consumer settings of a reader that stops at the end: it learns of the end sooner."""
+
+
+class OutRecordLike(Protocol):
+    """A record to produce; ``partition`` None lets the producer's partitioner choose."""
+
+    @property
+    def topic(self) -> str:
+        """Topic to write to."""
+
+    @property
+    def partition(self) -> int | None:
+        """Partition to write to, or None."""
+
+    @property
+    def key(self) -> bytes | None:
+        """Record key."""
+
+    @property
+    def value(self) -> bytes | None:
+        """Record value."""
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]:
+        """Record headers, in order."""
 
 
 def kafka_call(what: str, call: Callable[[], T]) -> T:
@@ -80,6 +106,32 @@ def new_consumer(
         **(config or {}),
     }
     return kafka_call(f"cannot create a consumer for {bootstrap}", lambda: Consumer(settings))
+
+
+def produce_record(
+    producer: Producer,
+    record: OutRecordLike,
+    on_delivery: Any = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Produce ``record``; a full local queue is waited out (polling, so deliveries drain
+    it) for at most ``timeout_s``, then ``BufferError`` escapes."""
+    kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
+    if on_delivery is not None:
+        kwargs["on_delivery"] = on_delivery
+    if record.partition is not None:
+        kwargs["partition"] = record.partition
+    if record.headers:
+        kwargs["headers"] = list(record.headers)
+    deadline = Deadline(timeout_s)
+    while True:
+        try:
+            producer.produce(record.topic, **kwargs)
+            return
+        except BufferError:
+            if deadline.expired:
+                raise
+            producer.poll(0.05)
 
 
 def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:

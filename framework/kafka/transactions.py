@@ -26,7 +26,7 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -34,9 +34,16 @@ from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import KafkaClientError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
+from framework.kafka.clients import OutRecordLike, produce_record
 from framework.kafka.retry import is_transient
 
-__all__ = ["ChangelogReader", "OutRecordLike", "TaskCommitter", "close_cached", "group_consumer"]
+__all__ = [
+    "TaskCommitter",
+    "TransactionalProducer",
+    "close_cached",
+    "group_consumer",
+    "must_restart",
+]
 
 _PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "enable.idempotence": True,
@@ -48,30 +55,6 @@ _PRODUCER_DEFAULTS: Mapping[str, Any] = {
     # while min time lags (changelog topics allow the same, see MAX_RECORD_BYTES).
     "message.max.bytes": 16 * 1024 * 1024,
 }
-
-
-class OutRecordLike(Protocol):
-    """A record to produce; ``partition`` None lets the producer's partitioner choose."""
-
-    @property
-    def topic(self) -> str:
-        """Topic to write to."""
-
-    @property
-    def partition(self) -> int | None:
-        """Partition to write to, or None."""
-
-    @property
-    def key(self) -> bytes | None:
-        """Record key."""
-
-    @property
-    def value(self) -> bytes | None:
-        """Record value."""
-
-    @property
-    def headers(self) -> Sequence[tuple[str, bytes]]:
-        """Record headers, in order."""
 
 
 def _close_consumer(consumer: Consumer) -> None:
@@ -115,7 +98,7 @@ def _error(exc: KafkaException) -> KafkaError | None:
     return exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
 
 
-def _must_restart(exc: KafkaException) -> bool:
+def must_restart(exc: KafkaException) -> bool:
     """Whether the producer is unusable after ``exc`` (fenced or fatal)."""
     error = _error(exc)
     if error is None:
@@ -127,6 +110,123 @@ def _must_restart(exc: KafkaException) -> bool:
         KafkaError.PRODUCER_FENCED,
         KafkaError._FATAL,
     )
+
+
+class TransactionalProducer:
+    """The producer of one transactional.id: the one place flamepipe begins, fills,
+    commits and aborts Kafka transactions, and handles fencing and retries.
+
+    1. `start`: ``init_transactions`` fences every older producer of the id and aborts
+       their open transaction. With ``restart_fenced`` a fenced or fatal start is tried
+       once more with a new producer (stage tasks: siblings of one worker pool take turns
+       with an id); without it a fencing is final (a barrier fenced by its successor must
+       stop, not fence the successor back).
+    2. `begin`, `produce` (a full local queue is waited out, polling, up to the
+       deadline), `send_offsets`.
+    3. `commit`: retried while Kafka calls the error retriable, up to the deadline.
+    4. `abort`: a producer that cannot abort (fenced, fatal) is dropped; the next `start`
+       makes a new one. `must_restart` tells which errors leave a producer unusable.
+
+    Kafka errors escape as ``KafkaException`` from steps 2-4 so each caller decides what a
+    failed transaction means for it; `start` raises `KafkaClientError`.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        transactional_id: str,
+        config: Mapping[str, Any] | None = None,
+        *,
+        restart_fenced: bool = False,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.transactional_id = transactional_id
+        self.restart_fenced = restart_fenced
+        self.timeout_s = timeout_s
+        self._config = {
+            "enable.idempotence": True,
+            **(config or {}),
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+        }
+        self.producer: Producer | None = None
+        """The running producer, None until `start` and after `drop`."""
+
+    def start(self) -> Producer:
+        """Step 1: the running producer, started (fencing older ones) if there is none."""
+        if self.producer is not None:
+            return self.producer
+        for attempt in (1, 2):
+            producer = Producer(self._config)
+            try:
+                producer.init_transactions(self.timeout_s)
+            except KafkaException as exc:
+                _close_producer(producer)
+                if attempt == 2 or not (self.restart_fenced and must_restart(exc)):
+                    raise KafkaClientError(
+                        f"cannot start the transactional producer {self.transactional_id!r} "
+                        f"at {self.bootstrap}: {exc}"
+                    ) from exc
+                continue
+            self.producer = producer
+            return producer
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def begin(self) -> None:
+        """Step 2: begin a transaction on the running producer."""
+        self._running().begin_transaction()
+
+    def produce(self, record: OutRecordLike, on_delivery: Any = None) -> None:
+        """Step 2: produce ``record`` into the open transaction."""
+        produce_record(self._running(), record, on_delivery, self.timeout_s)
+
+    def send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
+        """Step 2: commit ``positions`` for a consumer group with the transaction."""
+        self._running().send_offsets_to_transaction(positions, group_metadata, self.timeout_s)
+
+    def flush(self) -> None:
+        """Send what is queued (crash tests: records in the log, uncommitted)."""
+        self._running().flush(self.timeout_s)
+
+    def commit(self) -> None:
+        """Step 3: commit the open transaction, retrying while the error is retriable."""
+        producer = self._running()
+        deadline = Deadline(self.timeout_s, f"committing {self.transactional_id!r}")
+        while True:
+            try:
+                producer.commit_transaction(self.timeout_s)
+                return
+            except KafkaException as exc:
+                error = _error(exc)
+                if error is None or not error.retriable() or deadline.expired:
+                    raise
+
+    def abort(self, timeout_s: float | None = None) -> bool:
+        """Step 4: abort the open transaction; False if the producer could not and was
+        dropped (the broker aborts its transaction when the next producer starts)."""
+        producer = self.producer
+        if producer is None:
+            return False
+        try:
+            producer.abort_transaction(self.timeout_s if timeout_s is None else timeout_s)
+            return True
+        except KafkaException:
+            self.drop()
+            return False
+
+    def drop(self) -> None:
+        """Close the producer without ending its transaction; `start` makes a new one."""
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            _close_producer(producer)
+
+    close = drop
+
+    def _running(self) -> Producer:
+        if self.producer is None:
+            raise KafkaClientError(f"{self.transactional_id!r}: the producer is not started")
+        return self.producer
 
 
 class TaskCommitter:
@@ -147,13 +247,13 @@ class TaskCommitter:
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.timeout_s = timeout_s
-        self._config = {
-            **_PRODUCER_DEFAULTS,
-            **(config or {}),
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-        }
-        self._producer: Producer | None = None
+        self._txn = TransactionalProducer(
+            bootstrap,
+            transactional_id,
+            {**_PRODUCER_DEFAULTS, **(config or {})},
+            restart_fenced=True,
+            timeout_s=timeout_s,
+        )
         # The marker this committer's producer wrote last, per (group, topic, partition).
         self._marked: dict[tuple[str, str, int], int] = {}
         self.fenced_attempts = 0
@@ -173,7 +273,7 @@ class TaskCommitter:
         aborts their open transaction; a task that reads a changelog first should start
         its committer before, so no fenced attempt's transaction holds the changelog open.
         """
-        self._ready()
+        self._txn.start()
 
     def committed_position(self, group: str, topic: str, partition: int) -> int | None:
         """The offset ``group`` committed for ``topic[partition]``, None if none.
@@ -206,9 +306,9 @@ class TaskCommitter:
         """Whether the task that ends its input at ``end`` (exclusive) already committed."""
         position = self.committed_position(group, topic, partition)
         key = (group, topic, partition)
-        if self._producer is not None and position != self._marked.get(key, position):
+        if self._txn.producer is not None and position != self._marked.get(key, position):
             # A sibling committed since our producer's last commit, so it fenced ours.
-            self._drop(self._producer)
+            self._drop()
         return position is not None and position >= end
 
     def commit(
@@ -243,7 +343,7 @@ class TaskCommitter:
             return offsets
         # Step 5
         self.fenced_attempts += 1
-        self._ready()
+        self._txn.start()
         if positions and self._covered(group, positions):
             return None
         offsets = [-1] * len(records)  # the aborted attempt's offsets are not the records'
@@ -266,28 +366,30 @@ class TaskCommitter:
     ) -> KafkaException | None:
         """Steps 1-4, noting delivered offsets; the error if the producer must restart,
         None if committed."""
-        producer = self._ready()
+        txn = self._txn
+        txn.start()
         try:
             # Step 1
-            producer.begin_transaction()
+            txn.begin()
             # Step 2
             for index, record in enumerate(records):
-                self._produce(producer, record, partial(_delivered, offsets, index))
+                txn.produce(record, partial(_delivered, offsets, index))
             # Step 3
             marker = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
-            metadata = group_consumer(self.bootstrap, group).consumer_group_metadata()
-            producer.send_offsets_to_transaction(marker, metadata, self.timeout_s)
+            txn.send_offsets(
+                marker, group_consumer(self.bootstrap, group).consumer_group_metadata()
+            )
             # Step 4
-            self._commit_transaction(producer)
+            txn.commit()
         except KafkaException as exc:
-            if _must_restart(exc):
-                self._drop(producer)
+            if must_restart(exc):
+                self._drop()
                 # Without its traceback: the frame would keep the dropped producer alive.
                 return exc.with_traceback(None)
-            self._abort(producer)
+            self._abort()
             raise self._failed(len(records), group, exc) from exc
         except Exception as exc:  # a malformed record, a queue full for too long
-            self._abort(producer)
+            self._abort()
             raise self._failed(len(records), group, exc) from exc
         return None
 
@@ -306,73 +408,16 @@ class TaskCommitter:
 
     def close(self) -> None:
         """Release the producer; an open transaction is aborted by the broker in time."""
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            _close_producer(producer)
+        self._txn.close()
 
-    # -- internals ------------------------------------------------------------------------
-
-    def _ready(self) -> Producer:
-        """The producer, started if needed; a fenced or fatal init is retried once."""
-        if self._producer is not None:
-            return self._producer
-        for attempt in (1, 2):
-            producer = Producer(self._config)
-            try:
-                producer.init_transactions(self.timeout_s)
-            except KafkaException as exc:
-                _close_producer(producer)
-                if attempt == 2 or not _must_restart(exc):
-                    raise KafkaClientError(
-                        f"cannot start the transactional producer {self.transactional_id!r} "
-                        f"at {self.bootstrap}: {exc}"
-                    ) from exc
-                continue
-            self._producer = producer
-            return producer
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _produce(self, producer: Producer, record: OutRecordLike, on_delivery: Any = None) -> None:
-        kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
-        if record.partition is not None:
-            kwargs["partition"] = record.partition
-        if record.headers:
-            kwargs["headers"] = list(record.headers)
-        deadline = Deadline(self.timeout_s)
-        while True:
-            try:
-                producer.produce(record.topic, **kwargs)
-                return
-            except BufferError:
-                if deadline.expired:
-                    raise
-                producer.poll(0.05)
-
-    def _commit_transaction(self, producer: Producer) -> None:
-        deadline = Deadline(self.timeout_s)
-        while True:
-            try:
-                producer.commit_transaction(self.timeout_s)
-                return
-            except KafkaException as exc:
-                error = _error(exc)
-                if error is None or not error.retriable() or deadline.expired:
-                    raise
-
-    def _abort(self, producer: Producer) -> None:
+    def _abort(self) -> None:
         """Abort the open transaction; a producer that cannot is dropped for a fresh one."""
-        try:
-            producer.abort_transaction(self.timeout_s)
-        except KafkaException:
-            self._drop(producer)
+        if not self._txn.abort():
+            self._marked.clear()
 
-    def _drop(self, producer: Producer) -> None:
-        if self._producer is producer:
-            self._producer = None
-            self._marked.clear()  # a new producer has written no marker yet
-        _close_producer(producer)
+    def _drop(self) -> None:
+        self._txn.drop()
+        self._marked.clear()  # a new producer has written no marker yet
 
 
 def _delivered(offsets: list[int], index: int, error: KafkaError | None, message: Any) -> None:

@@ -7,25 +7,23 @@ ZooKeeper only after `restore_epoch` returned, with the snapshot's offsets as th
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from framework.core.graph import Graph, Kind
-from framework.deadline import Deadline
 from framework.errors import (
     ConfigError,
-    DeadlineExceeded,
     KafkaClientError,
     SnapshotMissing,
 )
 from framework.kafka.admin import compacted_spec, ensure_topics, partition_count
 from framework.kafka.clients import read_to_end
+from framework.kafka.transactions import TransactionalProducer
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.units import changelog_records, decode_unit, parse_unit, unit_name
-from framework.wire.serde import Pickle
+from framework.wire.changelog import bucket_record, read_record
+from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
@@ -34,8 +32,13 @@ __all__ = ["CHANGELOG_CONFIG", "Restored", "restore_epoch"]
 CHANGELOG_CONFIG = {"max.message.bytes": str(16 * 1024 * 1024)}
 """Changelog topic configs, as the Spark runner creates them (a bucket is one record)."""
 
-_TIMEOUT_S = 60.0
-_PICKLE = Pickle()
+_TIMEOUT_S = 60.0  # a seed may be large: one transaction of every bucket of the snapshot
+_PRODUCER = {
+    "linger.ms": 20,
+    "message.max.bytes": 16 * 1024 * 1024,
+    "queue.buffering.max.messages": 1_000_000,
+    "transaction.timeout.ms": 300_000,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,9 +86,12 @@ def restore_epoch(
                 "delete the topic or restore into another epoch"
             )
     # Step 3
-    producer = _producer(bootstrap, f"{graph.name}.e{new_epoch}.restore")
+    txn = TransactionalProducer(
+        bootstrap, f"{graph.name}.e{new_epoch}.restore", _PRODUCER, timeout_s=_TIMEOUT_S
+    )
+    txn.start()
     try:
-        _call("begin the transaction", producer.begin_transaction)
+        txn.begin()
         buckets = deleted = 0
         for node, count in partitions.items():
             topic = topics.state(node)
@@ -102,19 +108,23 @@ def restore_epoch(
                         f"pipeline's {node} {windows[node]}: restore needs the same pipeline"
                     )
                 for key, value in changelog_records(state):
-                    _produce(producer, topic, p, key, value)
+                    txn.produce(OutRecord(topic, p, key, value))
                     stale[p].pop(key, None)
                     buckets += 1
-                for key, original in stale[p].items():
-                    _produce(producer, topic, p, key, _PICKLE.dumps((original, None)))
+                for original in stale[p].values():
+                    key, value = bucket_record(original, None)
+                    txn.produce(OutRecord(topic, p, key, value))
                     deleted += 1
         # Step 5
-        _call("flush the seed", lambda: _flush(producer))
-        _call("commit the seed", lambda: producer.commit_transaction(_TIMEOUT_S))
+        txn.commit()
+    except (KafkaException, BufferError) as exc:
+        txn.abort()
+        raise KafkaClientError(f"restore: cannot seed epoch {new_epoch}: {exc!r}") from exc
     except BaseException:
-        with contextlib.suppress(KafkaException):
-            producer.abort_transaction(_TIMEOUT_S)
+        txn.abort()
         raise
+    finally:
+        txn.close()
     return Restored(sum(partitions.values()), buckets, deleted)
 
 
@@ -137,49 +147,6 @@ def _committed_keys(bootstrap: str, topic: str, partitions: int) -> list[dict[by
     for msg in read_to_end(bootstrap, topic, partitions):
         value = msg.value()
         if value is not None:
-            key, _ = _PICKLE.loads(value)
+            _, key, _ = read_record(msg.key(), value)
             keys[msg.partition() or 0][bytes(msg.key() or b"")] = key
     return keys
-
-
-def _producer(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "enable.idempotence": True,
-            "linger.ms": 20,
-            "message.max.bytes": 16 * 1024 * 1024,
-            "queue.buffering.max.messages": 1_000_000,
-            "transaction.timeout.ms": 300_000,
-        }
-    )
-    _call("start the restore producer", lambda: producer.init_transactions(_TIMEOUT_S))
-    return producer
-
-
-def _produce(producer: Producer, topic: str, partition: int, key: bytes, value: bytes) -> None:
-    deadline = Deadline(_TIMEOUT_S)
-    while True:
-        try:
-            producer.produce(topic, value=value, key=key, partition=partition)
-            return
-        except BufferError:
-            # The local queue is full: let it drain into the transaction.
-            if deadline.expired:
-                raise DeadlineExceeded(
-                    f"restoring {topic}: the producer queue stays full"
-                ) from None
-            producer.poll(0.1)
-
-
-def _flush(producer: Producer) -> None:
-    if producer.flush(_TIMEOUT_S) > 0:
-        raise DeadlineExceeded(f"restore: records not delivered within {_TIMEOUT_S:g} s")
-
-
-def _call(what: str, call: Callable[[], object]) -> None:
-    try:
-        call()
-    except KafkaException as exc:
-        raise KafkaClientError(f"restore: cannot {what}: {exc}") from exc
