@@ -61,11 +61,8 @@ def main() -> None:
             for name, r in receipts.items():
                 lat = [r.seen[i] - source_input.appended[i] for i in ids if i in r.seen] or [-1]
                 p50, p99s[name] = percentiles(lat)
-                snaps = next(
-                    s
-                    for s in runs[list(INTERVALS_MS).index(name)].services
-                    if hasattr(s, "committed_slot")
-                ).stats.snapshots
+                coordinator = runs[list(INTERVALS_MS).index(name)].services.coordinator
+                snaps = coordinator.stats.snapshots if coordinator is not None else 0
                 print(
                     f"  snapshots every {INTERVALS_MS[name]:>5} ms: n={len(lat)} "
                     f"p50={p50:6.0f} ms p99={p99s[name]:6.0f} ms snapshots={snaps}"

@@ -136,7 +136,8 @@ def test_snapshots_hold_the_state_below_their_slot(
     registry = SnapshotRegistry(stack.zookeeper, app)
     try:
         with running(settings, spark, pipeline) as run:
-            coordinator = next(s for s in run.services if isinstance(s, SnapshotCoordinator))
+            coordinator = run.services.coordinator
+            assert coordinator is not None
             until = produce_lines(bootstrap, source, lines[:150], partitions=2)
             covered = GlobalTime.of_record(until, "", 0, 0, graph.delta_ms).slot + 1
             _wait(

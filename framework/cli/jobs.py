@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from framework.cli.serve import EpochWatch, election_for, serve
 from framework.cli.spec import load_pipeline
@@ -18,6 +18,9 @@ from framework.cli.stack import settings_of, stack_for
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError
+
+if TYPE_CHECKING:
+    from framework.runners.assembly import ServiceSet
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -39,7 +42,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_acker(args: argparse.Namespace) -> int:
-    from framework.runners.assembly import acker_for
+    from framework.runners.assembly import acker_services
 
     graph = _graph(args)
     settings = settings_of(args)
@@ -47,30 +50,18 @@ def _cmd_acker(args: argparse.Namespace) -> int:
 
     # Instances owning the same shards are one role: one leads, the others stand by.
     role = "acker" if partitions is None else "acker-" + "-".join(map(str, sorted(partitions)))
-    # One instance takes and commits the snapshots and watches for stalls: the one owning
-    # shard 0.
-    snapshots = partitions is None or 0 in partitions
 
-    def build(epoch: int) -> list[Any]:
-        from framework.runners.assembly import view_for
-        from framework.runners.recovery import StallWatch
-        from framework.runners.snapshots import coordinator_for
+    def build(epoch: int) -> ServiceSet:
+        return acker_services(settings, graph, epoch, partitions)
 
-        services: list[Any] = [acker_for(settings, graph, partitions, epoch=epoch)]
-        if snapshots:
-            view = view_for(settings, graph, epoch)
-            coordinator = coordinator_for(settings, graph, epoch, view)
-            services += [view, coordinator, StallWatch(settings, graph, epoch, view)]
-        return services
-
-    def describe(services: list[Any]) -> str:
-        acker = services[0]
+    def describe(services: ServiceSet) -> str:
+        acker, coordinator = services.acker, services.coordinator
+        assert acker is not None
         line = (
             f"acker of {graph.name!r}, shards {list(acker.partitions)}: "
             f"{acker.batches} ack batches, {acker.published} reports"
         )
-        if len(services) > 2:
-            coordinator = services[2]
+        if coordinator is not None:
             snapshots, slot = coordinator.stats.snapshots, coordinator.committed_slot
             line += f", snapshots {snapshots} (slot {slot})"
         return line
@@ -82,7 +73,7 @@ def _cmd_acker(args: argparse.Namespace) -> int:
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
     from framework.kafka.endpoints import sink_nodes
-    from framework.runners.assembly import barrier_for, view_for
+    from framework.runners.assembly import barrier_services
 
     graph = _graph(args)
     settings = settings_of(args)
@@ -90,27 +81,15 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     # Instances serving the same sinks are one role: one leads, the others stand by.
     role = "barrier" if not args.sink else "barrier-" + "-".join(sorted(sinks))
 
-    def build(epoch: int) -> list[Any]:
-        view = view_for(settings, graph, epoch)
-        barriers = [
-            barrier_for(
-                settings,
-                graph,
-                sink,
-                view=view,
-                exactly_once=not args.at_least_once,
-                epoch=epoch,
-            )
-            for sink in sinks
-        ]
-        return [view, *barriers]
+    def build(epoch: int) -> ServiceSet:
+        return barrier_services(settings, graph, epoch, sinks, exactly_once=not args.at_least_once)
 
-    def describe(services: list[Any]) -> str:
+    def describe(services: ServiceSet) -> str:
         parts = [
             f"{b.sink_node}->{b.sink.topic}: {b.stats.bundles} bundles, "
             f"{b.stats.items_out} items, GT_last {b.gt_last}, "
             f"replays dropped {b.replays_dropped}, {b.stats.timings()}"
-            for b in services[1:]
+            for b in services.barriers
         ]
         return f"barrier of {graph.name!r}: " + "; ".join(parts)
 

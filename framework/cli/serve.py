@@ -22,9 +22,12 @@ import sys
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
+
+if TYPE_CHECKING:
+    from framework.runners.assembly import ServiceSet
 
 __all__ = ["EpochWatch", "election_for", "serve"]
 
@@ -63,8 +66,8 @@ class EpochWatch:
 
 
 def serve(
-    build: Callable[[int], list[Any]],
-    describe: Callable[[list[Any]], str],
+    build: Callable[[int], ServiceSet],
+    describe: Callable[[ServiceSet], str],
     epoch_of: Callable[[], int],
     election: Any = None,
 ) -> int:
@@ -99,8 +102,8 @@ def election_for(settings: Settings, app: str, role: str) -> Any:
 
 
 def _serve_epochs(
-    build: Callable[[int], list[Any]],
-    describe: Callable[[list[Any]], str],
+    build: Callable[[int], ServiceSet],
+    describe: Callable[[ServiceSet], str],
     epoch_of: Callable[[], int],
     lost: Callable[[], bool],
 ) -> None:
@@ -117,32 +120,29 @@ def _serve_epochs(
             changed = _until_change(started, describe, epoch, epoch_of, lost)
         finally:
             # Step 4
-            _stop_all(started)
-        for service in started:
-            service.check()
+            started.stop_quietly()
+        started.check()
         if changed is not None:
             _say(f"epoch {changed} started: restarting")
             epoch = changed
 
 
 def _start_retrying(
-    build: Callable[[int], list[Any]], epoch: int, lost: Callable[[], bool]
-) -> list[Any] | None:
-    """`_start_all` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
+    build: Callable[[int], ServiceSet], epoch: int, lost: Callable[[], bool]
+) -> ServiceSet | None:
+    """`ServiceSet.start` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
     from framework.errors import (
         CoordinationError,
         DeadlineExceeded,
         Fenced,
         KafkaClientError,
-        PipelineError,
         ServiceFailed,
     )
 
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
-            return _start_all(build(epoch))
+            return build(epoch).start()
         except (
-            PipelineError,
             KafkaClientError,
             DeadlineExceeded,
             ServiceFailed,
@@ -157,27 +157,9 @@ def _start_retrying(
     return None
 
 
-def _start_all(services: list[Any]) -> list[Any]:
-    started: list[Any] = []
-    try:
-        for service in services:
-            started.append(service.start())
-        for service in started:
-            service.wait_ready()
-    except BaseException:
-        _stop_all(started)
-        raise
-    return started
-
-
-def _stop_all(services: list[Any]) -> None:
-    for service in reversed(services):
-        service.stop_quietly()
-
-
 def _until_change(
-    services: list[Any],
-    describe: Callable[[list[Any]], str],
+    services: ServiceSet,
+    describe: Callable[[ServiceSet], str],
     epoch: int,
     epoch_of: Callable[[], int],
     lost: Callable[[], bool],
@@ -185,8 +167,7 @@ def _until_change(
     """The new epoch when it changes; None when the leadership is lost."""
     last_progress = last_epoch_check = time.monotonic()
     while not lost():
-        for service in services:
-            service.check()
+        services.check()
         time.sleep(0.2)
         now = time.monotonic()
         if now - last_progress >= _PROGRESS_S:

@@ -2,29 +2,43 @@
 
 `pipeline.run()` starts them beside its Spark queries (the embedded default); ``flamepipe
 acker`` and ``flamepipe barrier`` start them as processes of their own (docker-compose, or
-several acker instances splitting the shards). Both paths build them here, so both agree
-on fronts, segments, topics and transactional ids.
+several acker instances splitting the shards). Both paths build a `ServiceSet` here, so
+both agree on fronts, segments, topics and transactional ids, and start, check and stop
+them the same way.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Self
 
 from framework.acker.service import AckerService
 from framework.barrier.service import BarrierService
 from framework.config import Settings
+from framework.coordination import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.core.time import front_id
-from framework.errors import PipelineError
+from framework.errors import FlamepipeError, PipelineError
 from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.kafka.mintime import MinTimeView
+from framework.runners.recovery import StallWatch
+from framework.service import Service
+from framework.snapshots.backends import open_backend
+from framework.snapshots.coordinator import SnapshotCoordinator
 from framework.wire.topics import Topics
 
 __all__ = [
+    "ServiceSet",
     "acker_for",
+    "acker_services",
     "barrier_for",
+    "barrier_services",
+    "coordinator_for",
     "current_epoch",
+    "embedded_services",
     "pre_topic_spec",
     "source_fronts",
     "view_for",
@@ -111,3 +125,135 @@ def barrier_for(
         exactly_once=exactly_once,
         epoch=epoch,
     )
+
+
+def coordinator_for(
+    settings: Settings, graph: Graph, epoch: int, view: MinTimeView | None = None
+) -> SnapshotCoordinator:
+    """The snapshot coordinator of ``graph`` in ``epoch`` (backend and interval: settings)."""
+    return SnapshotCoordinator(
+        settings.kafka_bootstrap,
+        graph,
+        epoch,
+        open_backend(settings, graph.name),
+        SnapshotRegistry(settings.zookeeper, graph.name),
+        view=view,
+        interval_ms=settings.snapshot_interval_ms,
+        shards=settings.acker_shards,
+    )
+
+
+@dataclass
+class ServiceSet:
+    """The services of one pipeline in one epoch, started, checked and stopped together.
+
+    `start`:
+
+    1. Start each service's thread in `all` order: the min-time view first (the others
+       read it), then the acker, the snapshot coordinator, the stall watch, the barriers.
+    2. Wait until each is ready. If one fails, stop those started, in reverse order, and
+       raise its failure.
+
+    `stop` stops every service in reverse order and raises the first failure only once all
+    are stopped; `check` raises the first failure of a running one.
+    """
+
+    view: MinTimeView | None = None
+    acker: AckerService | None = None
+    coordinator: SnapshotCoordinator | None = None
+    stall_watch: StallWatch | None = None
+    barriers: list[BarrierService] = field(default_factory=list)
+
+    def all(self) -> list[Service]:
+        """Every service, in start order."""
+        singles = (self.view, self.acker, self.coordinator, self.stall_watch)
+        return [s for s in singles if s is not None] + list(self.barriers)
+
+    def start(self) -> Self:
+        """Steps 1-2 above; returns self."""
+        started: list[Service] = []
+        try:
+            # Step 1
+            for service in self.all():
+                started.append(service.start())
+            # Step 2
+            for service in started:
+                service.wait_ready()
+        except BaseException:
+            for service in reversed(started):
+                service.stop_quietly()
+            raise
+        return self
+
+    def check(self) -> None:
+        """Raise the failure of the first service that stopped on one."""
+        for service in self.all():
+            service.check()
+
+    def stop(self) -> None:
+        """Stop every service (reverse order); then raise the first failure, if any."""
+        failure: FlamepipeError | None = None
+        for service in reversed(self.all()):
+            try:
+                service.stop()
+            except FlamepipeError as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def stop_quietly(self) -> None:
+        """`stop`, for cleanup after another failure: the services' own errors are dropped."""
+        with contextlib.suppress(FlamepipeError):
+            self.stop()
+
+
+def embedded_services(settings: Settings, graph: Graph, epoch: int = 0) -> ServiceSet:
+    """Everything beside the stage queries, in the driver: view, acker, snapshots, stall
+    watch, one barrier per sink (`pipeline.run()` with embedded services)."""
+    view = view_for(settings, graph, epoch)
+    return ServiceSet(
+        view=view,
+        acker=acker_for(settings, graph, epoch=epoch),
+        coordinator=coordinator_for(settings, graph, epoch, view),
+        stall_watch=StallWatch(settings, graph, epoch, view),
+        barriers=[
+            barrier_for(settings, graph, sink, view=view, epoch=epoch) for sink in sink_nodes(graph)
+        ],
+    )
+
+
+def acker_services(
+    settings: Settings,
+    graph: Graph,
+    epoch: int,
+    partitions: Sequence[int] | None = None,
+) -> ServiceSet:
+    """``flamepipe acker``: the acker of ``partitions`` (all: None); the instance owning
+    shard 0 also takes and commits the snapshots and watches for stalls."""
+    acker = acker_for(settings, graph, partitions, epoch=epoch)
+    if partitions is not None and 0 not in partitions:
+        return ServiceSet(acker=acker)
+    view = view_for(settings, graph, epoch)
+    return ServiceSet(
+        view=view,
+        acker=acker,
+        coordinator=coordinator_for(settings, graph, epoch, view),
+        stall_watch=StallWatch(settings, graph, epoch, view),
+    )
+
+
+def barrier_services(
+    settings: Settings,
+    graph: Graph,
+    epoch: int,
+    sinks: Sequence[str],
+    *,
+    exactly_once: bool = True,
+) -> ServiceSet:
+    """``flamepipe barrier``: the barriers of ``sinks`` and the min-time view they read."""
+    view = view_for(settings, graph, epoch)
+    barriers = [
+        barrier_for(settings, graph, sink, view=view, exactly_once=exactly_once, epoch=epoch)
+        for sink in sinks
+    ]
+    return ServiceSet(view=view, barriers=barriers)

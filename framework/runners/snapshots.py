@@ -1,7 +1,5 @@
-"""Snapshots of one pipeline, built the same way in-process and by ``flamepipe acker``.
-
-Also the two readers of the committed snapshot the rest of the runtime needs: the prune
-bound of the Spark driver and the restore step of a replay.
+"""The two readers of the committed snapshot the runtime needs: the prune bound of the
+Spark driver (`CommittedSlot`) and the restore step of a replay (`restorer`).
 """
 
 from __future__ import annotations
@@ -13,29 +11,11 @@ from collections.abc import Callable
 from framework.config import Settings
 from framework.coordination import SnapshotRegistry
 from framework.core.graph import Graph
-from framework.kafka.mintime import MinTimeView
 from framework.runners.replay import Offsets, ReplayStart
 from framework.snapshots.backends import open_backend
-from framework.snapshots.coordinator import SnapshotCoordinator
 from framework.snapshots.restore import restore_epoch
 
-__all__ = ["CommittedSlot", "coordinator_for", "restorer"]
-
-
-def coordinator_for(
-    settings: Settings, graph: Graph, epoch: int, view: MinTimeView | None = None
-) -> SnapshotCoordinator:
-    """The snapshot coordinator of ``graph`` in ``epoch`` (backend and interval: settings)."""
-    return SnapshotCoordinator(
-        settings.kafka_bootstrap,
-        graph,
-        epoch,
-        open_backend(settings, graph.name),
-        SnapshotRegistry(settings.zookeeper, graph.name),
-        view=view,
-        interval_ms=settings.snapshot_interval_ms,
-        shards=settings.acker_shards,
-    )
+__all__ = ["CommittedSlot", "restorer"]
 
 
 class CommittedSlot:

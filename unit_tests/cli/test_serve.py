@@ -7,28 +7,24 @@ from typing import Any
 import pytest
 
 from framework.cli import serve
-from framework.errors import ConfigError, Fenced, PipelineError
-
-
-class _Ready:
-    def start(self) -> _Ready:
-        return self
-
-    def wait_ready(self) -> None:
-        pass
-
-    def stop_quietly(self) -> None:
-        pass
+from framework.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    Fenced,
+    KafkaClientError,
+    ServiceFailed,
+)
+from framework.runners.assembly import ServiceSet
 
 
 def _build(failures: list[Exception]) -> Any:
     calls = []
 
-    def build(epoch: int) -> list[Any]:
+    def build(epoch: int) -> ServiceSet:
         calls.append(epoch)
         if failures:
             raise failures.pop(0)
-        return [_Ready()]
+        return ServiceSet()
 
     build.calls = calls  # type: ignore[attr-defined]
     return build
@@ -40,16 +36,16 @@ def _no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_start_failing_on_the_cluster_is_tried_again() -> None:
-    build = _build([PipelineError("did not get ready in 30.0 s"), PipelineError("no leader")])
+    build = _build([DeadlineExceeded("did not get ready in 30.0 s"), KafkaClientError("no leader")])
     started = serve._start_retrying(build, 3, lambda: False)
-    assert started is not None and len(started) == 1
+    assert isinstance(started, ServiceSet)
     assert build.calls == [3, 3, 3]
 
 
 def test_it_gives_up_after_the_last_attempt() -> None:
-    failures: list[Exception] = [PipelineError("broker away")] * serve._START_ATTEMPTS
+    failures: list[Exception] = [KafkaClientError("broker away")] * serve._START_ATTEMPTS
     build = _build(list(failures))
-    with pytest.raises(PipelineError, match="broker away"):
+    with pytest.raises(KafkaClientError, match="broker away"):
         serve._start_retrying(build, 0, lambda: False)
     assert len(build.calls) == serve._START_ATTEMPTS
 
@@ -63,6 +59,6 @@ def test_configuration_errors_and_fencing_fail_at_once(error: Exception) -> None
 
 
 def test_a_lost_leadership_ends_the_retries() -> None:
-    build = _build([PipelineError("no leader")])
+    build = _build([ServiceFailed("no leader")])
     assert serve._start_retrying(build, 0, lambda: True) is None
     assert build.calls == [0]

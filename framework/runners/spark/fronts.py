@@ -45,8 +45,10 @@ from confluent_kafka import Producer
 from framework.core.ids import stable_id
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
+from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import ProtocolViolation, ServiceFailed
 from framework.kafka.admin import end_offsets, partition_count
+from framework.service import Service
 from framework.wire.acks import shard_batches
 
 __all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
@@ -76,8 +78,13 @@ def consumed_offsets(progress: Any, topic: str) -> dict[int, int]:
     return {}
 
 
-class FrontHeartbeats:
-    """A daemon thread heartbeating the fronts of the given source topics."""
+class FrontHeartbeats(Service):
+    """A service heartbeating the fronts of the given source topics.
+
+    A failed round is tried again at the next one; only a failure lasting ``outage_s``
+    stops the service (`error`, raised by `check`): the acker's min time waits for
+    heartbeats meanwhile, so a short broker outage costs latency, never output.
+    """
 
     def __init__(
         self,
@@ -92,6 +99,7 @@ class FrontHeartbeats:
         lag_ms: int = 250,
         outage_s: float = 120.0,
     ) -> None:
+        super().__init__("flamepipe-fronts")
         self.bootstrap = bootstrap
         self.acks_topic = acks_topic
         self.shards = shards
@@ -109,21 +117,16 @@ class FrontHeartbeats:
             {"bootstrap.servers": bootstrap, "enable.idempotence": True}
         )
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
-        self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="flamepipe-fronts", daemon=True)
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        """Start heartbeating."""
-        self._thread.start()
+        self._failing_since: float | None = None
+        self.flush_s = 10.0
 
     def poke(self) -> None:
         """Beat now, not at the next interval: a source stage just committed a batch, and
         the heartbeat its timestamps allow is what releases that batch's output."""
         self._wake.set()
 
-    def check(self, topic: str, rows: list[Any]) -> None:
+    def check_batch(self, topic: str, rows: list[Any]) -> None:
         """`ProtocolViolation` if a source batch of ``topic`` read a record in a slot this
         driver had already heartbeated past (its summary ``rows``, before they count).
 
@@ -145,40 +148,47 @@ class FrontHeartbeats:
                     "pause or replication delay) and restart the pipeline."
                 )
 
-    def stop(self, flush_s: float = 10.0) -> None:
-        """Stop and flush what was sent (waiting at most ``flush_s``)."""
-        self._stop.set()
+    def stop(self, timeout: float = DEFAULT_TIMEOUT_S, flush_s: float | None = None) -> None:
+        """Stop, flush what was sent (waiting at most ``flush_s``) and close the producer;
+        raise the failure that stopped the service, if any."""
+        if flush_s is not None:
+            self.flush_s = flush_s
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
+        if not self.running:
+            self._close()  # never started, or stopped by a failure: release the producer
+        super().stop(timeout)
+
+    def _open(self) -> None:
+        """Nothing to open: the producer exists from the start (`beat` works unstarted)."""
+
+    def _step(self) -> None:
+        self._wake.wait(self.interval_s)
+        self._wake.clear()
+        if self.stopping:
+            return
+        try:
+            self.beat()
+        except Exception as exc:
+            now = time.monotonic()
+            if self._failing_since is None:
+                self._failing_since = now
+                _log.warning("front heartbeats paused: %s", exc)
+            self.failed_rounds += 1
+            if now - self._failing_since >= self.outage_s:
+                raise ServiceFailed(
+                    f"front heartbeats failed for {self.outage_s:g} s: {exc!r}"
+                ) from exc
+            return
+        if self._failing_since is not None:
+            self._failing_since = None
+            _log.info("front heartbeats resumed")
+
+    def _close(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
             # Spark's callback server keeps this object (its poke and check hooks) until
             # the process exits; a producer kept with it reconnects to a stopped broker.
-            producer.flush(flush_s)
-
-    def _loop(self) -> None:
-        failing_since: float | None = None
-        while True:
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.beat()
-            except Exception as exc:
-                now = time.monotonic()
-                if failing_since is None:
-                    failing_since = now
-                    _log.warning("front heartbeats paused: %s", exc)
-                self.failed_rounds += 1
-                if now - failing_since >= self.outage_s:
-                    self.error = exc  # surfaced by the runner's health check
-                    return
-                continue
-            if failing_since is not None:
-                failing_since = None
-                _log.info("front heartbeats resumed")
+            producer.flush(self.flush_s)
 
     def _partition_count(self, topic: str) -> int:
         """Cached for `_PARTITIONS_S`: a source topic rarely grows, and describing it on

@@ -26,21 +26,23 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from framework.barrier.service import BarrierService
 from framework.config import Settings
 from framework.core.graph import Graph, Kind
 from framework.core.time import GlobalTime
 from framework.deadline import Deadline
-from framework.errors import DeadlineExceeded, PipelineError, ServiceFailed
+from framework.errors import DeadlineExceeded, FlamepipeError, PipelineError, ServiceFailed
 from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
 from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
 from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
 from framework.plan.records import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
-from framework.runners.assembly import pre_topic_spec
+from framework.runners.assembly import ServiceSet, embedded_services, pre_topic_spec, view_for
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.stages import StageQuery, StageStats
 from framework.runners.spark.ticks import WindowTicks
+from framework.service import Service
 from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
 
@@ -132,8 +134,7 @@ class PipelineRun:
         self.topics = Topics(graph.name)
         self.bootstrap = settings.kafka_bootstrap
         self.queries: dict[str, StageQuery] = {}
-        self.services: list[Any] = []
-        self.view: Any = None
+        self.services = ServiceSet()
         self.fronts: FrontHeartbeats | None = None
         self.ticks: WindowTicks | None = None
         self._committed: CommittedSlot | None = None
@@ -153,11 +154,11 @@ class PipelineRun:
         # Step 2
         partitions = self._prepare_topics(sources, stages)
         # Step 3
-        from framework.runners.spark.services import start_services
-
-        self.view, self.services = start_services(
-            self.settings, self.graph, self.epoch, embedded=self.embedded
-        )
+        if self.embedded:
+            self.services = embedded_services(self.settings, self.graph, self.epoch)
+        else:  # the acker and barriers run elsewhere; stages still prune with the view
+            self.services = ServiceSet(view=view_for(self.settings, self.graph, self.epoch))
+        self.services.start()
         # Step 4
         for stage in stages:
             self._start_stage(stage, sources, partitions)
@@ -173,7 +174,7 @@ class PipelineRun:
             lag_ms=self.settings.front_lag_ms,
         )
         for topic, query in progress.items():
-            query.on_rows = functools.partial(self.fronts.check, topic)
+            query.on_rows = functools.partial(self.fronts.check_batch, topic)
             query.on_batch = self.fronts.poke
         self.fronts.start()
         aggregates = [
@@ -240,7 +241,7 @@ class PipelineRun:
             self.epoch,
         )
         segment = self.graph.segments().of_node[stage.entry]
-        view, committed = self.view, self._committed_slot()
+        view, committed = self.services.view, self._committed_slot()
         if view is None:
             min_slot: Callable[[], int] = lambda: 0  # noqa: E731
         elif self.graph.node(stage.entry).kind is Kind.AGGREGATE:
@@ -279,19 +280,15 @@ class PipelineRun:
         return self.settings.state_dir / "apps" / self.graph.name / f"e{self.epoch}"
 
     def check(self) -> None:
-        """Raise `PipelineError` if a query or service died."""
+        """Raise the failure of a query or a service that died (`ServiceFailed`, or the
+        flamepipe error that stopped the service)."""
         for stage, query in self.queries.items():
             reason = query.failure()
             if reason is not None:
                 raise ServiceFailed(f"stage {stage} of {self.graph.name!r} failed: {reason}")
-        if self.fronts is not None and self.fronts.error is not None:
-            raise ServiceFailed(f"front heartbeats failed: {self.fronts.error}")
-        if self.ticks is not None and self.ticks.error is not None:
-            raise ServiceFailed(f"window ticks failed: {self.ticks.error}")
-        for service in self.services:
-            error = getattr(service, "error", None)
-            if error is not None:
-                raise ServiceFailed(f"{type(service).__name__} failed: {error}")
+        for service in self._drivers():
+            service.check()
+        self.services.check()
 
     def progress(self) -> str:
         """One line: records in and items out per stage, bundles per barrier, min time."""
@@ -305,8 +302,8 @@ class PipelineRun:
             f" dropped={b.replays_dropped} applied min time={b.released_through()}"
             for b in self.barriers()
         ]
-        if self.view is not None:
-            parts.append(f"min time={self.view.min_time()}")
+        if self.services.view is not None:
+            parts.append(f"min time={self.services.view.min_time()}")
         return f"flamepipe {self.graph.name}: " + ", ".join(parts)
 
     def released(self, until_ms: int) -> bool:
@@ -331,21 +328,30 @@ class PipelineRun:
                 )
             time.sleep(0.05)
 
-    def barriers(self) -> list[Any]:
-        """The barrier services of the sinks."""
-        return [s for s in self.services if hasattr(s, "released_through")]
+    def barriers(self) -> list[BarrierService]:
+        """The barrier services of the sinks (none with external services)."""
+        return self.services.barriers
+
+    def _drivers(self) -> list[Service]:
+        """The driver's own services: front heartbeats and window ticks."""
+        return [s for s in (self.fronts, self.ticks) if s is not None]
 
     def stop(self) -> None:
-        """Stop heartbeats, queries, then services (each waits for its current work)."""
-        if self.fronts is not None:
-            self.fronts.stop()
-        if self.ticks is not None:
-            self.ticks.stop()
+        """Stop heartbeats, queries, then services (each waits for its current work);
+        raise the first failure once everything is stopped."""
+        failure: FlamepipeError | None = None
+        for driver in self._drivers():
+            try:
+                driver.stop()
+            except FlamepipeError as exc:
+                failure = failure or exc
         for query in self.queries.values():
             query.stop()
-        for service in reversed(self.services):
-            service.stop()
-        if self.view is not None:
-            self.view.stop()
+        try:
+            self.services.stop()
+        except FlamepipeError as exc:
+            failure = failure or exc
         if self._committed is not None:
             self._committed.close()
+        if failure is not None:
+            raise failure

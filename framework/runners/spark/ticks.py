@@ -18,19 +18,22 @@ a tick not followed by a report within ``retry_s`` is sent again.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from confluent_kafka import Producer
 
+from framework.deadline import DEFAULT_TIMEOUT_S
+from framework.errors import ServiceFailed
 from framework.kafka.clients import close_quietly
+from framework.service import Service
 from framework.wire.frames import FRAME_HEADERS, tick_frame
 
 __all__ = ["Due", "WindowTicks"]
 
 _log = logging.getLogger(__name__)
+_GIVE_UP_S = 120  # two minutes of failed rounds: the broker is not coming back soon
 
 
 class Due(Protocol):
@@ -50,8 +53,9 @@ class Due(Protocol):
         ...
 
 
-class WindowTicks:
-    """A daemon thread sending ticks to the aggregate stages of one run."""
+class WindowTicks(Service):
+    """A service sending ticks to the aggregate stages of one run; a failed round is tried
+    again at the next, and only failures for two minutes stop it (`error`)."""
 
     def __init__(
         self,
@@ -62,32 +66,29 @@ class WindowTicks:
         retry_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__("flamepipe-window-ticks")
         self.stages = list(stages)
         self.interval_s = interval_ms / 1000
         self.retry_s = retry_s
         self.clock = clock
         self.sent = 0
-        self.error: str | None = None
-        self._producer = Producer(
+        self._failures = 0
+        self._producer: Producer | None = Producer(
             {"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all", "log_level": 3}
         )
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="window-ticks", daemon=True)
-
-    def start(self) -> None:
-        """Start the thread (nothing to do without aggregate stages)."""
-        if self.stages:
-            self._thread.start()
 
     def round(self) -> int:
         """Steps 1-2 once; the number of ticks sent."""
+        producer = self._producer
+        if producer is None:
+            raise ServiceFailed("window ticks are stopped")
         sent = 0
         for stage in self.stages:
             # Step 1
             min_slot = stage.min_slot()
             # Step 2
             for partition in stage.ticks_due(min_slot, self.clock(), self.retry_s):
-                self._producer.produce(
+                producer.produce(
                     stage.topic,
                     value=tick_frame(),
                     partition=partition,
@@ -95,27 +96,34 @@ class WindowTicks:
                 )
                 sent += 1
         if sent:
-            self._producer.flush(10)
+            producer.flush(10)
         self.sent += sent
         return sent
 
-    def _loop(self) -> None:
-        failures = 0
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.round()
-                failures = 0
-            except Exception as exc:  # a broker hiccup: the next round sends again
-                failures += 1
-                _log.warning("window ticks: %s", exc)
-                if failures * self.interval_s > 120:
-                    self.error = str(exc)
-                    return
+    def stop(self, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        """Stop, flush what was sent and close the producer; raise the failure that
+        stopped the service, if any."""
+        if not self.running:
+            self._close()
+        super().stop(timeout)
 
-    def stop(self) -> None:
-        """Stop the thread, flush what it sent and close the producer."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
-        self._producer.flush(5)
-        close_quietly(self._producer)
+    def _open(self) -> None:
+        """Nothing to open: the producer exists from the start (`round` works unstarted)."""
+
+    def _step(self) -> None:
+        if self._stopping.wait(self.interval_s):
+            return
+        try:
+            self.round()
+            self._failures = 0
+        except Exception as exc:  # a broker hiccup: the next round sends again
+            self._failures += 1
+            _log.warning("window ticks: %s", exc)
+            if self._failures * self.interval_s > _GIVE_UP_S:
+                raise ServiceFailed(f"window ticks failed for {_GIVE_UP_S} s: {exc!r}") from exc
+
+    def _close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.flush(5)
+            close_quietly(producer)

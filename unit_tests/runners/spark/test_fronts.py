@@ -7,7 +7,7 @@ import time
 import pytest
 
 from framework.core.time import front_id
-from framework.errors import ProtocolViolation
+from framework.errors import ProtocolViolation, ServiceFailed
 from framework.runners.spark.fronts import FrontHeartbeats
 
 
@@ -48,7 +48,7 @@ def test_failed_rounds_are_skipped_until_the_broker_is_back() -> None:
         assert len(rounds) >= 10, "the thread stopped heartbeating after the failures"
         assert fronts.failed_rounds == 5
         assert fronts.error is None
-        assert fronts._thread.is_alive()
+        assert fronts.running
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
 
@@ -64,11 +64,14 @@ def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
     fronts.start()
     try:
         _wait(lambda: fronts.error is not None)
-        assert isinstance(fronts.error, OSError)
+        assert isinstance(fronts.error, ServiceFailed)
+        assert isinstance(fronts.error.__cause__, OSError)
         assert time.monotonic() - started >= 0.1
-        assert not fronts._thread.is_alive()
+        _wait(lambda: not fronts.running)
+        assert not fronts.running
     finally:
-        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+        with pytest.raises(ServiceFailed, match="front heartbeats failed"):
+            fronts.stop(flush_s=0)  # no broker: nothing to wait for
 
 
 class _Stage:
@@ -165,11 +168,11 @@ def test_a_record_older_than_a_heartbeat_fails_the_run() -> None:
     fronts = _fronts(outage_s=60)
     fronts.sent[front_id("a", 0)] = 500  # promised: nothing below 5000 ms is left
     try:
-        fronts.check("a", [_row(5_000), _row(5_009)])  # in the promised slot or later
-        fronts.check("a", [_row(4_000, skipped=True)])  # read before the promise
-        fronts.check("b", [_row(0)])  # another topic's front was never promised
+        fronts.check_batch("a", [_row(5_000), _row(5_009)])  # in the promised slot or later
+        fronts.check_batch("a", [_row(4_000, skipped=True)])  # read before the promise
+        fronts.check_batch("b", [_row(0)])  # another topic's front was never promised
         with pytest.raises(ProtocolViolation, match="FLAMEPIPE_FRONT_LAG_MS") as caught:
-            fronts.check("a", [_row(5_000), _row(4_999)])
+            fronts.check_batch("a", [_row(5_000), _row(4_999)])
         assert "a[0] stamped 4999" in str(caught.value)
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
