@@ -1,6 +1,6 @@
 """Time from kill -9 to the first new committed output, per component (goal: <= 30 s).
 
-Runs the crash harness (`integration_tests.crash_harness`: driver, acker and barrier as
+Runs the crash harness (`integration_tests.harness.crash`: driver, acker and barrier as
 processes on a stack of its own, word pairs at a steady rate) with a kill every
 ``kill-every`` seconds of readiness, and reports, per killed component, the seconds from
 the SIGKILL to the first bundle produced after it as a read_committed reader sees it
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # integration_tests
 
-from integration_tests.crash_harness import (
+from integration_tests.harness.crash import (
     COMPONENTS,
     STACK,
     HarnessConfig,

@@ -1,4 +1,4 @@
-"""The crash harness (`integration_tests.crash_harness`) in CI.
+"""The crash harness (`integration_tests.harness.crash`) in CI.
 
 Each run starts a stack of its own (the session stack is shared and must not restart),
 kills the driver, the acker and the barrier with SIGKILL, restarts the broker and
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.crash_harness import (
+from integration_tests.harness.crash import (
     COMPONENTS,
     STACK,
     HarnessConfig,

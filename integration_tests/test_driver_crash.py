@@ -25,8 +25,8 @@ from framework.config import Settings
 from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.wire.topics import Topics
-from integration_tests.driver_main import WINDOW_MS
-from integration_tests.pipeline_helpers import produce_lines, read_output
+from integration_tests.harness.driver_main import WINDOW_MS
+from integration_tests.harness.runs import produce_lines, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _driver(
     stack: Settings, state: Path, app: str, source: str, sink: str, *extra: str
 ) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "integration_tests.driver_main"]
+    cmd = [sys.executable, "-m", "integration_tests.harness.driver_main"]
     cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink, *extra]
     # stderr (Spark, flamepipe) goes to the driver.log that a failure prints; every
     # restart appends to it.

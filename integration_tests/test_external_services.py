@@ -26,10 +26,10 @@ from framework.demos.wordcount import word_pairs
 from framework.failpoints import ENV as FAILPOINTS
 from framework.kafka.clients import read_to_end
 from framework.runners.spark import SparkRunner
-from integration_tests.pipeline_helpers import produce_lines
-from integration_tests.services_helpers import ServiceProcess, service_env, services
+from integration_tests.harness.runs import produce_lines
+from integration_tests.harness.services import ServiceProcess, service_env, services
 
-SPEC = "integration_tests.jobs:word_pairs_job"
+SPEC = "integration_tests.pipelines:word_pairs_job"
 _BUNDLE_HEADER = "fp.bundle"
 
 

@@ -28,7 +28,7 @@ from framework.demos.wordcount import word_pairs
 from framework.runners.spark import SparkRunner
 from framework.wire.avro import encode_ack_batch
 from framework.wire.topics import Topics
-from integration_tests.pipeline_helpers import produce_lines, read_output
+from integration_tests.harness.runs import produce_lines, read_output
 
 
 def _lose_an_ack(bootstrap: str, app: str, segment: str, slot: int, shards: int) -> None:

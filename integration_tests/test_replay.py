@@ -27,7 +27,7 @@ from framework.errors import ConfigError
 from framework.runners.assembly import source_fronts
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.snapshots import restorer
-from integration_tests.pipeline_helpers import produce_lines, read_output, running
+from integration_tests.harness.runs import produce_lines, read_output, running
 
 _NONE = SimpleNamespace(slot=0)
 
@@ -78,7 +78,7 @@ def test_replaying_the_same_input_twice_adds_nothing(
     code = main(
         [
             "replay",
-            "integration_tests.jobs:word_pairs_job",
+            "integration_tests.pipelines:word_pairs_job",
             "--from-start",
             "--no-run",
             *("--kafka-port", str(settings.kafka_port)),

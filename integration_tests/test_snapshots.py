@@ -29,7 +29,7 @@ from framework.plan.state import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
 from framework.snapshots.backends import FileBackend
 from framework.wire.topics import Topics
-from integration_tests.pipeline_helpers import produce_lines, running
+from integration_tests.harness.runs import produce_lines, running
 
 Stored = list[tuple[int, int, GlobalTime, str]]  # partition, offset, global time, line
 

@@ -11,7 +11,7 @@ from framework.config import Settings
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import windowed_counts, word_pairs, wordcount
-from integration_tests.pipeline_helpers import produce_lines, read_output, running
+from integration_tests.harness.runs import produce_lines, read_output, running
 
 
 def _app(prefix: str) -> str:

@@ -1,7 +1,7 @@
 """A pipeline driver as its own process, for tests that kill it (``kill -9``) and restart it.
 
-Usage: ``python -m integration_tests.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP SOURCE SINK
-[windowed]``. It runs `wordcount` (or, with ``windowed``, `windowed_counts` over 200 ms
+Usage: ``python -m integration_tests.harness.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP
+SOURCE SINK [windowed]``. It runs `wordcount` (or, with ``windowed``, `windowed_counts` over 200 ms
 windows) on Spark until killed; it prints ``running`` once every part started.
 """
 

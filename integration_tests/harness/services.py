@@ -13,7 +13,7 @@ from pathlib import Path
 
 from framework.config import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def service_env(settings: Settings, names: Mapping[str, str], **extra: str) -> dict[str, str]:

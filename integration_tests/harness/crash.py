@@ -29,7 +29,7 @@ harness for ``two_groupings``) as multisets, and reads it again with `BundleCons
 
 By hand::
 
-    .venv/bin/python -m integration_tests.crash_harness --records 200000 --kill-every 5 \\
+    .venv/bin/python -m integration_tests.harness.crash --records 200000 --kill-every 5 \\
         --pipeline word_pairs
 """
 
@@ -72,8 +72,8 @@ from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.assembly import source_fronts
 from framework.wire.bundles import read_bundle_header
-from integration_tests.jobs import PIPELINES, build
-from integration_tests.services_helpers import ROOT, service_env
+from integration_tests.harness.services import ROOT, service_env
+from integration_tests.pipelines import PIPELINES, build
 
 __all__ = [
     "COMPONENTS",
@@ -89,7 +89,7 @@ COMPONENTS = ("driver", "acker", "barrier")
 STACK = "stack"
 """The chaos target that restarts the broker and ZooKeeper."""
 
-_SPECS = {name: f"integration_tests.jobs:{name}_job" for name in PIPELINES}
+_SPECS = {name: f"integration_tests.pipelines:{name}_job" for name in PIPELINES}
 # A Python exception line, not one of the JVM's or the wrappers' that only carry it.
 _PYTHON_EXCEPTION = re.compile(r"^(?!pyspark\.|py4j\.|org\.|java\.)[\w.]*(Error|Exception): ")
 _SETTLE_S = 30.0  # after GT_last passed the input: how long missing items may still come
@@ -935,7 +935,7 @@ def run_harness(config: HarnessConfig, work_dir: Path) -> HarnessReport:
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m integration_tests.crash_harness", description=__doc__.split("\n")[0]
+        prog="python -m integration_tests.harness.crash", description=__doc__.split("\n")[0]
     )
     defaults = HarnessConfig()
     parser.add_argument("--records", type=int, default=defaults.records)
