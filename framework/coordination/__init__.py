@@ -6,9 +6,9 @@ Adapters only: ``framework.core`` never imports this package. The znode layout i
 
 from framework.coordination.client import zk_client
 from framework.coordination.election import LeaderElection, Leadership
-from framework.coordination.epochs import Epochs
+from framework.coordination.epochs import Epochs, read_epoch
 from framework.coordination.paths import app_root, leader_path
-from framework.coordination.registry import SnapshotRegistry
+from framework.coordination.registry import SnapshotRegistry, read_latest
 from framework.wire.znodes import EpochRecord, Offsets, SnapshotRecord
 
 __all__ = [
@@ -21,5 +21,7 @@ __all__ = [
     "SnapshotRegistry",
     "app_root",
     "leader_path",
+    "read_epoch",
+    "read_latest",
     "zk_client",
 ]

@@ -23,7 +23,17 @@ from framework.coordination.paths import committed_path, snapshot_path, snapshot
 from framework.errors import CoordinationError, Fenced, ProtocolViolation
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["SnapshotRegistry"]
+__all__ = ["SnapshotRegistry", "read_latest"]
+
+
+def read_latest(zk: str, app: str) -> SnapshotRecord | None:
+    """The committed snapshot of ``app`` (None before the first), through a ZooKeeper
+    session opened for this one read."""
+    registry = SnapshotRegistry(zk, app)
+    try:
+        return registry.latest()
+    finally:
+        registry.close()
 
 
 class SnapshotRegistry:

@@ -61,13 +61,9 @@ def pre_topic_spec(app: str, sink_node: str, epoch: int = 0) -> TopicSpec:
 
 def current_epoch(settings: Settings, app: str) -> int:
     """The epoch ``app`` runs in (ZooKeeper; 0 before its first replay or recovery)."""
-    from framework.coordination import Epochs
+    from framework.coordination import read_epoch
 
-    epochs = Epochs(settings.zookeeper, app)
-    try:
-        record = epochs.current()
-    finally:
-        epochs.close()
+    record = read_epoch(settings.zookeeper, app)
     return 0 if record is None else record.epoch
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 
 from framework.config import Settings
-from framework.coordination import SnapshotRegistry
+from framework.coordination import read_latest
 from framework.core.graph import Graph
 from framework.kafka.mintime import MinTimeView
 from framework.runners.replay import resolve_start, start_replay
@@ -68,11 +68,7 @@ class StallWatch(Service):
         # Imported here: the snapshots plan imports this package's siblings.
         from framework.runners.snapshots import restorer
 
-        registry = SnapshotRegistry(self.settings.zookeeper, self.graph.name)
-        try:
-            latest = registry.latest()
-        finally:
-            registry.close()
+        latest = read_latest(self.settings.zookeeper, self.graph.name)
         bootstrap = self.settings.kafka_bootstrap
         offsets = resolve_start(
             bootstrap, self.graph, offsets=None if latest is None else latest.offsets

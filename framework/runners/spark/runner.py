@@ -189,13 +189,9 @@ class PipelineRun:
             self.ticks.start()
 
     def _read_epoch(self) -> None:
-        from framework.coordination import Epochs
+        from framework.coordination import read_epoch
 
-        epochs = Epochs(self.settings.zookeeper, self.graph.name)
-        try:
-            record = epochs.current()
-        finally:
-            epochs.close()
+        record = read_epoch(self.settings.zookeeper, self.graph.name)
         if record is not None:
             self.epoch, self.start_offsets = record.epoch, record.offsets
             self.topics = Topics(self.graph.name, self.epoch)
