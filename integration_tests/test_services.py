@@ -20,7 +20,6 @@ from connectors.bundles import BundleConsumer, VerifiedBundle, last_bundle_heade
 from framework.acker import AckerService
 from framework.barrier import BarrierService
 from framework.barrier.speculation import Speculation
-from framework.barrier.writer import TransactionalWriter
 from framework.cli.consume import consume_main
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, BundleHeader, Heartbeat
@@ -31,6 +30,7 @@ from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.clients import is_eof, new_consumer
 from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
+from framework.kafka.transactions import TransactionalProducer
 from framework.wire.avro import encode_ack_batch, encode_bundle_header, encode_meta
 from framework.wire.bundles import BUNDLE_HEADER, META_HEADER, read_bundle_header
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
@@ -380,10 +380,10 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
     )
     crashing.check()
 
-    def crash(self: TransactionalWriter, producer: Producer) -> None:
+    def crash(self: TransactionalProducer) -> None:
         raise PipelineError("simulated crash before the commit")
 
-    monkeypatch.setattr(TransactionalWriter, "_commit", crash)
+    monkeypatch.setattr(TransactionalProducer, "commit", crash)
     rig.heartbeat(11)  # the release of a and b now dies with its transaction open
     wait_until(lambda: not crashing.running, "the crash")
     with pytest.raises(PipelineError, match="simulated crash"):
