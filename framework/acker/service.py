@@ -36,7 +36,7 @@ from confluent_kafka import (
     Producer,
 )
 
-from framework.acker.checkpoints import acker_state_spec, encode_checkpoint, latest
+from framework.acker.checkpoints import latest
 from framework.core.acker.sharded import AckerShard
 from framework.core.messages import MinTimeNotification, NodeTime
 from framework.errors import FlamepipeError, KafkaClientError, PipelineError, ProtocolViolation
@@ -52,9 +52,10 @@ from framework.kafka.clients import (
     take,
     where,
 )
-from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
+from framework.kafka.topics import acker_state_spec, acks_topic_spec, mintime_topic_spec
 from framework.service import Service
 from framework.wire.avro import decode_ack_batch, decode_min_time, encode_min_time
+from framework.wire.checkpoints import encode_checkpoint
 from framework.wire.topics import Topics
 
 __all__ = ["AckerService", "ReplayGate", "report_key"]

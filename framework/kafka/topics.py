@@ -9,7 +9,7 @@ from __future__ import annotations
 from framework.kafka.admin import TopicSpec, compacted_spec
 from framework.wire.topics import Topics
 
-__all__ = ["acks_topic_spec", "mintime_topic_spec"]
+__all__ = ["acker_state_spec", "acks_topic_spec", "mintime_topic_spec"]
 
 
 def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:
@@ -21,3 +21,8 @@ def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:
 def mintime_topic_spec(app: str, partitions: int = 1, epoch: int = 0) -> TopicSpec:
     """``<app>.mintime``: compacted by ``<shard>:<segment>`` (see `framework.kafka.mintime`)."""
     return compacted_spec(Topics(app, epoch).mintime, partitions)
+
+
+def acker_state_spec(app: str, epoch: int = 0) -> TopicSpec:
+    """``<app>.acker``: the acker's shard checkpoints, compacted by shard."""
+    return compacted_spec(Topics(app, epoch).acker, 1)
