@@ -26,14 +26,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Producer
-
 from connectors.bundles import BundleConsumer
 from framework.config import Settings
 from framework.deadline import Deadline
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import word_pairs
+from framework.kafka.clients import new_producer
 from framework.runners.spark import SparkRunner
 from framework.wire.serde import Json
 
@@ -144,7 +143,7 @@ def run_demo(
 def _produce(
     settings: Settings, run: Any, topic: str, text: list[str], *, rate: int, reader: _Reader
 ) -> int:
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 2})
+    producer = new_producer(settings.kafka_bootstrap, {"linger.ms": 2})
     start = last_report = time.monotonic()
     for i, line in enumerate(text):
         wait = start + i / rate - time.monotonic()

@@ -8,14 +8,13 @@ none after it.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.kafka.cache import ProcessCache
-from framework.kafka.clients import close_quietly, kafka_call, kafka_retry
+from framework.kafka.clients import close_quietly, kafka_retry, new_consumer
 
 __all__ = ["replay_offsets"]
 
@@ -46,16 +45,7 @@ _consumers: ProcessCache[str, Consumer] = ProcessCache(close_quietly, limit=4)
 
 
 def _new_consumer(bootstrap: str) -> Consumer:
-    return kafka_call(
-        f"cannot create a consumer for {bootstrap}",
-        lambda: Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"flamepipe-offsets-{uuid.uuid4().hex}",  # never commits
-                "enable.auto.commit": False,
-            }
-        ),
-    )
+    return new_consumer(bootstrap)  # offsets only; its throwaway group never commits
 
 
 def _topic_offsets(consumer: Consumer, topic: str, partitions: int, at_ms: int) -> dict[int, int]:

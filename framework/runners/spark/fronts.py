@@ -48,6 +48,7 @@ from framework.core.time import front_id, slot_of
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import ProtocolViolation, ServiceFailed
 from framework.kafka.admin import end_offsets, partition_count
+from framework.kafka.clients import new_producer
 from framework.service import Service
 from framework.wire.acks import shard_batches
 
@@ -113,9 +114,7 @@ class FrontHeartbeats(Service):
         self.node = stable_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
         self.time = 0
         self.sent: dict[int, int] = {}
-        self._producer: Producer | None = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True}
-        )
+        self._producer: Producer | None = new_producer(bootstrap)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
         self._wake = threading.Event()
         self._failing_since: float | None = None

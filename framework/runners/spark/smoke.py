@@ -12,12 +12,10 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
-
 from framework.config import Settings
 from framework.deadline import Deadline
+from framework.kafka.admin import TopicSpec, ensure_topics
+from framework.kafka.clients import QUICK_END, close_quietly, new_consumer, new_producer
 from framework.runners.spark import spark_session
 
 __all__ = ["SmokeResult", "create_topics", "read_all", "run_smoke"]
@@ -35,26 +33,15 @@ class SmokeResult:
 
 
 def create_topics(bootstrap: str, names: list[str], partitions: int = 2) -> None:
-    """Create topics (one replica), waiting until the broker confirms each."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
-    for future in futures.values():
-        future.result(timeout=30)
+    """Create topics (one replica) if missing, waiting until each has a leader."""
+    ensure_topics(bootstrap, [TopicSpec(name, partitions) for name in names])
 
 
 def read_all(
     bootstrap: str, topic: str, expected: int, timeout_s: float = 60.0
 ) -> list[tuple[str, str, list[tuple[str, bytes]]]]:
     """Read ``expected`` records of ``topic`` with read_committed (fewer on timeout)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"flamepipe-read-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = new_consumer(bootstrap, config={**QUICK_END, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     out: list[tuple[str, str, list[tuple[str, bytes]]]] = []
     deadline = Deadline(timeout_s)
@@ -69,7 +56,7 @@ def read_all(
             headers = [(k, v if isinstance(v, bytes) else str(v or "").encode()) for k, v in pairs]
             out.append((key, (msg.value() or b"").decode(), headers))
     finally:
-        consumer.close()
+        close_quietly(consumer)
     return out
 
 
@@ -79,7 +66,7 @@ def run_smoke(settings: Settings, lines: int = 1000, progress: bool = True) -> S
     source, sink = f"smoke-in-{run}", f"smoke-out-{run}"
     bootstrap = settings.kafka_bootstrap
     create_topics(bootstrap, [source, sink])
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = new_producer(bootstrap)
     for i in range(lines):
         producer.produce(source, key=str(i), value=f"line {i}", headers=[("n", str(i).encode())])
     producer.flush(30)

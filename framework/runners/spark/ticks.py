@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import ServiceFailed
-from framework.kafka.clients import close_quietly
+from framework.kafka.clients import close_quietly, new_producer
 from framework.service import Service
 from framework.wire.frames import FRAME_HEADERS, tick_frame
 
@@ -73,8 +73,8 @@ class WindowTicks(Service):
         self.clock = clock
         self.sent = 0
         self._failures = 0
-        self._producer: Producer | None = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all", "log_level": 3}
+        self._producer: Producer | None = new_producer(
+            bootstrap, {"linger.ms": 0, "acks": "all", "log_level": 3}
         )
 
     def round(self) -> int:
