@@ -30,7 +30,7 @@ from framework.plan import plan_stages
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.state import apply_changelog
 from framework.plan.task import StageProgram
-from framework.runners.spark.executor import _records
+from framework.runners.spark.tasks import _records
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
 

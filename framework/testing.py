@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from framework.runners.inprocess.delivery import Delivery, InOrder, Late, Shuffled
 from framework.runners.inprocess.endpoints import ListSink, ListSource, SourceRecord
-from framework.runners.inprocess.executor import InProcessRunner, RunResult, run_local
+from framework.runners.inprocess.runner import InProcessRunner, RunResult, run_local
 
 __all__ = [
     "Delivery",

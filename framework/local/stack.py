@@ -22,7 +22,7 @@ from framework.config import Settings
 from framework.errors import StackError
 from framework.local.jars import jar_bundle
 from framework.local.process import Daemon, log_tail, port_free, wait_for
-from framework.local.services import KafkaSpec, ZooKeeperSpec, kafka_ready, zookeeper_ready
+from framework.local.servers import KafkaSpec, ZooKeeperSpec, kafka_ready, zookeeper_ready
 from framework.local.tools import java_executable, pyspark_jars_dir
 
 __all__ = ["Endpoints", "LocalStack", "ServiceStatus"]

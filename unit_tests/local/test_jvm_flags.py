@@ -1,6 +1,6 @@
 import pytest
 
-from framework.local.services import DEFAULT_JVM_FLAGS, JVM_FLAGS_VARIABLE, local_jvm_flags
+from framework.local.servers import DEFAULT_JVM_FLAGS, JVM_FLAGS_VARIABLE, local_jvm_flags
 
 
 def test_default_flags_are_c1_and_serial_gc(monkeypatch: pytest.MonkeyPatch) -> None:

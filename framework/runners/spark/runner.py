@@ -40,7 +40,7 @@ from framework.plan.stages import ExitKind, Stage, plan_stages
 from framework.runners.assembly import ServiceSet, embedded_services, pre_topic_spec, view_for
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
-from framework.runners.spark.stages import StageQuery, StageStats
+from framework.runners.spark.queries import StageQuery, StageStats
 from framework.runners.spark.ticks import WindowTicks
 from framework.service import Service
 from framework.wire.topics import Topics

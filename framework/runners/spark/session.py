@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
 from framework.local.jars import jar_bundle
-from framework.local.services import local_jvm_flags
+from framework.local.servers import local_jvm_flags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

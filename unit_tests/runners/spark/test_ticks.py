@@ -8,7 +8,7 @@ from framework.config import Settings
 from framework.core.graph import Kind
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec
-from framework.runners.spark.stages import StageQuery
+from framework.runners.spark.queries import StageQuery
 from unit_tests.plan.test_aggregate_task import counting
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from framework.config import Settings
 from framework.plan.records import StageSpec
-from framework.runners.spark.executor import SUMMARY_SCHEMA, TaskContext, stage_task
+from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
 from framework.wire.frames import FRAME_ITEMS
 
 __all__ = ["StageQuery", "StageStats"]

@@ -27,7 +27,7 @@ from framework.core.messages import MinTimeNotification
 from framework.core.meta import Meta, Record
 from framework.errors import PipelineError, ProtocolViolation
 from framework.runners.inprocess.delivery import Delivery, InOrder, Late, Shuffled
-from framework.runners.inprocess.plan import Front, Plan
+from framework.runners.inprocess.routes import Front, Plan
 
 __all__ = ["InProcessRunner", "RunResult", "run_local"]
 
