@@ -10,7 +10,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, overload
 
 import pytest
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -31,7 +37,13 @@ from framework.kafka.admin import (
     require_log_append_time,
     timestamp_type,
 )
-from framework.kafka.transactions import ChangelogReader, TaskCommitter, close_cached
+from framework.kafka.transactions import (
+    ChangelogReader,
+    TaskCommitter,
+    TransactionalProducer,
+    close_cached,
+    must_restart,
+)
 
 OLD_MS = 1_000_000_000_000  # 2001-09-09: a producer timestamp far in the past
 
@@ -300,6 +312,36 @@ def test_a_new_attempt_fences_the_old_one_mid_transaction(
     assert committed == [b"first-0", b"first-1", b"first-2", b"new-0", b"new-1", b"new-2"]
     raw = _values(_read(bootstrap, sink, "read_uncommitted"))
     assert [v for v in raw if v.startswith(b"zombie")] == [b"zombie-%d" % i for i in range(4)]
+
+
+def test_a_fenced_transactional_producer_stays_fenced(
+    bootstrap: str, io_topics: tuple[str, str]
+) -> None:
+    """A barrier's producer (no restart on fencing) cannot commit once a successor with its
+    transactional.id started: its open transaction is aborted and it drops its producer
+    instead of fencing the successor back."""
+    _, sink = io_topics
+    transactional_id = _name("app.sink.barrier")
+    old = TransactionalProducer(bootstrap, transactional_id)
+    successor = TransactionalProducer(bootstrap, transactional_id)
+    try:
+        old.start()
+        old.begin()
+        for record in _batch(sink, "old"):
+            old.produce(record)
+        successor.start()  # fences ``old`` and aborts its open transaction
+        with pytest.raises(KafkaException) as raised:
+            old.commit()
+        assert must_restart(raised.value)
+        assert old.abort() is False and old.producer is None  # dropped, not restarted
+        successor.begin()
+        for record in _batch(sink, "new"):
+            successor.produce(record)
+        successor.commit()
+    finally:
+        old.close()
+        successor.close()
+    assert _values(_read(bootstrap, sink, "read_committed")) == [b"new-0", b"new-1", b"new-2"]
 
 
 def test_workers_taking_turns_with_one_transactional_id(
