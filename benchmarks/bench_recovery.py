@@ -20,12 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # integration_tests
 
-from integration_tests.harness.crash import (
-    COMPONENTS,
-    STACK,
-    HarnessConfig,
-    run_harness,
-)
+from integration_tests.harness.crash import run_harness
+from integration_tests.harness.report import COMPONENTS, STACK, HarnessConfig
 
 GOAL_S = 30.0
 

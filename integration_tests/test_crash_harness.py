@@ -12,13 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.harness.crash import (
-    COMPONENTS,
-    STACK,
-    HarnessConfig,
-    HarnessReport,
-    run_harness,
-)
+from integration_tests.harness.crash import run_harness
+from integration_tests.harness.report import COMPONENTS, STACK, HarnessConfig, HarnessReport
 
 
 def _check(report: HarnessReport, kills: int) -> None:

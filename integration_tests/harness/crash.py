@@ -36,522 +36,53 @@ By hand::
 from __future__ import annotations
 
 import argparse
-import contextlib
-import functools
 import json
-import os
 import random
-import re
 import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Message
 
 from connectors import BundleConsumer, KafkaSink
-from framework.config import Settings
 from framework.core.graph import Graph
 from framework.core.time import GlobalTime
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.errors import ProtocolViolation, StackError
-from framework.kafka.admin import partition_count
 from framework.kafka.clients import read_to_end
-from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.assembly import source_fronts
 from framework.wire.bundles import read_bundle_header
-from integration_tests.harness.services import ROOT, service_env
+from integration_tests.harness.processes import (
+    SETTLE_S,
+    Clock,
+    Component,
+    InputProducer,
+    OutputTail,
+    now_ms,
+    stack_settings,
+)
+from integration_tests.harness.report import (
+    COMPONENTS,
+    STACK,
+    ChaosEvent,
+    Exit,
+    HarnessConfig,
+    HarnessReport,
+)
+from integration_tests.harness.services import service_env
 from integration_tests.pipelines import PIPELINES, build
 
-__all__ = [
-    "COMPONENTS",
-    "STACK",
-    "HarnessConfig",
-    "HarnessReport",
-    "log_tails",
-    "main",
-    "run_harness",
-]
-
-COMPONENTS = ("driver", "acker", "barrier")
-STACK = "stack"
-"""The chaos target that restarts the broker and ZooKeeper."""
+__all__ = ["main", "run_harness"]
 
 _SPECS = {name: f"integration_tests.pipelines:{name}_job" for name in PIPELINES}
-# A Python exception line, not one of the JVM's or the wrappers' that only carry it.
-_PYTHON_EXCEPTION = re.compile(r"^(?!pyspark\.|py4j\.|org\.|java\.)[\w.]*(Error|Exception): ")
-_SETTLE_S = 30.0  # after GT_last passed the input: how long missing items may still come
-
-
-@dataclass(frozen=True, slots=True)
-class HarnessConfig:
-    """One harness run: how much input, how fast, how much chaos.
-
-    ``kills``: the number of chaos events (None: until the input is written; if given,
-    the chaos goes on after production until that many happened). Every run restarts the
-    stack at least once: if no event did before the last one, the last one does.
-    """
-
-    records: int = 20_000
-    rate: float = 200.0
-    kill_every_s: float = 5.0
-    kills: int | None = None
-    stack_first: int = 2
-    stack_every: int = 8
-    pipeline: str = "word_pairs"
-    words_per_line: int = 4
-    vocabulary: int = 200
-    seed: int = 1
-    complete_timeout_s: float = 600.0
-    ready_timeout_s: float = 240.0
-
-
-@dataclass(slots=True)
-class ChaosEvent:
-    """One kill (or stack restart) and how long the output took to recover from it."""
-
-    target: str
-    at_ms: int
-    first_output_s: float | None = None
-    caught_up_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Exit:
-    """A component that exited by itself, with the last line it logged."""
-
-    component: str
-    code: int
-    at_s: float
-    last_line: str
-
-
-@dataclass(slots=True)
-class HarnessReport:
-    """What a run measured; `ok` when the output is exactly the oracle's."""
-
-    pipeline: str
-    records: int
-    expected_items: int
-    output_items: int
-    events: list[ChaosEvent]
-    exits: list[Exit]
-    duplicates: int
-    lost: int
-    identical: bool
-    bundles_ok: bool
-    bundle_error: str | None
-    complete: bool
-    epoch: int
-    producer_replaced: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-    work_dir: Path | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Exactly once: nothing twice, nothing lost, bundles verified."""
-        return self.identical and self.duplicates == 0 and self.lost == 0 and self.bundles_ok
-
-    def kills(self) -> Counter[str]:
-        """Chaos events per target."""
-        return Counter(event.target for event in self.events)
-
-    def summary(self) -> str:
-        """The human report."""
-        kills = self.kills()
-        exits = Counter(e.component for e in self.exits)
-        lines = [
-            f"crash harness: pipeline {self.pipeline}, {self.records} records, "
-            f"{self.expected_items} expected items, {self.output_items} output items",
-            "kills: " + ", ".join(f"{t} {kills[t]}" for t in (*COMPONENTS, STACK)),
-            "exits by themselves (restarted): "
-            + (", ".join(f"{c} {n}" for c, n in sorted(exits.items())) or "none"),
-        ]
-        for target in (*COMPONENTS, STACK):
-            events = [e for e in self.events if e.target == target]
-            if events:
-                first = _stats([e.first_output_s for e in events])
-                caught_up = _stats([e.caught_up_s for e in events])
-                lines.append(f"recovery {target:<8} first output {first}; caught up {caught_up}")
-        bundles = "verified" if self.bundles_ok else f"NOT verified: {self.bundle_error}"
-        complete = "yes" if self.complete else "NO (timed out)"
-        lines += [
-            f"duplicates {self.duplicates}, lost {self.lost}, "
-            f"identical {'yes' if self.identical else 'NO'}, bundles {bundles}",
-            f"output complete {complete}, final epoch {self.epoch}, "
-            f"input producer replaced {self.producer_replaced} times",
-            "seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in self.seconds.items()),
-        ]
-        for e in self.exits:
-            lines.append(f"  exit: {e.component} code {e.code} at {e.at_s:.0f} s: {e.last_line}")
-        if self.work_dir is not None:
-            lines.append(f"logs: {self.work_dir / 'logs'}")
-        return "\n".join(lines)
-
-    def tails(self, lines: int = 40) -> str:
-        """The end of every log of the run (for a failing test's message)."""
-        if self.work_dir is None:
-            return "(no logs)"
-        return log_tails(self.work_dir, lines)
-
-
-def log_tails(work_dir: Path, lines: int = 40) -> str:
-    """The end of every log under ``work_dir/logs``, without librdkafka's noise."""
-    parts = []
-    for log in sorted((work_dir / "logs").glob("*.log")):
-        kept = [ln for ln in log.read_text(errors="replace").splitlines() if not ln.startswith("%")]
-        parts.append(f"--- {log} ---\n" + "\n".join(kept[-lines:]))
-    return "\n".join(parts)
-
-
-def _stats(values: list[float | None]) -> str:
-    """``p50 X s, max Y s`` of the known values (and how many never recovered)."""
-    known = sorted(v for v in values if v is not None)
-    missing = len(values) - len(known)
-    text = f"p50 {statistics.median(known):.1f} s, max {known[-1]:.1f} s" if known else "n/a"
-    return text + (f" ({missing} n/a)" if missing else "")
-
-
-class _Clock:
-    """Seconds since the run started, for log lines."""
-
-    def __init__(self, log: Path) -> None:
-        self.start = time.monotonic()
-        self._log = log.open("a")
-
-    def say(self, text: str) -> None:
-        line = f"[{time.monotonic() - self.start:7.1f}s] {text}"
-        print(line, file=sys.stderr, flush=True)
-        self._log.write(line + "\n")
-        self._log.flush()
-
-    def close(self) -> None:
-        self._log.close()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (the components run in sessions of their own)."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # After the command: state, ppid, pgrp, session.
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            pids.append(int(stat.parent.name))
-    return pids
-
-
-class Component:
-    """One component process (``python -m framework.cli ...``) with its log.
-
-    Every start appends a banner to the same log; readiness is judged on what the current
-    process wrote after it.
-    """
-
-    def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], log: Path, ready: Callable[[], bool]
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.env = env
-        self.log = log
-        self._ready_check = ready
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self.started_wall = 0.0
-        self._offset = 0
-
-    def start(self) -> None:
-        """Start a new process in a session of its own."""
-        self.starts += 1
-        with self.log.open("ab") as out:
-            stamp = time.strftime("%H:%M:%S")
-            out.write(f"\n=== crash harness: start #{self.starts} at {stamp} ===\n".encode())
-            self._offset = out.tell()
-        self.started_wall = time.time()
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv,
-                cwd=ROOT,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def exited(self) -> int | None:
-        """The exit code if the process ended, else None."""
-        return None if self.proc is None else self.proc.poll()
-
-    def output(self) -> str:
-        """What the current process logged so far."""
-        with self.log.open("rb") as log:
-            log.seek(self._offset)
-            return log.read().decode(errors="replace")
-
-    def ready(self) -> bool:
-        """Running and past its start-up (see the readiness checks of `_Run`)."""
-        return self.exited() is None and self._ready_check()
-
-    def kill(self) -> None:
-        """SIGKILL to the whole session, then wait for it."""
-        self._signal_session(signal.SIGKILL)
-        self._reap(30)
-
-    def stop(self) -> None:
-        """Ask it to stop (SIGINT: the CLI's Ctrl-C path), then SIGKILL what is left."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(30)
-        self.kill()
-
-    def _signal_session(self, signum: int) -> None:
-        if self.proc is None:
-            return
-        for pid in _session_pids(self.proc.pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-    def _reap(self, timeout_s: float) -> None:
-        assert self.proc is not None
-        self.proc.wait(timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while _session_pids(self.proc.pid) and time.monotonic() < deadline:
-            self._signal_session(signal.SIGKILL)
-            time.sleep(0.1)
-
-    def last_line(self) -> str:
-        """Why the current process ended: its ``flamepipe: error`` line, else its last line;
-        with the last Python exception it logged (a Spark task's cause) if there is one."""
-        lines = [ln for ln in self.output().splitlines() if ln.strip() and not ln.startswith("%")]
-        errors = [ln for ln in lines if ln.startswith("flamepipe: error")]
-        found = errors or lines
-        line = found[-1][:300] if found else "(nothing logged)"
-        causes = [ln for ln in lines if _PYTHON_EXCEPTION.match(ln)]
-        if causes and causes[-1] not in line:
-            line += f" [cause: {causes[-1][:200]}]"
-        return line
-
-    def tail(self, lines: int = 40) -> str:
-        """The end of the log without librdkafka's connection noise."""
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        kept = [ln for ln in text.splitlines() if not ln.startswith("%")]
-        return "\n".join(kept[-lines:])
-
-
-class InputProducer(threading.Thread):
-    """Appends ``lines`` round-robin over the partitions at ``rate`` lines per second.
-
-    Idempotent and ``acks=all``: a broker restart neither loses nor repeats a line, it
-    only delays it. Measured once (librdkafka 2.16, a third broker restart): the client
-    stopped delivering for good. So a client that delivers nothing for ``stall_s`` while
-    lines are pending is replaced and the pending lines are sent again; a line it had in
-    flight may then be stored twice. The oracle is computed from the input as Kafka
-    stored it, so that changes the input, never the verdict.
-    """
-
-    def __init__(
-        self, bootstrap: str, topic: str, lines: list[str], rate: float, stall_s: float = 60.0
-    ) -> None:
-        super().__init__(name="crash-harness-producer", daemon=True)
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.lines = lines
-        self.rate = rate
-        self.stall_s = stall_s
-        self.partitions = 2
-        self.delivered = 0
-        self.replaced = 0
-        self.failed: list[str] = []
-        self.error: BaseException | None = None
-        self.finished = threading.Event()
-        self._halt = threading.Event()
-        self._pending: set[int] = set()  # indexes handed to the client, not yet delivered
-        self._last_delivery = time.monotonic()
-        self._generation = 0
-
-    def run(self) -> None:
-        try:
-            self._produce()
-        except BaseException as exc:  # reported by the harness, not lost in a thread
-            self.error = exc
-        finally:
-            self.finished.set()
-
-    def stop(self) -> None:
-        """Stop producing (whatever was handed to the client is still delivered)."""
-        self._halt.set()
-
-    def _client(self) -> Producer:
-        self._generation += 1
-        self._last_delivery = time.monotonic()
-        return Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "message.timeout.ms": 600_000,
-            }
-        )
-
-    def _produce(self) -> None:
-        producer = self._client()
-        start = time.monotonic()
-        for i in range(len(self.lines)):
-            if self._halt.is_set():
-                break
-            delay = start + i / self.rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            producer = self._unstalled(producer)
-            self._send(producer, i)
-        while producer.flush(1.0) > 0 or self._pending:
-            producer = self._unstalled(producer)
-
-    def _unstalled(self, producer: Producer) -> Producer:
-        """``producer``, or a new client with the pending lines if it stalled."""
-        if not self._pending or time.monotonic() - self._last_delivery < self.stall_s:
-            return producer
-        self.replaced += 1
-        print(
-            f"crash harness: the input producer delivered nothing for {self.stall_s:g} s "
-            f"with {len(self._pending)} lines pending: replacing it",
-            file=sys.stderr,
-            flush=True,
-        )
-        fresh = self._client()  # first: the purged lines' reports are then of an old client
-        producer.purge()
-        producer.poll(0)
-        for index in sorted(self._pending):
-            self._send(fresh, index)
-        return fresh
-
-    def _send(self, producer: Producer, index: int) -> None:
-        done = functools.partial(self._done, self._generation, index)
-        line, partition = self.lines[index], index % self.partitions
-        self._pending.add(index)
-        while True:
-            try:
-                producer.produce(self.topic, line.encode(), partition=partition, on_delivery=done)
-                break
-            except BufferError:  # the local queue is full while the broker is away
-                producer.poll(0.1)
-        producer.poll(0)
-
-    def _done(self, generation: int, index: int, err: Any, _msg: Message) -> None:
-        if err is None:
-            self.delivered += 1
-            self._pending.discard(index)
-            self._last_delivery = time.monotonic()
-        elif generation == self._generation:
-            self._pending.discard(index)
-            self.failed.append(str(err))
-        # else: purged from a replaced client; the line was sent again
-
-
-class OutputTail(threading.Thread):
-    """Reads the output topic with read_committed as it grows: items and bundle headers.
-
-    For each bundle it keeps when it was produced (the record's CreateTime), when this
-    reader saw it, and its GT_last.
-    """
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(name="crash-harness-tail", daemon=True)
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.items = 0
-        self.bundles: list[tuple[int, int, GlobalTime]] = []
-        self._lock = threading.Lock()
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"crash-harness-tail-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "fetch.wait.max.ms": 50,
-                "log_level": 0,
-            }
-        )
-        try:
-            partitions = partition_count(self.bootstrap, self.topic)
-            consumer.assign([TopicPartition(self.topic, p, 0) for p in range(partitions)])
-            while not self._halt.is_set():
-                for msg in consumer.consume(1000, timeout=0.2):
-                    if msg.error() is None:
-                        self._take(msg)
-        finally:
-            consumer.close()
-
-    def _take(self, msg: Message) -> None:
-        header = read_bundle_header(msg.headers())
-        with self._lock:
-            if header is None:
-                self.items += 1
-            else:
-                self.bundles.append((msg.timestamp()[1], _now_ms(), header.gt_last))
-
-    def stop(self) -> None:
-        """Stop reading."""
-        self._halt.set()
-
-    def max_gt_last(self) -> GlobalTime | None:
-        """The highest GT_last committed so far."""
-        with self._lock:
-            return max((gt for _, _, gt in self.bundles), default=None)
-
-    def recovery(self, event: ChaosEvent, delta_ms: int) -> None:
-        """Fill in ``event``'s recovery times from the bundles seen so far."""
-        kill_slot = event.at_ms // delta_ms
-        with self._lock:
-            bundles = list(self.bundles)
-        for created, seen, gt_last in bundles:
-            if event.first_output_s is None and created >= event.at_ms:
-                event.first_output_s = (seen - event.at_ms) / 1000
-            if event.caught_up_s is None and gt_last.slot >= kill_slot and seen >= event.at_ms:
-                event.caught_up_s = (seen - event.at_ms) / 1000
-
-
-def _stack_settings(state_dir: Path) -> Settings:
-    """Settings of a stack of the harness's own: free ports, ``state_dir``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("FLAMEPIPE_BOOTSTRAP_SERVERS", "FLAMEPIPE_ZOOKEEPER_CONNECT")
-    }
-    return Settings.load(
-        env=env,
-        state_dir=state_dir,
-        kafka_port=free_port(),
-        controller_port=free_port(),
-        zookeeper_port=free_port(),
-    )
 
 
 class _Run:
@@ -563,11 +94,11 @@ class _Run:
         self.config = config
         self.work = work_dir
         (work_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.clock = _Clock(work_dir / "logs" / "harness.log")
+        self.clock = Clock(work_dir / "logs" / "harness.log")
         self.rng = random.Random(config.seed)
         self.app = f"crash{uuid.uuid4().hex[:6]}"
         self.source, self.sink = f"{self.app}-lines", f"{self.app}-out"
-        self.settings = _stack_settings(work_dir / "stack")
+        self.settings = stack_settings(work_dir / "stack")
         self.stack = LocalStack(self.settings, quiet=True)
         self.state_dir = work_dir / "state"
         self.graph: Graph = build(config.pipeline, self.app, self.source, self.sink).graph()
@@ -707,7 +238,7 @@ class _Run:
         return self._turns.pop()
 
     def _strike(self, target: str) -> None:
-        event = ChaosEvent(target, _now_ms())
+        event = ChaosEvent(target, now_ms())
         self.events.append(event)
         if target == STACK:
             self.clock.say("restarting the broker and ZooKeeper (down without purge, up)")
@@ -784,7 +315,7 @@ class _Run:
             if passed_at is None and top is not None and top >= last:
                 passed_at = time.monotonic()
             if passed_at is not None and (
-                self.tail.items >= expected_items or time.monotonic() - passed_at > _SETTLE_S
+                self.tail.items >= expected_items or time.monotonic() - passed_at > SETTLE_S
             ):
                 self.clock.say(f"output complete: {self.tail.items} items")
                 return True
