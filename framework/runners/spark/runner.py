@@ -6,12 +6,14 @@ Start-up protocol of `SparkRunner.start`:
    replay or recovery) and plan the stages on that epoch's topics; every source must be a
    `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
    offsets its record gives.
-2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
+2. Ship the user's modules to the executors (`framework.runners.spark.shipping`); a user
+   function that cannot be pickled fails here, before anything starts.
+3. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
    framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
-3. Start the min-time view the stages prune with and, with embedded services (the
+4. Start the min-time view the stages prune with and, with embedded services (the
    default), the acker service and one barrier service per sink; otherwise ``flamepipe
    acker`` and ``flamepipe barrier`` run them as processes of their own.
-4. Start one streaming query per stage, then the front heartbeats and the window ticks
+5. Start one streaming query per stage, then the front heartbeats and the window ticks
    of aggregate stages (`framework.runners.spark.ticks`).
 """
 
@@ -41,6 +43,7 @@ from framework.runners.assembly import ServiceSet, embedded_services, pre_topic_
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.queries import StageQuery, StageStats
+from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.ticks import WindowTicks
 from framework.service import Service
 from framework.wire.topics import Topics
@@ -138,6 +141,7 @@ class PipelineRun:
         self.fronts: FrontHeartbeats | None = None
         self.ticks: WindowTicks | None = None
         self._committed: CommittedSlot | None = None
+        self.shipment: Shipment | None = None
 
     @property
     def stats(self) -> Mapping[str, StageStats]:
@@ -145,21 +149,23 @@ class PipelineRun:
         return {stage: query.stats for stage, query in self.queries.items()}
 
     def start(self) -> None:
-        """Steps 1-4 of the module docstring."""
+        """Steps 1-5 of the module docstring."""
         # Step 1
         sources = kafka_sources(self.graph)
         sink_nodes(self.graph)
         self._read_epoch()
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
         # Step 2
-        partitions = self._prepare_topics(sources, stages)
+        self.shipment = ship(self.spark, self.graph, self.graph, self._checkpoints())
         # Step 3
+        partitions = self._prepare_topics(sources, stages)
+        # Step 4
         if self.embedded:
             self.services = embedded_services(self.settings, self.graph, self.epoch)
         else:  # the acker and barriers run elsewhere; stages still prune with the view
             self.services = ServiceSet(view=view_for(self.settings, self.graph, self.epoch))
         self.services.start()
-        # Step 4
+        # Step 5
         for stage in stages:
             self._start_stage(stage, sources, partitions)
         progress = {q.spec.stage.topic: q for q in self.queries.values() if q.spec.stage.is_source}
