@@ -35,6 +35,13 @@ class Settings:
 
     ``bootstrap_servers`` / ``zookeeper_connect`` point at an existing cluster; left unset,
     flamepipe uses the embedded local stack on ``kafka_port`` / ``zookeeper_port``.
+    ``spark_master`` is where stages run (``local[*]``, ``spark://host:port``, ...);
+    ``spark_driver_host`` the address executors reach the driver at and
+    ``spark_driver_bind_address`` the one it listens on (unset: 127.0.0.1 for a local
+    master or a master on the loopback address, else this host's routable address and
+    all interfaces; `framework.runners.spark.session.driver_addresses`).
+    ``spark_workers`` > 0 makes the embedded stack start a Spark standalone master on
+    ``spark_master_port`` and that many workers (``flamepipe up --spark-workers N``).
     ``parallelism`` is the partition count of the topics between stages (the hash units of
     groupings); ``acker_shards`` the partitions of the acks topic; ``trigger_ms`` Spark's
     micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat; ``front_lag_ms`` the
@@ -53,6 +60,10 @@ class Settings:
     bootstrap_servers: str | None = None
     zookeeper_connect: str | None = None
     spark_master: str = "local[*]"
+    spark_driver_host: str | None = None
+    spark_driver_bind_address: str | None = None
+    spark_workers: int = 0
+    spark_master_port: int = 7077
     kafka_port: int = 9092
     controller_port: int = 9093
     zookeeper_port: int = 2181
@@ -126,6 +137,12 @@ class Settings:
             raise ConfigError(
                 f"spark_master={self.spark_master!r} is not a Spark master URL: "
                 "use local[*], local[N], spark://host:port, yarn or k8s://..."
+            )
+        if self.spark_workers < 0:
+            raise ConfigError(f"spark_workers={self.spark_workers} must be >= 0 (0: none)")
+        if not 1 <= self.spark_master_port <= 65535:
+            raise ConfigError(
+                f"spark_master_port={self.spark_master_port} is not a TCP port: use 1..65535"
             )
         if self.delta_ms <= 0:
             raise ConfigError(f"delta_ms={self.delta_ms} must be > 0 (10 is the default)")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +15,36 @@ from framework.local.servers import local_jvm_flags
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["spark_session"]
+__all__ = ["driver_addresses", "spark_session"]
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def driver_addresses(settings: Settings) -> tuple[str, str]:
+    """``(advertised host, bind address)`` of the Spark driver.
+
+    The settings decide when given. Otherwise a local master, or a standalone master on
+    the loopback address (the embedded cluster), keeps everything on 127.0.0.1; any other
+    master gets this host's routable address, bound on all interfaces, so executors on
+    other hosts or in containers can connect back.
+    """
+    master = settings.spark_master
+    local = master.startswith("local") or any(
+        master.startswith(f"spark://{host}") for host in _LOOPBACK
+    )
+    host = settings.spark_driver_host or ("127.0.0.1" if local else routable_address())
+    bind = settings.spark_driver_bind_address or ("127.0.0.1" if local else "0.0.0.0")
+    return host, bind
+
+
+def routable_address() -> str:
+    """The address this host's default route leaves from (no packet is sent); the host
+    name's address if there is no route."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        address: str = s.getsockname()[0]
+        return address
+    return socket.gethostbyname(socket.gethostname())
 
 
 def spark_session(
@@ -41,8 +72,6 @@ def spark_session(
         "spark.sql.streaming.stateStore.providerClass": (
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         # Checkpoints live on the driver's local disk (settings.state_dir), where a rename is
         # atomic: the FileSystem-based manager writes the offset and commit logs of every
@@ -60,6 +89,8 @@ def spark_session(
     }
     if settings.spark_master.startswith("local") and (flags := local_jvm_flags()):
         conf["spark.driver.extraJavaOptions"] = " ".join(flags)
+    host, bind = driver_addresses(settings)
+    conf["spark.driver.host"], conf["spark.driver.bindAddress"] = host, bind
     conf.update(extra_conf or {})
     builder = SparkSession.builder.master(settings.spark_master).appName(app_name)
     for key, value in conf.items():
