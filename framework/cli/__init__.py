@@ -21,6 +21,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--controller-port", type=int, help="KRaft controller port")
     common.add_argument("--zookeeper-port", type=int, help="ZooKeeper port")
     common.add_argument("--state-dir", help="logs, pid files and data of the local stack")
+    common.add_argument(
+        "--spark-workers",
+        type=int,
+        help="also run a local Spark standalone master and N workers (FLAMEPIPE_SPARK_WORKERS)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     stack.add_parsers(sub, common)
     jobs.add_parsers(sub, common)

@@ -20,28 +20,37 @@ def settings_of(args: argparse.Namespace) -> Settings:
         controller_port=args.controller_port,
         zookeeper_port=args.zookeeper_port,
         state_dir=args.state_dir,
+        spark_workers=getattr(args, "spark_workers", None),
     )
 
 
 @contextlib.contextmanager
 def stack_for(args: argparse.Namespace) -> Iterator[Settings]:
-    """The settings with their stack running; an embedded stack started here stops after."""
+    """The settings with their stack running; an embedded stack started here stops after,
+    one that was running already (another command's, another test's) is left alone."""
     settings = settings_of(args)
     stack = LocalStack(settings) if settings.embedded else None
-    was_running = stack is not None and all(s.ready for s in stack.status())
     if stack is not None:
         stack.up()
+        if settings.spark_workers > 0 and settings.spark_master == "local[*]":
+            # The local cluster was asked for: run the pipeline on it.
+            settings = settings.with_(spark_master=stack.master_url)
     try:
         yield settings
     finally:
-        if stack is not None and not was_running and not args.keep_stack:
+        # Readiness is no proof of ownership: a busy broker answers late, and a command
+        # that took a shared stack for its own would stop it under everyone else.
+        if stack is not None and stack.started and not args.keep_stack:
             stack.down()
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    endpoints = LocalStack(settings_of(args)).up()
+    stack = LocalStack(settings_of(args))
+    endpoints = stack.up()
     print(f"bootstrap.servers={endpoints.bootstrap_servers}")
     print(f"zookeeper.connect={endpoints.zookeeper_connect}")
+    if stack.settings.spark_workers > 0:
+        print(f"spark.master={stack.master_url}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Configuration and readiness of the two embedded servers: ZooKeeper and Kafka (KRaft)."""
+"""Configuration and readiness of the embedded servers: ZooKeeper, Kafka (KRaft) and an
+optional Spark standalone master with workers, all on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import base64
 import os
 import socket
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +16,12 @@ from framework.errors import StackError
 
 __all__ = [
     "KafkaSpec",
+    "SparkMasterSpec",
+    "SparkWorkerSpec",
     "ZooKeeperSpec",
     "kafka_ready",
+    "spark_worker_registered",
+    "tcp_ready",
     "zookeeper_ready",
 ]
 
@@ -145,6 +151,82 @@ class KafkaSpec:
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
             raise StackError(f"formatting Kafka storage in {self.home} failed:\n{tail}")
+
+
+def _spark_env(pyspark_home: Path) -> dict[str, str]:
+    """Environment of the Spark daemons: everything binds to the loopback address, and the
+    executors a worker launches run this Python (with flamepipe importable)."""
+    # Spark's launcher builds executor commands and needs the Scala version, which
+    # `bin/spark-class` would export: read it from the bundled spark-core jar's name.
+    cores = sorted((pyspark_home / "jars").glob("spark-core_*.jar"))
+    scala = cores[0].name.split("_")[1].split("-")[0] if cores else "2.13"
+    return {
+        **os.environ,
+        "SPARK_HOME": str(pyspark_home),
+        "SPARK_SCALA_VERSION": scala,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SparkMasterSpec:
+    """A Spark standalone master on 127.0.0.1, run from pyspark's own jars."""
+
+    port: int
+    home: Path
+
+    def argv(self, java: str, pyspark_home: Path, marker: str) -> tuple[list[str], dict[str, str]]:
+        """The command and environment that start the master (web UI on a free port)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        log4j = _write_log4j(self.home / "log4j2.properties", "warn")
+        jvm = _jvm(java, 256, log4j, marker, f"{pyspark_home}/jars/*")
+        master = "org.apache.spark.deploy.master.Master"
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--webui-port", "0"]
+        return [*jvm, master, *args], _spark_env(pyspark_home)
+
+    @property
+    def url(self) -> str:
+        """The master URL workers and drivers connect to."""
+        return f"spark://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class SparkWorkerSpec:
+    """One Spark standalone worker: its executors run in JVMs of their own, in ``home``."""
+
+    master_url: str
+    home: Path
+    cores: int = 1
+    memory_mb: int = 1024
+
+    def argv(self, java: str, pyspark_home: Path, marker: str) -> tuple[list[str], dict[str, str]]:
+        """The command and environment that start the worker."""
+        work = self.home / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        log4j = _write_log4j(self.home / "log4j2.properties", "info")
+        jvm = _jvm(java, 256, log4j, marker, f"{pyspark_home}/jars/*")
+        args = [self.master_url, "--host", "127.0.0.1", "--webui-port", "0"]
+        args += ["--cores", str(self.cores), "--memory", f"{self.memory_mb}m"]
+        args += ["--work-dir", str(work)]
+        return [*jvm, "org.apache.spark.deploy.worker.Worker", *args], _spark_env(pyspark_home)
+
+
+def tcp_ready(port: int, timeout_s: float = 1.0) -> bool:
+    """True if something accepts connections on 127.0.0.1:port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def spark_worker_registered(log_file: Path) -> bool:
+    """True once the worker's log says the master accepted it."""
+    try:
+        return "Successfully registered with master" in log_file.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
 
 
 def zookeeper_ready(port: int, timeout_s: float = 1.0) -> bool:

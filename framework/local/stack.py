@@ -8,6 +8,10 @@
 3. Fetch the broker jars once into the cache (Maven), reuse them afterwards.
 4. Start ZooKeeper and wait for ``ruok``; start Kafka and wait for a metadata answer. A
    server that exits during start-up fails with the tail of its log.
+5. With ``spark_workers`` > 0: start a Spark standalone master on ``spark_master_port`` and
+   wait until it accepts connections, then that many workers (one core, 1 GiB, a work
+   directory each; their executors run in JVMs of their own) and wait until each has
+   registered with the master.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ from framework.config import Settings
 from framework.errors import StackError
 from framework.local.jars import jar_bundle
 from framework.local.process import Daemon, log_tail, port_free, wait_for
-from framework.local.servers import KafkaSpec, ZooKeeperSpec, kafka_ready, zookeeper_ready
+from framework.local.servers import (
+    KafkaSpec,
+    SparkMasterSpec,
+    SparkWorkerSpec,
+    ZooKeeperSpec,
+    kafka_ready,
+    spark_worker_registered,
+    tcp_ready,
+    zookeeper_ready,
+)
 from framework.local.tools import java_executable, pyspark_jars_dir
 
 __all__ = ["Endpoints", "LocalStack", "ServiceStatus"]
@@ -64,6 +77,9 @@ class LocalStack:
         self.state_dir = settings.state_dir.expanduser().resolve()
         self.zookeeper = Daemon("zookeeper", self.state_dir, f"{self.state_dir}#zookeeper")
         self.kafka = Daemon("kafka", self.state_dir, f"{self.state_dir}#kafka")
+        self.spark_master = Daemon("spark-master", self.state_dir, f"{self.state_dir}#spark-master")
+        self.started: list[str] = []
+        """The servers the last `up` started (not those it found running)."""
 
     @property
     def endpoints(self) -> Endpoints:
@@ -86,15 +102,57 @@ class LocalStack:
         if start_zk:
             spec = ZooKeeperSpec(s.zookeeper_port, self.state_dir / "zookeeper")
             self._say(f"starting ZooKeeper on 127.0.0.1:{s.zookeeper_port}")
+            self.started.append(self.zookeeper.name)
             self.zookeeper.start(spec.argv(java, pyspark_jars_dir(), 256, self.zookeeper.marker))
         self._await(self.zookeeper, lambda: zookeeper_ready(s.zookeeper_port), timeout_s)
         if start_kafka:
             kspec = KafkaSpec(s.kafka_port, s.controller_port, self.state_dir / "kafka")
             self._say(f"starting Kafka on 127.0.0.1:{s.kafka_port}")
+            self.started.append(self.kafka.name)
             self.kafka.start(kspec.argv(java, broker_cp, s.java_heap_mb, self.kafka.marker))
         self._await(self.kafka, lambda: kafka_ready(s.kafka_bootstrap), timeout_s)
-        self._say(f"stack ready: kafka={s.kafka_bootstrap} zookeeper={s.zookeeper}")
+        # Step 5
+        if s.spark_workers > 0:
+            self._spark_up(java, timeout_s)
+        spark = f" spark={self.master_url}" if s.spark_workers > 0 else ""
+        self._say(f"stack ready: kafka={s.kafka_bootstrap} zookeeper={s.zookeeper}{spark}")
         return self.endpoints
+
+    @property
+    def master_url(self) -> str:
+        """The URL of this stack's Spark standalone master (when it runs one)."""
+        return f"spark://127.0.0.1:{self.settings.spark_master_port}"
+
+    def _workers(self, count: int | None = None) -> list[Daemon]:
+        """Worker daemons 1..count (None: every one with a pid file, to stop them all)."""
+        if count is None:
+            count = len(list(self.state_dir.glob("spark-worker-*.pid")))
+        return [
+            Daemon(f"spark-worker-{i}", self.state_dir, f"{self.state_dir}#spark-worker-{i}")
+            for i in range(1, count + 1)
+        ]
+
+    def _spark_up(self, java: str, timeout_s: float) -> None:
+        s = self.settings
+        home = pyspark_jars_dir().parent
+        if not self._reuse(self.spark_master, [s.spark_master_port], "spark_master_port"):
+            spec = SparkMasterSpec(s.spark_master_port, self.state_dir / "spark-master")
+            argv, env = spec.argv(java, home, self.spark_master.marker)
+            self._say(f"starting Spark master on 127.0.0.1:{s.spark_master_port}")
+            self.started.append(self.spark_master.name)
+            self.spark_master.start(argv, env)
+        self._await(self.spark_master, lambda: tcp_ready(s.spark_master_port), timeout_s)
+        for worker in self._workers(s.spark_workers):
+            if worker.alive():
+                continue
+            worker.log_file.unlink(missing_ok=True)  # registration is read from the log
+            spec_w = SparkWorkerSpec(self.master_url, self.state_dir / worker.name)
+            argv, env = spec_w.argv(java, home, worker.marker)
+            self._say(f"starting {worker.name}")
+            self.started.append(worker.name)
+            worker.start(argv, env)
+        for worker in self._workers(s.spark_workers):
+            self._await(worker, lambda w=worker: spark_worker_registered(w.log_file), timeout_s)
 
     def status(self) -> list[ServiceStatus]:
         """State of each server, without changing anything."""
@@ -115,11 +173,33 @@ class LocalStack:
                 kafka_pid is not None and kafka_ready(s.kafka_bootstrap, 1.0),
                 self.kafka.log_file,
             ),
+            *self._spark_status(),
         ]
 
+    def _spark_status(self) -> list[ServiceStatus]:
+        s = self.settings
+        master_pid = self.spark_master.pid()
+        if master_pid is None and s.spark_workers == 0:
+            return []
+        found = [
+            ServiceStatus(
+                "spark-master",
+                master_pid,
+                s.spark_master_port,
+                master_pid is not None and tcp_ready(s.spark_master_port),
+                self.spark_master.log_file,
+            )
+        ]
+        for worker in self._workers(max(s.spark_workers, len(self._workers()))):
+            pid = worker.pid()
+            registered = pid is not None and spark_worker_registered(worker.log_file)
+            found.append(ServiceStatus(worker.name, pid, 0, registered, worker.log_file))
+        return found
+
     def down(self, purge: bool = False) -> None:
-        """Stop Kafka, then ZooKeeper; ``purge`` also deletes their data."""
-        for daemon in (self.kafka, self.zookeeper):
+        """Stop the Spark workers and master, Kafka, then ZooKeeper; ``purge`` also deletes
+        their data."""
+        for daemon in (*self._workers(), self.spark_master, self.kafka, self.zookeeper):
             if daemon.stop():
                 self._say(f"stopped {daemon.name}")
         if purge:

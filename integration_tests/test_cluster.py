@@ -1,0 +1,272 @@
+"""The cluster tier: a user's ``jobs.py`` runs unchanged on a Spark standalone cluster.
+
+A master and two workers start from pyspark's own jars on 127.0.0.1 (`LocalStack` with
+``spark_workers=2``); executors run in JVMs of their own, in the workers' directories.
+The user's code lives in a temporary directory that is NOT on the executors' path: a
+``jobs.py`` that imports a sibling module ``wordtools.py``, written with the public API
+only. ``flamepipe run jobs:<name>_job`` starts each pipeline as a process of its own from
+that directory (the driver ships the user's modules, `framework.runners.spark.shipping`).
+An independent read_committed reader must see exactly what the in-process harness makes of
+the input as Kafka stored it: the same items, none twice, none missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from framework.config import Settings
+from framework.demos.text import generate_lines
+from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
+from framework.kafka.cache import ProcessCache
+from framework.kafka.clients import read_to_end
+from framework.local.provision import free_port
+from framework.local.stack import LocalStack
+from framework.runners.inprocess.endpoints import SourceRecord
+from framework.testing import InProcessRunner, ListSink, ListSource
+from integration_tests.harness.runs import produce_lines, read_output
+
+WORDTOOLS = '''
+"""Helpers of the user's jobs: a module of their own, next to jobs.py."""
+
+
+def ones(line):
+    return [(word, 1) for word in line.split()[1:]]
+
+
+def add(a, b):
+    return (a[0], a[1] + b[1])
+
+
+def window_row(result):
+    return [result.key, result.start_ms, result.value[1]]
+
+
+def tagged(line):
+    line_id, *words = line.split()
+    return [[word, line_id] for word in words]
+
+
+def word(item):
+    return item[0]
+
+
+def running_count(window):
+    return [window[-1][0], len(window)]
+
+
+def pair(window):
+    return [window[-1][0], [tag for _, tag in window]]
+
+
+def first_letter(item):
+    return item[0][0]
+
+
+def letter_window(window):
+    return [window[-1][0][0], [item[0] for item in window]]
+'''
+
+JOBS = '''
+"""A data engineer's pipelines: the public API and a helper module, nothing else."""
+
+import os
+
+from connectors import KafkaSink, KafkaSource
+from framework import Pipeline, Tumbling
+
+import wordtools as t
+
+
+def windowed(app, source, sink):
+    p = Pipeline(app)
+    (
+        p.source(source)
+        .flat_map(t.ones)
+        .key_by(t.word)
+        .aggregate(Tumbling(1000), reduce=t.add, combinable=True)
+        .map(t.window_row)
+        .sink(sink)
+    )
+    return p
+
+
+def running(app, source, sink):
+    p = Pipeline(app)
+    p.source(source).flat_map(t.tagged).key_by(t.word).group(window=1 << 30).map(
+        t.running_count
+    ).sink(sink)
+    return p
+
+
+def two_groupings(app, source, sink):
+    p = Pipeline(app)
+    (
+        p.source(source)
+        .flat_map(t.tagged)
+        .key_by(t.word)
+        .group(window=2)
+        .map(t.pair)
+        .key_by(t.first_letter)
+        .group(window=3)
+        .map(t.letter_window)
+        .sink(sink)
+    )
+    return p
+
+
+def _job(build):
+    env = os.environ
+    source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2)
+    return build(env["FP_TEST_APP"], source, KafkaSink(env["FP_TEST_SINK"]))
+
+
+def windowed_job():
+    return _job(windowed)
+
+
+def running_job():
+    return _job(running)
+
+
+def two_groupings_job():
+    return _job(two_groupings)
+'''
+
+PIPELINES = ("windowed", "running", "two_groupings")
+LINES = 400
+_TIMEOUT_S = 240.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A stack of its own: Kafka, ZooKeeper, a Spark master and two workers."""
+    base = Settings(
+        kafka_port=free_port(),
+        controller_port=free_port(),
+        zookeeper_port=free_port(),
+        state_dir=tmp_path_factory.mktemp("cluster"),
+    )
+    LocalStack(base, quiet=True).up()
+    # Chosen only now: a port picked before Kafka started may be one of its clients' by now.
+    settings = base.with_(spark_master_port=free_port(), spark_workers=2)
+    stack = LocalStack(settings, quiet=True)
+    try:
+        stack.up()
+        yield settings.with_(spark_master=stack.master_url)
+    finally:
+        ProcessCache.clear_all()  # cached clients of this broker would retry it forever
+        stack.down()
+
+
+@pytest.fixture(scope="module")
+def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The user's code: NOT on the executors' path, nor on this process's."""
+    root = tmp_path_factory.mktemp("user-code")
+    (root / "jobs.py").write_text(textwrap.dedent(JOBS))
+    (root / "wordtools.py").write_text(textwrap.dedent(WORDTOOLS))
+    return root
+
+
+def _driver_env(settings: Settings, app: str, source: str, sink: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(
+        FLAMEPIPE_KAFKA_PORT=str(settings.kafka_port),
+        FLAMEPIPE_CONTROLLER_PORT=str(settings.controller_port),
+        FLAMEPIPE_ZOOKEEPER_PORT=str(settings.zookeeper_port),
+        FLAMEPIPE_STATE_DIR=str(settings.state_dir),
+        FLAMEPIPE_SPARK_MASTER=settings.spark_master,
+        FLAMEPIPE_PARALLELISM="2",
+        FP_TEST_APP=app,
+        FP_TEST_SOURCE=source,
+        FP_TEST_SINK=sink,
+    )
+    return env
+
+
+def _oracle(user_dir: Path, pipeline: str, app: str, stored: list[Any]) -> Counter[str]:
+    """The in-process harness's output for the input exactly as Kafka stored it."""
+    sys.path.insert(0, str(user_dir))
+    try:
+        jobs = importlib.import_module("jobs")
+        ordered = sorted(stored, key=lambda m: (m.partition() or 0, m.offset() or 0))
+        source = ListSource.timed([], partitions=2, topic=ordered[0].topic())
+        source.records = tuple(
+            SourceRecord(
+                m.partition() or 0, m.offset() or 0, m.timestamp()[1], (m.value() or b"").decode()
+            )
+            for m in ordered
+        )
+        values = getattr(jobs, pipeline)(app, source, ListSink()).run(InProcessRunner()).values()
+    finally:
+        sys.path.remove(str(user_dir))
+        for name in ("jobs", "wordtools"):
+            sys.modules.pop(name, None)
+    return Counter(json.dumps(v, sort_keys=True) for v in values)
+
+
+def _stop(driver: subprocess.Popen[bytes]) -> None:
+    if driver.poll() is None:
+        driver.send_signal(signal.SIGINT)  # flamepipe run stops cleanly on Ctrl-C
+        try:
+            driver.wait(60)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            driver.wait(10)
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_users_jobs_run_unchanged_on_the_cluster(
+    cluster: Settings, user_dir: Path, pipeline: str, tmp_path: Path
+) -> None:
+    run = uuid.uuid4().hex[:6]
+    app, source, sink = f"cl-{pipeline.replace('_', '-')}-{run}", f"cl-in-{run}", f"cl-out-{run}"
+    bootstrap = cluster.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    lines = [f"{i} {line}" for i, line in enumerate(generate_lines(LINES, seed=11))]
+    produce_lines(bootstrap, source, lines, 2)
+    expected = _oracle(user_dir, pipeline, app, read_to_end(bootstrap, source))
+    assert sum(expected.values()) > 0
+
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "framework.cli", "run", f"jobs:{pipeline}_job"],
+            cwd=user_dir,
+            env=_driver_env(cluster, app, source, sink),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + _TIMEOUT_S
+        seen: Counter[str] = Counter()
+        while time.monotonic() < deadline and driver.poll() is None:
+            seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+            if sum(seen.values()) >= sum(expected.values()):
+                break
+            time.sleep(2)
+        time.sleep(3)  # anything beyond the expected output would show by now
+        seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+    finally:
+        _stop(driver)
+    text = log.read_text(errors="replace")
+    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    assert "shipped wordtools to the executors" in text, tail
+    assert seen == expected, (
+        f"{pipeline}: {sum(seen.values())} items read, {sum(expected.values())} expected; "
+        f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
+        f"\n{tail}"
+    )
