@@ -26,11 +26,15 @@ class DefaultRunner:
         # Fail on a non-Kafka endpoint before paying for a broker and a Spark session.
         kafka_sources(graph)
         sink_nodes(graph)
-        if self.settings.embedded:
+        settings = self.settings
+        if settings.embedded:
             from framework.local import LocalStack
 
-            LocalStack(self.settings).up()
-        return SparkRunner(self.settings, progress_s=10.0).run(graph)
+            stack = LocalStack(settings)
+            stack.up()
+            if settings.spark_workers > 0 and settings.spark_master == "local[*]":
+                settings = settings.with_(spark_master=stack.master_url)
+        return SparkRunner(settings, progress_s=10.0).run(graph)
 
 
 def default_runner() -> DefaultRunner:
