@@ -1,6 +1,8 @@
 # One image for every flamepipe role in docker-compose.yml: pipeline driver, acker, barrier,
 # and the Spark master/worker (pyspark's own spark-class, so Spark matches the driver exactly).
-FROM python:3.11-slim
+# Pinned to Debian 12 (bookworm): its archive has openjdk-17-jre-headless, newer releases
+# do not, and pyspark 4.3 needs Java 17 or 21.
+FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven procps \

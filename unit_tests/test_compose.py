@@ -36,8 +36,9 @@ def test_has_every_service() -> None:
 def test_host_ports_match_the_embedded_defaults() -> None:
     services = _compose()["services"]
     defaults = Settings.load(env={})
-    assert f"{defaults.kafka_port}:{defaults.kafka_port}" in services["kafka"]["ports"]
-    assert f"{defaults.zookeeper_port}:{defaults.zookeeper_port}" in services["zookeeper"]["ports"]
+    kafka, zk = defaults.kafka_port, defaults.zookeeper_port
+    assert f"127.0.0.1:{kafka}:{kafka}" in services["kafka"]["ports"]
+    assert f"127.0.0.1:{zk}:{zk}" in services["zookeeper"]["ports"]
     advertised = services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
     assert f"HOST://127.0.0.1:{defaults.kafka_port}" in advertised
 
@@ -56,8 +57,21 @@ def test_flamepipe_services_point_at_the_compose_servers() -> None:
         assert f"INTERNAL://kafka:{port}" in kafka_env["KAFKA_ADVERTISED_LISTENERS"]
         assert settings.zookeeper == "zookeeper:2181"
         assert settings.spark_master == "spark://spark-master:7077"
-    assert "7077:7077" in services["spark-master"]["ports"]
+    assert "127.0.0.1:7077:7077" in services["spark-master"]["ports"]
     assert services["spark-worker"]["command"][0] == "spark://spark-master:7077"
+    pipeline = Settings.load(
+        env={k: str(v) for k, v in services["pipeline"]["environment"].items()}
+    )
+    assert (pipeline.spark_driver_host, pipeline.spark_driver_bind_address) == (
+        "pipeline",
+        "0.0.0.0",
+    )
+
+
+def test_every_published_port_is_on_the_loopback_only() -> None:
+    for name, service in _compose()["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
 
 
 def test_flamepipe_commands_parse_and_name_a_real_pipeline() -> None:
