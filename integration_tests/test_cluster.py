@@ -7,7 +7,8 @@ The user's code lives in a temporary directory that is NOT on the executors' pat
 only. ``flamepipe run jobs:<name>_job`` starts each pipeline as a process of its own from
 that directory (the driver ships the user's modules, `framework.runners.spark.shipping`).
 An independent read_committed reader must see exactly what the in-process harness makes of
-the input as Kafka stored it: the same items, none twice, none missing.
+the input as Kafka stored it: the same items, none twice, none missing; also after kill -9
+of one executor JVM and of one whole worker (restarted) mid-run.
 """
 
 from __future__ import annotations
@@ -269,4 +270,89 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
         f"{pipeline}: {sum(seen.values())} items read, {sum(expected.values())} expected; "
         f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
         f"\n{tail}"
+    )
+
+
+def _executor_pids(state_dir: Path) -> list[int]:
+    """Executor JVMs the cluster's workers launched (their working directory is theirs)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        if b"CoarseGrainedExecutorBackend" in cmdline and state_dir.resolve() in cwd.parents:
+            found.append(int(proc.name))
+    return sorted(found)
+
+
+def _wait(condition: Any, what: str, timeout_s: float = _TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+def test_an_executor_and_a_worker_killed_mid_run_lose_and_duplicate_nothing(
+    cluster: Settings, user_dir: Path, tmp_path: Path
+) -> None:
+    """kill -9 of one executor JVM, then of one whole worker (restarted 5 s later), while
+    the running count (grouping state rebuilt from changelogs on another executor) runs."""
+    run = uuid.uuid4().hex[:6]
+    app, source, sink = f"cl-faults-{run}", f"cl-fin-{run}", f"cl-fout-{run}"
+    bootstrap = cluster.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    lines = [f"{i} {line}" for i, line in enumerate(generate_lines(3 * LINES, seed=13))]
+    chunks = [lines[:LINES], lines[LINES : 2 * LINES], lines[2 * LINES :]]
+    produce_lines(bootstrap, source, chunks[0], 2)
+
+    def output() -> int:
+        return len(read_output(bootstrap, sink))
+
+    log = tmp_path / "driver.log"
+    with open(log, "wb") as out:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "framework.cli", "run", "jobs:running_job"],
+            cwd=user_dir,
+            env=_driver_env(cluster, app, source, sink),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    kills: list[str] = []
+    try:
+        _wait(lambda: output() > 0 or driver.poll() is not None, "the first output")
+        # kill -9 of one executor JVM: its tasks run again elsewhere
+        executors = _executor_pids(cluster.state_dir)
+        assert executors, "no executor JVM of the cluster found"
+        os.kill(executors[0], signal.SIGKILL)
+        kills.append(f"executor {executors[0]}")
+        produce_lines(bootstrap, source, chunks[1], 2)
+        time.sleep(5)
+        # kill -9 of a whole worker (and with it its executors), restarted 5 s later
+        worker = LocalStack(cluster, quiet=True)._workers(1)[0]
+        pid = worker.pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        kills.append(f"worker {pid}")
+        time.sleep(5)
+        LocalStack(cluster, quiet=True).up()
+        produce_lines(bootstrap, source, chunks[2], 2)
+        expected = _oracle(user_dir, "running", app, read_to_end(bootstrap, source))
+        _wait(
+            lambda: output() >= sum(expected.values()) or driver.poll() is not None,
+            "the whole output",
+        )
+        time.sleep(3)
+        seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+    finally:
+        _stop(driver)
+    text = log.read_text(errors="replace")
+    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    assert seen == expected, (
+        f"after kills {kills}: {sum(seen.values())} items read, {sum(expected.values())} "
+        f"expected; missing {sum((expected - seen).values())}, extra "
+        f"{sum((seen - expected).values())}\n{tail}"
     )
