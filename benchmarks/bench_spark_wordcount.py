@@ -14,8 +14,11 @@ the source stage pre-reduces, one item per word and task batch crosses the shuff
 the clock stops when the aggregate stage has taken every partial the source stage sent,
 and the time until every window was released is printed as well.
 
+``--workers N`` runs the stages on a Spark standalone master with N workers started on
+127.0.0.1 (one core and an executor JVM each) instead of ``local[2]``.
+
 Run: ``.venv/bin/python benchmarks/bench_spark_wordcount.py [lines] [words-per-line] [--warm]
-[--windowed] [--cpu]``
+[--windowed] [--cpu] [--workers N]``
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from cpu import cpu_seconds, print_cpu
 
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, word_pairs
-from framework.local.provision import provision
+from framework.local.provision import free_port, provision
+from framework.local.stack import LocalStack
 from framework.runners.spark import SparkRunner, spark_session
 
 
@@ -88,13 +92,35 @@ def _pipeline(
     return pipeline, [f"{i} {text}" for i, text in enumerate(generate_lines(lines_n, per_line))]
 
 
+def _arguments(argv: list[str]) -> tuple[int, list[str]]:
+    """``(workers, positional arguments)``."""
+    argv = list(argv)
+    workers = 0
+    if "--workers" in argv:
+        at = argv.index("--workers")
+        workers = int(argv[at + 1])
+        del argv[at : at + 2]
+    return workers, [a for a in argv if not a.startswith("--")]
+
+
+def _on_cluster(settings: Any, workers: int) -> Any:
+    """``settings`` on a standalone master with ``workers`` started beside the stack."""
+    if not workers:
+        return settings
+    cluster = settings.with_(spark_master_port=free_port(), spark_workers=workers)
+    stack = LocalStack(cluster, quiet=True)
+    stack.up()
+    return settings.with_(spark_master=stack.master_url)
+
+
 def main() -> None:
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    workers, args = _arguments(sys.argv[1:])
     lines_n = int(args[0]) if args else 20_000
     per_line = int(args[1]) if len(args) > 1 else 10
     with provision() as stack:
-        settings = stack.with_(parallelism=2)
-        spark = spark_session(settings, "bench-wordcount", {"spark.master": "local[2]"})
+        settings = stack.with_(parallelism=2, spark_master="local[2]")
+        settings = _on_cluster(settings, workers)
+        spark = spark_session(settings, "bench-wordcount")
         app = f"bench{uuid.uuid4().hex[:6]}"
         source = f"{app}-lines"
         windowed = "--windowed" in sys.argv
@@ -128,7 +154,8 @@ def main() -> None:
         kind = "windowed count, combining" if windowed else "word pairs"
         print(
             f"{words} words in {elapsed:.1f} s: {words / elapsed:,.0f} words/s "
-            f"(2 cores{warmed}, {kind}); producing took {produce_s:.1f} s; "
+            f"(2 cores{warmed}, {kind}, {settings.spark_master}); producing took "
+            f"{produce_s:.1f} s; "
             f"{run.stats[group].items_in} items crossed the shuffle"
         )
         if windowed:

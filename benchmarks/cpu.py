@@ -20,6 +20,9 @@ _ROLES = (
     ("--sink eo", "barrier process eo"),
     ("--sink alo", "barrier process alo"),
     ("multiprocessing", "benchmark reader"),
+    ("#spark-master", "spark master"),
+    ("#spark-worker", "spark worker"),
+    ("CoarseGrainedExecutorBackend", "spark executor jvm"),
     ("java", "spark jvm"),
 )
 
