@@ -142,7 +142,10 @@ class LocalStack:
             self.started.append(self.spark_master.name)
             self.spark_master.start(argv, env)
         self._await(self.spark_master, lambda: tcp_ready(s.spark_master_port), timeout_s)
-        for worker in self._workers(s.spark_workers):
+        # The same Daemon objects start and await: one that started a process knows its
+        # child, while a fresh one reads /proc, which right after fork shows our command.
+        workers = self._workers(s.spark_workers)
+        for worker in workers:
             if worker.alive():
                 continue
             worker.log_file.unlink(missing_ok=True)  # registration is read from the log
@@ -151,7 +154,7 @@ class LocalStack:
             self._say(f"starting {worker.name}")
             self.started.append(worker.name)
             worker.start(argv, env)
-        for worker in self._workers(s.spark_workers):
+        for worker in workers:
             self._await(worker, lambda w=worker: spark_worker_registered(w.log_file), timeout_s)
 
     def status(self) -> list[ServiceStatus]:
