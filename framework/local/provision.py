@@ -17,6 +17,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from framework.config import Settings
 from framework.errors import ConfigError, StackError
@@ -78,19 +79,45 @@ def _embedded(quiet: bool) -> Iterator[Settings]:
             stack.down()
 
 
+KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
+"""testcontainers' Kafka module drives Confluent images (its KRaft mode checks their
+version): 7.9 is Kafka 3.9, which has everything flamepipe uses (transactions, KRaft)."""
+ZOOKEEPER_IMAGE = "zookeeper:3.9"
+
+# One node: the transaction log and the group offsets need a replication factor of 1.
+_SINGLE_NODE = {
+    "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+    "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+    "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+    "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
+}
+
+
+def containers() -> tuple[Any, Any]:
+    """The Kafka (KRaft, one node, transactions) and ZooKeeper containers, not started."""
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:
+        try:
+            from testcontainers.kafka import KafkaContainer
+        except ImportError:
+            raise StackError(
+                "FLAMEPIPE_STACK=testcontainers needs `pip install flamepipe[testcontainers]`"
+            ) from None
+    from testcontainers.core.container import DockerContainer
+
+    kafka = KafkaContainer(KAFKA_IMAGE).with_kraft()
+    for key, value in _SINGLE_NODE.items():
+        kafka.with_env(key, value)
+    zookeeper = DockerContainer(ZOOKEEPER_IMAGE).with_exposed_ports(2181)
+    zookeeper.with_env("ZOO_4LW_COMMANDS_WHITELIST", "ruok,srvr,stat,mntr")
+    return kafka, zookeeper
+
+
 @contextlib.contextmanager
 def _containers() -> Iterator[Settings]:  # pragma: no cover - needs a Docker engine
-    try:
-        from testcontainers.core.container import DockerContainer
-        from testcontainers.kafka import KafkaContainer
-    except ImportError:
-        raise StackError(
-            "FLAMEPIPE_STACK=testcontainers needs `pip install flamepipe[testcontainers]`"
-        ) from None
-    with (
-        KafkaContainer("apache/kafka:4.1.1").with_kraft() as kafka,
-        DockerContainer("zookeeper:3.9").with_exposed_ports(2181) as zk,
-    ):
+    kafka_container, zookeeper_container = containers()
+    with kafka_container as kafka, zookeeper_container as zk:
         zk_connect = f"{zk.get_container_host_ip()}:{zk.get_exposed_port(2181)}"
         yield Settings.load(
             bootstrap_servers=kafka.get_bootstrap_server(), zookeeper_connect=zk_connect
