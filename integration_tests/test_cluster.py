@@ -161,11 +161,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         zookeeper_port=free_port(),
         state_dir=tmp_path_factory.mktemp("cluster"),
     )
-    LocalStack(base, quiet=True).up()
-    # Chosen only now: a port picked before Kafka started may be one of its clients' by now.
-    settings = base.with_(spark_master_port=free_port(), spark_workers=2)
-    stack = LocalStack(settings, quiet=True)
+    stack = LocalStack(base, quiet=True)
     try:
+        stack.up()
+        # Chosen only now: a port picked before Kafka started may be a client's by now.
+        settings = base.with_(spark_master_port=free_port(), spark_workers=2)
+        stack = LocalStack(settings, quiet=True)
         stack.up()
         yield settings.with_(spark_master=stack.master_url)
     finally:
