@@ -181,6 +181,9 @@ class SparkMasterSpec:
         self.home.mkdir(parents=True, exist_ok=True)
         log4j = _write_log4j(self.home / "log4j2.properties", "warn")
         jvm = _jvm(java, 256, log4j, marker, f"{pyspark_home}/jars/*")
+        # No REST submission server: jobs come from flamepipe's driver, and an open
+        # submission port would run whatever anyone on this host sends it.
+        jvm.insert(1, "-Dspark.master.rest.enabled=false")
         master = "org.apache.spark.deploy.master.Master"
         args = ["--host", "127.0.0.1", "--port", str(self.port), "--webui-port", "0"]
         return [*jvm, master, *args], _spark_env(pyspark_home)
