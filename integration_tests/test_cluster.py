@@ -129,6 +129,14 @@ def two_groupings(app, source, sink):
     return p
 
 
+def shouted(app, source, sink, shout):
+    p = Pipeline(app)
+    p.source(source).flat_map(t.tagged).key_by(t.word).group(window=1 << 30).map(
+        t.running_count
+    ).map(shout).sink(sink)
+    return p
+
+
 def _job(build):
     env = os.environ
     source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2)
@@ -145,6 +153,25 @@ def running_job():
 
 def two_groupings_job():
     return _job(two_groupings)
+'''
+
+SCRIPT = '''
+"""A script run with `python run_it.py`: Pipeline.run(), no flamepipe command."""
+
+import os
+
+from connectors import KafkaSink, KafkaSource
+
+import jobs
+
+
+def shout(row):  # defined here, in __main__: it travels to the executors by value
+    return [row[0].upper(), row[1]]
+
+
+env = os.environ
+source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2)
+jobs.shouted(env["FP_TEST_APP"], source, KafkaSink(env["FP_TEST_SINK"]), shout).run()
 '''
 
 PIPELINES = ("windowed", "running", "two_groupings")
@@ -180,6 +207,7 @@ def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("user-code")
     (root / "jobs.py").write_text(textwrap.dedent(JOBS))
     (root / "wordtools.py").write_text(textwrap.dedent(WORDTOOLS))
+    (root / "run_it.py").write_text(textwrap.dedent(SCRIPT))
     return root
 
 
@@ -199,7 +227,9 @@ def _driver_env(settings: Settings, app: str, source: str, sink: str) -> dict[st
     return env
 
 
-def _oracle(user_dir: Path, pipeline: str, app: str, stored: list[Any]) -> Counter[str]:
+def _oracle(
+    user_dir: Path, pipeline: str, app: str, stored: list[Any], *extra: Any
+) -> Counter[str]:
     """The in-process harness's output for the input exactly as Kafka stored it."""
     sys.path.insert(0, str(user_dir))
     try:
@@ -212,7 +242,8 @@ def _oracle(user_dir: Path, pipeline: str, app: str, stored: list[Any]) -> Count
             )
             for m in ordered
         )
-        values = getattr(jobs, pipeline)(app, source, ListSink()).run(InProcessRunner()).values()
+        built = getattr(jobs, pipeline)(app, source, ListSink(), *extra)
+        values = built.run(InProcessRunner()).values()
     finally:
         sys.path.remove(str(user_dir))
         for name in ("jobs", "wordtools"):
@@ -356,4 +387,49 @@ def test_an_executor_and_a_worker_killed_mid_run_lose_and_duplicate_nothing(
         f"after kills {kills}: {sum(seen.values())} items read, {sum(expected.values())} "
         f"expected; missing {sum((expected - seen).values())}, extra "
         f"{sum((seen - expected).values())}\n{tail}"
+    )
+
+
+def _shout(row: list[Any]) -> list[Any]:
+    return [row[0].upper(), row[1]]
+
+
+def test_a_script_calling_pipeline_run_runs_on_the_cluster(
+    cluster: Settings, user_dir: Path, tmp_path: Path
+) -> None:
+    """``python run_it.py`` (``Pipeline.run()``): a function of the script's ``__main__``
+    travels by value, the modules it uses are shipped."""
+    run = uuid.uuid4().hex[:6]
+    app, source, sink = f"cl-script-{run}", f"cl-sin-{run}", f"cl-sout-{run}"
+    bootstrap = cluster.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    lines = [f"{i} {line}" for i, line in enumerate(generate_lines(LINES, seed=17))]
+    produce_lines(bootstrap, source, lines, 2)
+    expected = _oracle(user_dir, "shouted", app, read_to_end(bootstrap, source), _shout)
+    log = tmp_path / "script.log"
+    with open(log, "wb") as out:
+        script = subprocess.Popen(
+            [sys.executable, "run_it.py"],
+            cwd=user_dir,
+            env=_driver_env(cluster, app, source, sink),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait(
+            lambda: (
+                len(read_output(bootstrap, sink)) >= sum(expected.values())
+                or script.poll() is not None
+            ),
+            "the whole output",
+        )
+        time.sleep(3)
+        seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+    finally:
+        _stop(script)
+    text = log.read_text(errors="replace")
+    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    assert "shipped wordtools to the executors" in text, tail
+    assert seen == expected, (
+        f"{sum(seen.values())} items read, {sum(expected.values())} expected\n{tail}"
     )
