@@ -251,6 +251,19 @@ def _oracle(
     return Counter(json.dumps(v, sort_keys=True) for v in values)
 
 
+def _launch(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """This Python running ``args`` in the user's directory, its output in ``log``."""
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            [sys.executable, *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+
+
+def _output(bootstrap: str, sink: str) -> Counter[str]:
+    """The sink's items as read_committed shows them now, in canonical JSON."""
+    return Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+
+
 def _stop(driver: subprocess.Popen[bytes]) -> None:
     if driver.poll() is None:
         driver.send_signal(signal.SIGINT)  # flamepipe run stops cleanly on Ctrl-C
@@ -275,24 +288,22 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     assert sum(expected.values()) > 0
 
     log = tmp_path / "driver.log"
-    with open(log, "wb") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "framework.cli", "run", f"jobs:{pipeline}_job"],
-            cwd=user_dir,
-            env=_driver_env(cluster, app, source, sink),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    driver = _launch(
+        ["-m", "framework.cli", "run", f"jobs:{pipeline}_job"],
+        user_dir,
+        _driver_env(cluster, app, source, sink),
+        log,
+    )
     try:
         deadline = time.monotonic() + _TIMEOUT_S
         seen: Counter[str] = Counter()
         while time.monotonic() < deadline and driver.poll() is None:
-            seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+            seen = _output(bootstrap, sink)
             if sum(seen.values()) >= sum(expected.values()):
                 break
             time.sleep(2)
         time.sleep(3)  # anything beyond the expected output would show by now
-        seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+        seen = _output(bootstrap, sink)
     finally:
         _stop(driver)
     text = log.read_text(errors="replace")
@@ -345,14 +356,12 @@ def test_an_executor_and_a_worker_killed_mid_run_lose_and_duplicate_nothing(
         return len(read_output(bootstrap, sink))
 
     log = tmp_path / "driver.log"
-    with open(log, "wb") as out:
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "framework.cli", "run", "jobs:running_job"],
-            cwd=user_dir,
-            env=_driver_env(cluster, app, source, sink),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    driver = _launch(
+        ["-m", "framework.cli", "run", "jobs:running_job"],
+        user_dir,
+        _driver_env(cluster, app, source, sink),
+        log,
+    )
     kills: list[str] = []
     try:
         _wait(lambda: output() > 0 or driver.poll() is not None, "the first output")
@@ -378,7 +387,7 @@ def test_an_executor_and_a_worker_killed_mid_run_lose_and_duplicate_nothing(
             "the whole output",
         )
         time.sleep(3)
-        seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+        seen = _output(bootstrap, sink)
     finally:
         _stop(driver)
     text = log.read_text(errors="replace")
@@ -407,14 +416,7 @@ def test_a_script_calling_pipeline_run_runs_on_the_cluster(
     produce_lines(bootstrap, source, lines, 2)
     expected = _oracle(user_dir, "shouted", app, read_to_end(bootstrap, source), _shout)
     log = tmp_path / "script.log"
-    with open(log, "wb") as out:
-        script = subprocess.Popen(
-            [sys.executable, "run_it.py"],
-            cwd=user_dir,
-            env=_driver_env(cluster, app, source, sink),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    script = _launch(["run_it.py"], user_dir, _driver_env(cluster, app, source, sink), log)
     try:
         _wait(
             lambda: (
@@ -424,7 +426,7 @@ def test_a_script_calling_pipeline_run_runs_on_the_cluster(
             "the whole output",
         )
         time.sleep(3)
-        seen = Counter(json.dumps(v, sort_keys=True) for v in read_output(bootstrap, sink))
+        seen = _output(bootstrap, sink)
     finally:
         _stop(script)
     text = log.read_text(errors="replace")
