@@ -32,15 +32,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _driver(
-    stack: Settings, state: Path, app: str, source: str, sink: str, *extra: str
+    stack: Settings,
+    state: Path,
+    app: str,
+    source: str,
+    sink: str,
+    *extra: str,
+    shared: Path | None = None,
 ) -> subprocess.Popen[str]:
+    """A driver process; with ``shared``, its checkpoints and snapshots live there (storage
+    that drivers on several hosts see), not in ``state``."""
     cmd = [sys.executable, "-m", "integration_tests.harness.driver_main"]
     cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink, *extra]
+    env = dict(os.environ)
+    if shared is not None:
+        env["FLAMEPIPE_CHECKPOINT_URI"] = (shared / "checkpoints").as_uri()
+        env["FLAMEPIPE_SNAPSHOT_DIR"] = str(shared / "snapshots")
     # stderr (Spark, flamepipe) goes to the driver.log that a failure prints; every
     # restart appends to it.
     with (state / "driver.log").open("ab") as log:
         return subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, text=True,
             start_new_session=True,
         )  # fmt: skip
 
@@ -165,3 +177,52 @@ def test_driver_killed_mid_run_windowed_counts_are_exactly_once(
     released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in items})
     assert len(items) == len(released), "a window was released twice"
     assert released == oracle
+
+
+def _checkpoint_state(shared: Path) -> tuple[set[str], set[str]]:
+    """The run ids and the micro-batch offset files of every query checkpointed there."""
+    root = shared / "checkpoints"
+    ids = {p.read_text().strip() for p in root.rglob("flamepipe-run-id")}
+    offsets = {str(p.relative_to(root)) for p in root.rglob("offsets/*") if p.name.isdigit()}
+    return ids, offsets
+
+
+def test_a_driver_restarted_on_another_host_resumes_from_shared_checkpoints(
+    stack: Settings, tmp_path: Path
+) -> None:
+    """Checkpoints under ``checkpoint_uri`` and snapshots under ``snapshot_dir`` on shared
+    storage: the driver killed on "host A" (a state directory of its own) restarts on
+    "host B" (another, empty one) and resumes the same queries; nothing is lost or doubled."""
+    app = f"moved{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-counts"
+    bootstrap = stack.kafka_bootstrap
+    host_a, host_b, shared = tmp_path / "host-a", tmp_path / "host-b", tmp_path / "shared"
+    for directory in (host_a, host_b, shared):
+        directory.mkdir()
+    lines = generate_lines(2000, words_per_line=6, vocabulary=80, seed=5)
+    driver = _driver(stack, host_a, app, source, sink, shared=shared)
+    try:
+        _await_running(driver)
+        until = produce_lines(bootstrap, source, lines, partitions=2)
+        start = _ack_records(bootstrap, Topics(app).acks)
+        deadline = time.monotonic() + 120
+        while _ack_records(bootstrap, Topics(app).acks) == start:
+            assert time.monotonic() < deadline, "no progress before the kill"
+            time.sleep(0.05)
+        _kill(driver)
+        ids_before, offsets_before = _checkpoint_state(shared)
+        driver = _driver(stack, host_b, app, source, sink, shared=shared)
+        _await_running(driver)
+        items = _wait_for_output(bootstrap, sink, lines, until, host_b / "driver.log")
+    finally:
+        _kill(driver)
+    ids_after, offsets_after = _checkpoint_state(shared)
+    assert ids_before and ids_after == ids_before, "host B started new checkpoints"
+    assert offsets_before < offsets_after, "host B did not continue the shared checkpoints"
+    assert not list(host_b.rglob("offsets")), "host B checkpointed to its own disk"
+    seen: dict[str, list[int]] = {}
+    for word, n in items:
+        seen.setdefault(word, []).append(n)
+    assert {w: sorted(ns) for w, ns in seen.items()} == {
+        w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
+    }

@@ -20,6 +20,11 @@ STATE_BACKENDS = ("memory", "file", "rocksdb")
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
 
 
+# "hdfs://x" as a Path becomes "hdfs:/x", so a URI is recognised in either spelling.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+_CHECKPOINT = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+://\S+|[^:\s].*)$")
+
+
 def _home() -> Path:
     return Path(os.environ.get("FLAMEPIPE_HOME", "~/.flamepipe")).expanduser()
 
@@ -53,6 +58,10 @@ class Settings:
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
     ``framework.snapshots.backends``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
     ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
+    ``checkpoint_uri`` where Spark checkpoints live: a directory or a Hadoop URI
+    (``hdfs://...``, ``s3a://...``; default ``<state_dir>/apps``). A driver that may restart
+    on another host needs both on shared storage (a shared mount for ``snapshot_dir``);
+
     ``stall_timeout_ms``: a min time that does not advance that long (lost acks) starts a
     recovery, a new epoch from the last snapshot.
     """
@@ -80,6 +89,7 @@ class Settings:
     fail_fast: bool = False
     state_backend: str = "file"
     snapshot_dir: Path | None = None
+    checkpoint_uri: str | None = None
     snapshot_interval_ms: int = 1000
     stall_timeout_ms: int = 120_000
 
@@ -166,6 +176,18 @@ class Settings:
             raise ConfigError(
                 f"state_backend={self.state_backend!r} is not a state backend: use one of "
                 f"{', '.join(STATE_BACKENDS)} (FLAMEPIPE_STATE_BACKEND)"
+            )
+        for name in ("state_dir", "snapshot_dir"):
+            value = getattr(self, name)
+            if value is not None and _URI.match(str(value)):
+                raise ConfigError(
+                    f"{name}={str(value)!r} is a URI, not a directory: give a local path or a "
+                    "shared mount (only checkpoint_uri takes hdfs://, s3a://, ... URIs)"
+                )
+        if self.checkpoint_uri is not None and not _CHECKPOINT.match(self.checkpoint_uri):
+            raise ConfigError(
+                f"checkpoint_uri={self.checkpoint_uri!r} is neither a directory nor a URI "
+                "like hdfs://namenode:8020/flamepipe or s3a://bucket/flamepipe"
             )
         if self.java_heap_mb < 128:
             raise ConfigError(f"java_heap_mb={self.java_heap_mb} is too small: use >= 128")

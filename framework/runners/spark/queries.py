@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from framework.config import Settings
 from framework.plan.records import StageSpec
+from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
 from framework.wire.frames import FRAME_ITEMS
 
@@ -62,7 +61,7 @@ class StageQuery:
         self,
         spec: StageSpec,
         bootstrap: str,
-        checkpoint: Path,
+        checkpoint: str,
         settings: Settings,
         min_slot: Callable[[], int],
         *,
@@ -81,7 +80,7 @@ class StageQuery:
         # Called with a batch's summary rows once its tasks committed, before they count.
         self.on_rows: Callable[[list[Any]], None] | None = None
         self.on_batch: Callable[[], None] | None = None  # after each batch's tasks committed
-        self.run_id = _run_id(checkpoint)
+        self.run_id = ""  # read from the checkpoint when the query starts
         self.query: Any = None
         # Aggregate stages: per input partition the earliest window end still to emit
         # (-1: none; missing: unknown) and the ticks sent for it (framework.runners.spark.ticks).
@@ -111,6 +110,7 @@ class StageQuery:
 
     def start(self, spark: Any) -> None:
         """Start the query (it runs on Spark's own thread)."""
+        self.run_id = read_or_create_run_id(spark, self.checkpoint)
         frame = (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.bootstrap)
@@ -126,7 +126,7 @@ class StageQuery:
         )
         self.query = (
             frame.writeStream.foreachBatch(self._batch)
-            .option("checkpointLocation", str(self.checkpoint))
+            .option("checkpointLocation", self.checkpoint)
             .queryName(f"{self.spec.graph.name}.{self.spec.stage.id}")
             .trigger(processingTime=f"{self.trigger_ms} milliseconds")
             .start()
@@ -182,16 +182,3 @@ class StageQuery:
         """Stop the query, waiting for its current batch to end."""
         if self.query is not None and self.query.isActive:
             self.query.stop()
-
-
-def _run_id(checkpoint: Path) -> str:
-    """An id kept in the checkpoint: restarts from it keep it, a new checkpoint gets a new one.
-
-    Commit markers are namespaced by it, so a replay from a fresh checkpoint never takes
-    its batch 0 for a batch an earlier run committed.
-    """
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    path = checkpoint / "flamepipe-run-id"
-    if not path.exists():
-        path.write_text(uuid.uuid4().hex)
-    return path.read_text().strip()

@@ -44,6 +44,7 @@ from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.queries import StageQuery, StageStats
 from framework.runners.spark.shipping import Shipment, ship
+from framework.runners.spark.storage import epoch_checkpoints
 from framework.runners.spark.ticks import WindowTicks
 from framework.service import Service
 from framework.wire.topics import Topics
@@ -156,7 +157,7 @@ class PipelineRun:
         self._read_epoch()
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
         # Step 2
-        self.shipment = ship(self.spark, self.graph, self.graph, self._checkpoints())
+        self.shipment = ship(self.spark, self.graph, self.graph, self._local_dir())
         # Step 3
         partitions = self._prepare_topics(sources, stages)
         # Step 4
@@ -257,7 +258,7 @@ class PipelineRun:
         query = StageQuery(
             spec,
             self.bootstrap,
-            self._checkpoints() / stage.id,
+            f"{self._checkpoints()}/{stage.id}",
             self.settings,
             min_slot,
             starting_offsets=self._starting_offsets(stage),
@@ -277,8 +278,12 @@ class PipelineRun:
             return "earliest"
         return json.dumps({stage.topic: {str(p): o for p, o in sorted(offsets.items())}})
 
-    def _checkpoints(self) -> Path:
-        """Spark checkpoints of this epoch: a new epoch starts every query afresh."""
+    def _checkpoints(self) -> str:
+        """Spark checkpoints of this epoch (a URI): a new epoch starts every query afresh."""
+        return epoch_checkpoints(self.settings, self.graph.name, self.epoch)
+
+    def _local_dir(self) -> Path:
+        """This driver's own files of the epoch (the shipped code), never shared."""
         return self.settings.state_dir / "apps" / self.graph.name / f"e{self.epoch}"
 
     def check(self) -> None:

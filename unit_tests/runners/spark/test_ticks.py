@@ -17,7 +17,7 @@ def query(tmp_path: Path) -> StageQuery:
     stages = plan_stages(graph, {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)})
     aggregate = stages[1]
     spec = StageSpec(graph, aggregate, {aggregate.topic: 3}, 2)
-    return StageQuery(spec, "127.0.0.1:1", tmp_path / "cp", Settings(), lambda: 0)
+    return StageQuery(spec, "127.0.0.1:1", str(tmp_path / "cp"), Settings(), lambda: 0)
 
 
 def row(partition: int, next_due: int) -> dict[str, int]:
