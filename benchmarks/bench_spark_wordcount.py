@@ -158,6 +158,7 @@ def main() -> None:
             f"{produce_s:.1f} s; "
             f"{run.stats[group].items_in} items crossed the shuffle"
         )
+        _placement(group, run.stats[group])
         if windowed:
             run.wait_released(produced_ms + 1000, timeout_s=600)
             print(f"  every window released {time.monotonic() - started:.1f} s after the start")
@@ -172,6 +173,21 @@ def main() -> None:
             _report(stage, progress)
         run.stop()
         spark.stop()
+
+
+def _placement(stage: str, stats: Any) -> None:
+    """How often the stateful stage's partitions moved between Python workers, and what
+    catching their state up from the changelog cost (all catch-ups, and on moves)."""
+
+    def cost(size: int, ms: float) -> str:
+        per_mb = f", {ms / (size / 1e6):,.0f} ms/MB" if size >= 100_000 else ""
+        return f"{size / 1e6:.2f} MB in {ms:,.0f} ms{per_mb}"
+
+    print(
+        f"  placement of {stage}: {stats.moves} moves to another Python worker; catch-up "
+        f"{cost(stats.catchup_bytes, stats.catchup_ms)} (on moves: "
+        f"{cost(stats.move_catchup_bytes, stats.move_catchup_ms)})"
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_tas
 from framework.wire.frames import FRAME_ITEMS
 
 __all__ = ["StageQuery", "StageStats"]
+
+_log = logging.getLogger(__name__)
 
 # No topic column: a stage reads one topic, so the task knows it (a string per row cost
 # the JVM's Arrow writer and the Python worker for nothing).
@@ -36,6 +39,14 @@ class StageStats:
     tombstones: int = 0
     skipped_tasks: int = 0
     last_timestamp_ms: dict[int, int] = field(default_factory=dict)  # per input partition
+    # Placement of a stateful stage: a partition whose task ran in another Python worker
+    # than its previous one moved; catching up its state from the changelog is the price.
+    moves: int = 0
+    catchup_bytes: int = 0
+    catchup_ms: float = 0.0
+    move_catchup_bytes: int = 0
+    move_catchup_ms: float = 0.0
+    workers: dict[int, str] = field(default_factory=dict)  # per input partition: the last
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, rows: list[Any]) -> None:
@@ -52,6 +63,18 @@ class StageStats:
                 partition, stamp = row["partition"], row["max_timestamp_ms"]
                 if stamp > self.last_timestamp_ms.get(partition, -1):
                     self.last_timestamp_ms[partition] = stamp
+                self._place(partition, row)
+
+    def _place(self, partition: int, row: Any) -> None:
+        self.catchup_bytes += row["catchup_bytes"]
+        self.catchup_ms += row["catchup_ms"]
+        previous = self.workers.get(partition)
+        self.workers[partition] = row["worker"]
+        if previous is not None and previous != row["worker"]:
+            self.moves += 1
+            self.move_catchup_bytes += row["catchup_bytes"]
+            self.move_catchup_ms += row["catchup_ms"]
+            _log.debug("partition %d moved from %s to %s", partition, previous, row["worker"])
 
 
 class StageQuery:

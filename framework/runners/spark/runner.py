@@ -301,6 +301,7 @@ class PipelineRun:
         """One line: records in and items out per stage, bundles per barrier, min time."""
         parts = [
             f"{stage} in={stats.items_in} out={stats.items_out}"
+            + (f" moves={stats.moves}" if stats.workers and stats.catchup_bytes else "")
             for stage, stats in self.stats.items()
         ]
         parts += [

@@ -19,6 +19,9 @@ Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and b
 from __future__ import annotations
 
 import gc
+import os
+import socket
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
@@ -39,8 +42,11 @@ __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
 SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
     "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "
-    "max_timestamp_ms LONG, next_due LONG"
+    "max_timestamp_ms LONG, next_due LONG, worker STRING, catchup_records LONG, "
+    "catchup_bytes LONG, catchup_ms DOUBLE"
 )
+# Which Python worker ran a task: its cache of state is what placement keeps or loses.
+_WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _keep(_: object) -> None:
@@ -173,7 +179,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
     state_key = (app, stage, partition, ctx.run_id)
-    state, reader = _state(ctx, program, state_key, partition)
+    state, reader, catchup = _state(ctx, program, state_key, partition)
     try:
         # Step 4
         if isinstance(state, Grouping):
@@ -197,23 +203,39 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         "dead_letters": result.dead_letters,
         "tombstones": result.tombstones,
         "next_due": result.next_due,
+        **catchup,
     }
+
+
+_NO_CATCHUP: dict[str, Any] = {"catchup_records": 0, "catchup_bytes": 0, "catchup_ms": 0.0}
 
 
 def _state(
     ctx: TaskContext, program: StageProgram, key: tuple[str, str, int, str], partition: int
-) -> tuple[StageState | None, ChangelogReader | None]:
+) -> tuple[StageState | None, ChangelogReader | None, dict[str, Any]]:
+    """The partition's state brought up to date, its reader, and what catching up cost
+    (records, bytes and milliseconds read from the changelog: a move's price)."""
     # Step 3
     fresh = program.new_state()
     if fresh is None:
-        return None, None
+        return None, None, _NO_CATCHUP
     topic = ctx.spec.topics.state(ctx.spec.stage.id)
     state, reader = _states.get(
         key, lambda: (fresh, ChangelogReader(ctx.bootstrap, topic, partition))
     )
-    apply_changelog(state, reader.catch_up())
+    started = time.perf_counter()
+    records = reader.catch_up()
+    apply_changelog(state, records)
     state.take_changed()  # replayed state is already in the changelog
-    return state, reader
+    return (
+        state,
+        reader,
+        {
+            "catchup_records": len(records),
+            "catchup_bytes": sum(len(k) + len(v or b"") for k, v in records),
+            "catchup_ms": (time.perf_counter() - started) * 1000,
+        },
+    )
 
 
 def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str, Any]:
@@ -229,4 +251,6 @@ def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str
         "min_timestamp_ms": min(r.timestamp_ms for r in records),
         "max_timestamp_ms": max(r.timestamp_ms for r in records),
         "next_due": -2,  # unknown: the driver keeps what it knew
+        "worker": _WORKER,
+        **_NO_CATCHUP,
     }

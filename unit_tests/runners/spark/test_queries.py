@@ -1,0 +1,35 @@
+"""A stage's running totals: `framework.runners.spark.queries.StageStats`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from framework.runners.spark.queries import StageStats
+
+
+def _row(partition: int, worker: str, size: int = 0, ms: float = 0.0) -> dict[str, Any]:
+    return {
+        "partition": partition,
+        "records_in": 1,
+        "items_in": 1,
+        "items_out": 1,
+        "dead_letters": 0,
+        "tombstones": 0,
+        "skipped": False,
+        "max_timestamp_ms": 5,
+        "worker": worker,
+        "catchup_records": 1 if size else 0,
+        "catchup_bytes": size,
+        "catchup_ms": ms,
+    }
+
+
+def test_a_partition_on_another_worker_counts_as_a_move_with_its_catch_up() -> None:
+    stats = StageStats()
+    stats.add([_row(0, "h:1", 1000, 2.0), _row(1, "h:2", 500, 1.0)])  # first placement
+    stats.add([_row(0, "h:1"), _row(1, "h:2")])  # stayed
+    stats.add([_row(0, "h:2", 4000, 8.0), _row(1, "h:2")])  # partition 0 moved
+    assert stats.moves == 1
+    assert (stats.move_catchup_bytes, stats.move_catchup_ms) == (4000, 8.0)
+    assert (stats.catchup_bytes, stats.catchup_ms) == (5500, 11.0)
+    assert stats.workers == {0: "h:2", 1: "h:2"}
