@@ -13,6 +13,7 @@ of one executor JVM and of one whole worker (restarted) mid-run.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -174,6 +175,26 @@ source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2)
 jobs.shouted(env["FP_TEST_APP"], source, KafkaSink(env["FP_TEST_SINK"]), shout).run()
 '''
 
+NOTEBOOK_CELLS = (
+    "import os\nfrom connectors import KafkaSink, KafkaSource\nimport jobs",
+    # Defined in the kernel's __main__: it travels to the executors by value.
+    "def shout(row):\n    return [row[0].upper(), row[1]]",
+    "env = os.environ\nsource = KafkaSource(env['FP_TEST_SOURCE'], partitions=2)\n"
+    "p = jobs.shouted(env['FP_TEST_APP'], source, KafkaSink(env['FP_TEST_SINK']), shout)",
+    "p.run()",
+)
+
+NOTEBOOK_RUNNER = """
+\"\"\"Runs notebook.ipynb in a Jupyter kernel (ipykernel), as a notebook user would.\"\"\"
+
+import nbformat
+from nbclient import NotebookClient
+
+notebook = nbformat.read("notebook.ipynb", as_version=4)
+NotebookClient(notebook, timeout=None, kernel_name="python3",
+               resources={"metadata": {"path": "."}}).execute()
+"""
+
 PIPELINES = ("windowed", "running", "two_groupings")
 LINES = 400
 _TIMEOUT_S = 240.0
@@ -208,6 +229,11 @@ def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "jobs.py").write_text(textwrap.dedent(JOBS))
     (root / "wordtools.py").write_text(textwrap.dedent(WORDTOOLS))
     (root / "run_it.py").write_text(textwrap.dedent(SCRIPT))
+    (root / "run_notebook.py").write_text(NOTEBOOK_RUNNER)
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell(source) for source in NOTEBOOK_CELLS]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), str(root / "notebook.ipynb"))
     return root
 
 
@@ -251,11 +277,20 @@ def _oracle(
     return Counter(json.dumps(v, sort_keys=True) for v in values)
 
 
-def _launch(args: list[str], cwd: Path, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """This Python running ``args`` in the user's directory, its output in ``log``."""
+def _launch(
+    args: list[str], cwd: Path, env: dict[str, str], log: Path, *, own_session: bool = False
+) -> subprocess.Popen[bytes]:
+    """This Python running ``args`` in the user's directory, its output in ``log``;
+    ``own_session``: in a process group of its own, which `_stop` ends whole (a notebook's
+    kernel is a child process that Ctrl-C of its client does not reach)."""
     with open(log, "wb") as out:
         return subprocess.Popen(
-            [sys.executable, *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, *args],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=own_session,
         )
 
 
@@ -265,13 +300,25 @@ def _output(bootstrap: str, sink: str) -> Counter[str]:
 
 
 def _stop(driver: subprocess.Popen[bytes]) -> None:
-    if driver.poll() is None:
-        driver.send_signal(signal.SIGINT)  # flamepipe run stops cleanly on Ctrl-C
-        try:
+    if driver.poll() is not None:
+        return
+    if os.getpgid(driver.pid) == driver.pid:
+        # A group of its own (a notebook client and its kernel): interrupt the kernel's
+        # run like a user would (SIGINT), then end whatever is left.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             driver.wait(60)
-        except subprocess.TimeoutExpired:
-            driver.kill()
-            driver.wait(10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(10)
+        return
+    driver.send_signal(signal.SIGINT)  # flamepipe run stops cleanly on Ctrl-C
+    try:
+        driver.wait(60)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+        driver.wait(10)
 
 
 @pytest.mark.parametrize("pipeline", PIPELINES)
@@ -403,11 +450,12 @@ def _shout(row: list[Any]) -> list[Any]:
     return [row[0].upper(), row[1]]
 
 
-def test_a_script_calling_pipeline_run_runs_on_the_cluster(
-    cluster: Settings, user_dir: Path, tmp_path: Path
+@pytest.mark.parametrize("how", ["script", "notebook"])
+def test_a_script_or_notebook_calling_pipeline_run_runs_on_the_cluster(
+    cluster: Settings, user_dir: Path, tmp_path: Path, how: str
 ) -> None:
-    """``python run_it.py`` (``Pipeline.run()``): a function of the script's ``__main__``
-    travels by value, the modules it uses are shipped."""
+    """``python run_it.py``, or the same cells in a Jupyter kernel (``Pipeline.run()``): a
+    function of ``__main__`` travels by value, the modules it uses are shipped."""
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-script-{run}", f"cl-sin-{run}", f"cl-sout-{run}"
     bootstrap = cluster.kafka_bootstrap
@@ -416,7 +464,9 @@ def test_a_script_calling_pipeline_run_runs_on_the_cluster(
     produce_lines(bootstrap, source, lines, 2)
     expected = _oracle(user_dir, "shouted", app, read_to_end(bootstrap, source), _shout)
     log = tmp_path / "script.log"
-    script = _launch(["run_it.py"], user_dir, _driver_env(cluster, app, source, sink), log)
+    argv = ["run_it.py"] if how == "script" else ["run_notebook.py"]
+    env = _driver_env(cluster, app, source, sink)
+    script = _launch(argv, user_dir, env, log, own_session=how == "notebook")
     try:
         _wait(
             lambda: (
