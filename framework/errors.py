@@ -25,6 +25,7 @@ __all__ = [
     "SnapshotMissing",
     "StackError",
     "StateError",
+    "Unauthenticated",
     "UserFunctionError",
     "ZooKeeperUnreachable",
 ]
@@ -40,6 +41,10 @@ class ConfigError(FlamepipeError):
 
 class DecodeError(FlamepipeError):
     """Bytes could not be decoded into a flamepipe message (Avro, header, key)."""
+
+
+class Unauthenticated(DecodeError):  # noqa: N818 - a state of a record, like DecodeError
+    """A record without a valid ``fp.mac`` (`framework.wire.auth`): it is never decoded."""
 
 
 class PipelineError(FlamepipeError):

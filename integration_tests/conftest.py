@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -9,14 +10,30 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
+from framework.config.secrets import new_key
 from framework.kafka.cache import ProcessCache
 from framework.local.provision import provision
+from framework.runners.keys import install_keys
 from framework.runners.spark.smoke import create_topics
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pipeline_key() -> Iterator[None]:
+    """One pipeline key for the session: this process and every flamepipe process a test
+    starts (they inherit ``FLAMEPIPE_SECRET``) sign and verify with it."""
+    previous = os.environ.get("FLAMEPIPE_SECRET")
+    os.environ["FLAMEPIPE_SECRET"] = new_key()
+    install_keys(Settings.load())
+    yield
+    if previous is None:
+        os.environ.pop("FLAMEPIPE_SECRET", None)
+    else:
+        os.environ["FLAMEPIPE_SECRET"] = previous
 
 
 @pytest.fixture(scope="session")

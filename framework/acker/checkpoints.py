@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from confluent_kafka import Message
 
 from framework.errors import DecodeError
+from framework.kafka.clients import authentic_message
 from framework.wire.checkpoints import Checkpoint, decode_checkpoint
 
 __all__ = ["latest"]
@@ -27,7 +28,7 @@ def latest(records: Iterable[Message], shards: Iterable[int]) -> dict[int, Check
     for msg in records:
         shard = wanted.get(msg.key() or b"")
         value = msg.value()
-        if shard is None or value is None:
+        if shard is None or value is None or not authentic_message("acker checkpoints", msg):
             continue
         try:
             found[shard] = decode_checkpoint(value)

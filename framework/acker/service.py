@@ -26,10 +26,12 @@ hand a shard over without the replay its new owner needs.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
     Message,
@@ -38,16 +40,19 @@ from confluent_kafka import (
 
 from framework.acker.checkpoints import latest
 from framework.core.acker.sharded import AckerShard
-from framework.core.messages import MinTimeNotification, NodeTime
+from framework.core.messages import AckerInput, Heartbeat, MinTimeNotification, NodeTime
+from framework.core.time import slot_of
 from framework.errors import FlamepipeError, KafkaClientError, PipelineError, ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.clients import (
     assign,
+    authentic_message,
     close_quietly,
     is_eof,
     is_record,
     new_consumer,
     new_producer,
+    produce_record,
     read_to_end,
     take,
     where,
@@ -56,11 +61,14 @@ from framework.kafka.topics import acker_state_spec, acks_topic_spec, mintime_to
 from framework.service import Service
 from framework.wire.avro import decode_ack_batch, decode_min_time, encode_min_time
 from framework.wire.checkpoints import encode_checkpoint
+from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 
 __all__ = ["AckerService", "ReplayGate", "report_key"]
 
 Vector = dict[int, int]
+
+_log = logging.getLogger(__name__)
 
 
 def report_key(note: MinTimeNotification) -> str:
@@ -125,9 +133,12 @@ class AckerService(Service):
         poll_s: float = 0.05,
         max_batch: int = 1000,
         checkpoint_s: float = 5.0,
+        delta_ms: int = 10,
+        max_future_ms: int = 60_000,
     ) -> None:
         """Acker of ``segments`` (name -> inbound names), ``fronts`` fixed, ``shards`` shards,
-        on the topics of ``epoch``."""
+        on the topics of ``epoch``; a heartbeat more than ``max_future_ms`` ahead of its
+        record's broker timestamp is refused (slots of ``delta_ms``)."""
         super().__init__(f"flamepipe-acker-{app}")
         owned = sorted(set(range(shards) if partitions is None else partitions))
         if not owned or not all(0 <= p < shards for p in owned):
@@ -140,6 +151,10 @@ class AckerService(Service):
         self.poll_s = poll_s
         self.max_batch = max_batch
         self.checkpoint_s = checkpoint_s
+        self.delta_ms = delta_ms
+        self.max_future_ms = max_future_ms
+        self.refused_future = 0  # batches with a heartbeat beyond the bound: never applied
+        self.refused_replays = 0  # batches whose node time was applied already
         self._shards = {p: AckerShard(p, shards, segments, fronts) for p in owned}
         self._next: dict[int, int] = {}  # per partition: the offset after the last batch
         self._unsaved: set[int] = set()
@@ -191,7 +206,7 @@ class AckerService(Service):
         for msg in read_to_end(self.bootstrap, topic, self._report_partitions):
             shard = keys.get(msg.key() or b"")
             value = msg.value()
-            if shard is not None and value is not None:
+            if shard is not None and value is not None and authentic_message("acker", msg):
                 last[shard] = _vector(decode_min_time(value).node_times)
         return last
 
@@ -224,9 +239,8 @@ class AckerService(Service):
         # Step 2
         for partition in sorted(self._unsaved - self._replaying):
             value = encode_checkpoint(self._next[partition], self._shards[partition].state())
-            self._producer.produce(
-                self.topics.acker, value, str(partition).encode(), on_delivery=self._delivered
-            )
+            record = OutRecord(self.topics.acker, None, str(partition).encode(), value)
+            produce_record(self._producer, record, self._delivered)
             self._unsaved.discard(partition)
             self.checkpoints += 1
 
@@ -240,12 +254,17 @@ class AckerService(Service):
         partition, offset = where(msg)
         at = f"{self.topics.acks}[{partition}]@{offset}"
         value = msg.value()
+        if not authentic_message("acker", msg):
+            return  # never decoded: a forged ack or heartbeat cannot move min time
         if value is None:
             raise ProtocolViolation(f"{at}: an ack record without a value")
         batch = decode_ack_batch(value)
         closing = batch[-1]
         assert isinstance(closing, NodeTime)  # decode_ack_batch always ends with it
         shard = self._shards[partition]
+        if self._from_the_future(msg, batch, at) or self._replayed_batch(shard, closing, at):
+            self._next[partition] = offset + 1
+            return
         gate = self._gates[partition]
         try:
             for message in batch:
@@ -258,23 +277,62 @@ class AckerService(Service):
         self._unsaved.add(partition)
         self.batches += 1
 
+    def _from_the_future(self, msg: Message, batch: list[AckerInput], at: str) -> bool:
+        """Whether a heartbeat of ``batch`` lies beyond the bound: then the batch is refused
+        whole (its acks would be applied without its node time otherwise) and reported.
+
+        Only heartbeats move min time forward by themselves; an ack in the future can only
+        hold it back (and an aggregate's holds legitimately lie ahead, at window ends).
+        A heartbeat comes from LogAppendTime stamps of the input, which never exceed the
+        broker's stamp of the heartbeat's own record (the acks topic is LogAppendTime):
+        one far beyond it is a skewed or broken sender.
+        """
+        kind, stamp = msg.timestamp()
+        if kind == TIMESTAMP_NOT_AVAILABLE:
+            return False
+        limit = slot_of(stamp + self.max_future_ms, self.delta_ms)
+        ahead = [m for m in batch if isinstance(m, Heartbeat) and m.slot > limit]
+        if not ahead:
+            return False
+        self.refused_future += 1
+        _log.error(
+            "acker refused %s: heartbeat of front %d at slot %d is %d ms ahead of the "
+            "record's broker time %d (max_future_ms=%d); a sender's clock is skewed or its "
+            "heartbeats are wrong. Min time will stall rather than move early (%d refused)",
+            at,
+            ahead[0].front,
+            ahead[0].slot,
+            ahead[0].slot * self.delta_ms - stamp,
+            stamp,
+            self.max_future_ms,
+            self.refused_future,
+        )
+        return True
+
+    def _replayed_batch(self, shard: AckerShard, closing: NodeTime, at: str) -> bool:
+        """Whether the batch's node time was applied already: an authentic batch appended
+        again (by hand, or by someone copying records). Applying it twice would cancel
+        its acks' XOR values, so it is refused, counted and reported."""
+        if closing.time > shard.node_time(closing.node):
+            return False
+        self.refused_replays += 1
+        _log.error(
+            "acker refused %s: node %d's batch %d was applied already (a copy of an earlier "
+            "ack record); %d refused",
+            at,
+            closing.node,
+            closing.time,
+            self.refused_replays,
+        )
+        return True
+
     def _publish(self, notes: list[MinTimeNotification]) -> None:
         assert self._producer is not None
         for note in notes:
             key, value = report_key(note).encode(), encode_min_time(note)
             partition = note.shard % self._report_partitions
-            while True:
-                try:
-                    self._producer.produce(
-                        self.topics.mintime,
-                        value,
-                        key,
-                        partition=partition,
-                        on_delivery=self._delivered,
-                    )
-                    break
-                except BufferError:  # the local queue is full: let deliveries drain it
-                    self._producer.poll(0.05)
+            record = OutRecord(self.topics.mintime, partition, key, value)
+            produce_record(self._producer, record, self._delivered)
             self.published += 1
 
     def _delivered(self, error: KafkaError | None, _msg: Message) -> None:

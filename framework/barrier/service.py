@@ -58,6 +58,7 @@ from framework.errors import FlamepipeError, KafkaClientError, PipelineError
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
     assign,
+    authentic_message,
     close_quietly,
     is_record,
     kafka_retry,
@@ -301,8 +302,12 @@ class BarrierService(Service):
 
     def _take(self, msg: Message) -> None:
         partition, offset = where(msg)
-        items = read_items(msg.headers(), msg.value(), f"{self.pre}[{partition}]@{offset}")
         ledger = self._ledgers[partition]
+        if not authentic_message("barrier", msg):
+            ledger.skip(offset)  # never decoded; it holds nothing a release waits for
+            self.stats.refused += 1
+            return
+        items = read_items(msg.headers(), msg.value(), f"{self.pre}[{partition}]@{offset}")
         acking = ledger.needs_ack(offset)
         acks = self._acks
         barrier = self._barrier

@@ -15,6 +15,7 @@ class BarrierStats:
     """Counters of one barrier run, and how long its recent writes took."""
 
     records_in: int = 0  # frames
+    refused: int = 0  # records without a valid fp.mac: never decoded
     items_in: int = 0
     items_out: int = 0
     bundles: int = 0

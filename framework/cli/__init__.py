@@ -30,10 +30,21 @@ def _parser() -> argparse.ArgumentParser:
     stack.add_parsers(sub, common)
     jobs.add_parsers(sub, common)
     sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
+    sub.add_parser(
+        "keygen",
+        help="print a new pipeline key (base64) for FLAMEPIPE_SECRET or a secret_file",
+    )
     return parser
 
 
-_COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS}
+def _keygen(_args: argparse.Namespace) -> int:
+    from framework.config.secrets import new_key
+
+    print(new_key())
+    return 0
+
+
+_COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS, "keygen": _keygen}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

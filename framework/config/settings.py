@@ -58,12 +58,15 @@ class Settings:
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
     ``framework.snapshots.backends``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
     ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
+    ``secret`` / ``secret_file``: the pipeline's keys, which authenticate every record it
+    writes (`framework.config.secrets`; default: ``<state_dir>/pipeline.key``, made once);
     ``checkpoint_uri`` where Spark checkpoints live: a directory or a Hadoop URI
     (``hdfs://...``, ``s3a://...``; default ``<state_dir>/apps``). A driver that may restart
     on another host needs both on shared storage (a shared mount for ``snapshot_dir``);
 
     ``stall_timeout_ms``: a min time that does not advance that long (lost acks) starts a
-    recovery, a new epoch from the last snapshot.
+    recovery, a new epoch from the last snapshot. ``max_future_ms``: a heartbeat further
+    ahead of the broker's clock is refused by the acker, never applied.
     """
 
     bootstrap_servers: str | None = None
@@ -90,8 +93,11 @@ class Settings:
     state_backend: str = "file"
     snapshot_dir: Path | None = None
     checkpoint_uri: str | None = None
+    secret_file: Path | None = None
+    secret: str | None = field(default=None, repr=False)
     snapshot_interval_ms: int = 1000
     stall_timeout_ms: int = 120_000
+    max_future_ms: int = 60_000
 
     def __post_init__(self) -> None:
         self._validate()
@@ -164,6 +170,7 @@ class Settings:
             ("max_batch_records", 1),
             ("snapshot_interval_ms", 1),
             ("stall_timeout_ms", 1000),
+            ("max_future_ms", 0),
         )
         for name, low in minimums:
             if getattr(self, name) < low:

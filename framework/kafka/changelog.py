@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import DeadlineExceeded, DecodeError, KafkaClientError
 from framework.kafka.cache import ProcessCache
+from framework.kafka.clients import authentic_message
 from framework.kafka.retry import is_transient
 
 __all__ = ["ChangelogReader"]
@@ -191,7 +192,8 @@ class ChangelogReader:
             offset = message.offset() or 0
             if offset >= end:
                 return records
-            records.append((self._key(message), message.value()))
+            if authentic_message("changelog reader", message):
+                records.append((self._key(message), message.value()))
             if offset + 1 >= end:
                 return records
         raise DeadlineExceeded(f"changelog {self._name}: end offset {end} not reached in time")

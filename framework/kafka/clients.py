@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from confluent_kafka import (
     Consumer,
@@ -25,11 +25,13 @@ from confluent_kafka import (
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import KafkaClientError
 from framework.kafka.retry import TRANSIENT, retry
+from framework.wire.auth import authentic, signed
 
 __all__ = [
     "QUICK_END",
     "OutRecordLike",
     "assign",
+    "authentic_message",
     "close_quietly",
     "is_eof",
     "is_record",
@@ -114,15 +116,16 @@ def produce_record(
     on_delivery: Any = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> None:
-    """Produce ``record``; a full local queue is waited out (polling, so deliveries drain
-    it) for at most ``timeout_s``, then ``BufferError`` escapes."""
-    kwargs: dict[str, Any] = {"key": record.key, "value": record.value}
+    """Produce ``record`` with its ``fp.mac`` (`framework.wire.auth`: every record flamepipe
+    writes is signed with the process's keyring); a full local queue is waited out
+    (polling, so deliveries drain it) for at most ``timeout_s``, then ``BufferError``
+    escapes."""
+    headers = list(signed(record.topic, record.key, record.value, record.headers))
+    kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "headers": headers}
     if on_delivery is not None:
         kwargs["on_delivery"] = on_delivery
     if record.partition is not None:
         kwargs["partition"] = record.partition
-    if record.headers:
-        kwargs["headers"] = list(record.headers)
     deadline = Deadline(timeout_s)
     while True:
         try:
@@ -258,3 +261,11 @@ def close_quietly(client: Consumer | Producer | None) -> None:
     # the client's fatal error still set (see `framework.kafka.transactions`).
     with contextlib.suppress(KafkaException, RuntimeError, AttributeError, SystemError):
         client.close()
+
+
+def authentic_message(reader: str, msg: Message) -> bool:
+    """`framework.wire.auth.authentic` for a consumed message."""
+    partition, offset = msg.partition(), msg.offset()
+    at = f"{msg.topic()}[{partition}]@{offset}"
+    headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
+    return authentic(reader, msg.topic() or "", msg.key(), msg.value(), headers, where=at)

@@ -24,6 +24,7 @@ from framework.errors import ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.clients import (
     assign,
+    authentic_message,
     close_quietly,
     is_eof,
     is_record,
@@ -153,6 +154,8 @@ class MinTimeView(Service):
             self.resets += 1
         self._next[partition] = offset + 1
         value = msg.value()
+        if not authentic_message("min-time view", msg):
+            return  # never decoded: a forged report cannot move min time
         if value is None:
             raise ProtocolViolation(f"{self.topic}[{partition}]@{offset} has no value")
         published = self._listener.receive(decode_min_time(value))

@@ -13,8 +13,14 @@ __all__ = ["acker_state_spec", "acks_topic_spec", "mintime_topic_spec"]
 
 
 def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:
-    """``<app>.acks``: one partition per shard, kept forever (the acker replays it all)."""
-    config = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    """``<app>.acks``: one partition per shard, kept forever (the acker replays it all),
+    stamped by the broker (LogAppendTime: the acker bounds heartbeats by that stamp)."""
+    config = {
+        "cleanup.policy": "delete",
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
+        "message.timestamp.type": "LogAppendTime",
+    }
     return TopicSpec(Topics(app, epoch).acks, shards, config)
 
 

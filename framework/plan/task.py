@@ -54,6 +54,7 @@ from framework.errors import (
     EncodeError,
     FlamepipeError,
     PipelineError,
+    Unauthenticated,
     UserFunctionError,
 )
 from framework.plan.records import StageSpec, TaskResult
@@ -64,6 +65,7 @@ from framework.plan.state import (
     hold_value,
 )
 from framework.wire.acks import shard_batches
+from framework.wire.auth import MAC_HEADER, authentic
 from framework.wire.dead_letters import dead_letter
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder, read_items
 from framework.wire.records import InRecord, OutRecord
@@ -301,6 +303,12 @@ class _TaskRun:
     def _decode_frame(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
         # Step 1
         where = f"{record.topic}[{record.partition}]@{record.offset}"
+        if not authentic(
+            "stage task", record.topic, record.key, record.value, record.headers, where=where
+        ):
+            reason = f"unauthenticated: no valid {MAC_HEADER}, never decoded"
+            self._dead(record, reason, Unauthenticated(f"{where}: {reason}"))
+            return
         items = read_items(record.headers, record.value, where)
         segment = self._entry_segment
         ack = self.acker.ack

@@ -24,6 +24,7 @@ from framework.errors import FlamepipeError, PipelineError
 from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.kafka.mintime import MinTimeView
+from framework.runners.keys import install_keys
 from framework.runners.recovery import StallWatch
 from framework.service import Service
 from framework.snapshots.backends import open_backend
@@ -86,6 +87,8 @@ def acker_for(
         settings.acker_shards,
         partitions=partitions,
         epoch=epoch,
+        delta_ms=graph.delta_ms,
+        max_future_ms=settings.max_future_ms,
     )
 
 
@@ -206,6 +209,7 @@ class ServiceSet:
 def embedded_services(settings: Settings, graph: Graph, epoch: int = 0) -> ServiceSet:
     """Everything beside the stage queries, in the driver: view, acker, snapshots, stall
     watch, one barrier per sink (`pipeline.run()` with embedded services)."""
+    install_keys(settings)
     view = view_for(settings, graph, epoch)
     return ServiceSet(
         view=view,
@@ -226,6 +230,7 @@ def acker_services(
 ) -> ServiceSet:
     """``flamepipe acker``: the acker of ``partitions`` (all: None); the instance owning
     shard 0 also takes and commits the snapshots and watches for stalls."""
+    install_keys(settings)
     acker = acker_for(settings, graph, partitions, epoch=epoch)
     if partitions is not None and 0 not in partitions:
         return ServiceSet(acker=acker)
@@ -247,6 +252,7 @@ def barrier_services(
     exactly_once: bool = True,
 ) -> ServiceSet:
     """``flamepipe barrier``: the barriers of ``sinks`` and the min-time view they read."""
+    install_keys(settings)
     view = view_for(settings, graph, epoch)
     barriers = [
         barrier_for(settings, graph, sink, view=view, exactly_once=exactly_once, epoch=epoch)

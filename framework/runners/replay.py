@@ -29,6 +29,7 @@ from framework.core.graph import Graph, Kind
 from framework.errors import ConfigError, ProtocolViolation
 from framework.kafka.admin import offsets_at
 from framework.kafka.endpoints import kafka_sources
+from framework.runners.keys import install_keys
 from framework.wire.znodes import EpochRecord
 
 __all__ = ["ReplayStart", "parse_offsets", "resolve_start", "start_replay"]
@@ -99,6 +100,7 @@ def start_replay(
     start at the beginning: it seeds the new epoch's state from a snapshot and returns
     where that snapshot starts (`framework.runners.snapshots.restorer`).
     """
+    install_keys(settings)
     from framework.coordination import Epochs
 
     bootstrap = settings.kafka_bootstrap

@@ -25,7 +25,7 @@ from framework.snapshots.acceptance import BarrierMarks
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.copies import ChangelogCopies, Part
 from framework.snapshots.offsets import replay_offsets
-from framework.snapshots.units import encode_unit, unit_name
+from framework.snapshots.units import encode_unit, unit_label, unit_name
 from framework.snapshots.writer import SnapshotWriter
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
@@ -210,9 +210,9 @@ class SnapshotCoordinator(Service):
             for p in range(self._partitions[topic]):
                 state = copies.snapshot(topic, p, below=slot)
                 names.append(unit_name(node.id, p))
-                futures.append(
-                    self._writer.submit(names[-1], slot, functools.partial(encode_unit, state))
-                )
+                label = unit_label(self.graph.name, names[-1], slot)
+                encode = functools.partial(encode_unit, state, label)
+                futures.append(self._writer.submit(names[-1], slot, encode))
             units[node.id] = tuple(names)
         for future in futures:
             saved = future.result(timeout=_TIMEOUT_S)

@@ -18,10 +18,16 @@ from framework.errors import (
     SnapshotMissing,
 )
 from framework.kafka.admin import compacted_spec, ensure_topics, partition_count
-from framework.kafka.clients import read_to_end
+from framework.kafka.clients import authentic_message, read_to_end
 from framework.kafka.transactions import TransactionalProducer
 from framework.snapshots.backends.base import StateBackend
-from framework.snapshots.units import changelog_records, decode_unit, parse_unit, unit_name
+from framework.snapshots.units import (
+    changelog_records,
+    decode_unit,
+    parse_unit,
+    unit_label,
+    unit_name,
+)
 from framework.wire.changelog import bucket_record, read_record
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
@@ -100,7 +106,9 @@ def restore_epoch(
             for p in range(count):
                 unit = unit_name(node, p)
                 state = decode_unit(
-                    backend.get(unit, record.slot), f"snapshot {unit}@{record.slot}"
+                    backend.get(unit, record.slot),
+                    unit_label(graph.name, unit, record.slot),
+                    f"snapshot {unit}@{record.slot}",
                 )
                 if state["window"] != windows[node]:
                     raise ConfigError(
@@ -146,7 +154,7 @@ def _committed_keys(bootstrap: str, topic: str, partitions: int) -> list[dict[by
     keys: list[dict[bytes, object]] = [{} for _ in range(partitions)]
     for msg in read_to_end(bootstrap, topic, partitions):
         value = msg.value()
-        if value is not None:
+        if value is not None and authentic_message("snapshot restore", msg):
             _, key, _ = read_record(msg.key(), value)
             keys[msg.partition() or 0][bytes(msg.key() or b"")] = key
     return keys

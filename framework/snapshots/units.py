@@ -4,17 +4,24 @@ A unit is one hash unit of a grouping node: partition ``p`` of its changelog (an
 shuffle topic), named ``"<node>/<p>"`` in the backend and in `SnapshotRecord.units`.
 
 What is saved is `Grouping.snapshot(below=slot)` with every meta as a plain tuple, so
-the bytes do not depend on where flamepipe's classes live, pickled with a format number.
+the bytes do not depend on where flamepipe's classes live, pickled with a format number,
+behind the MAC of the pipeline's keyring over the pickle and the unit's label
+``<app>/<unit>@<slot>`` (`framework.wire.auth`): a file written by anyone else, or
+moved to another unit or slot, is refused before it is unpickled::
+
+    b"fpu1" || u16 len(mac) || mac || pickle
 `changelog_records` turns it back into the records a stage task would have written
 (layout: `framework.wire.changelog`).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Any
 
-from framework.errors import DecodeError
+from framework.errors import DecodeError, Unauthenticated
+from framework.wire.auth import MAC_HEADER, current
 from framework.wire.changelog import bucket_record
 from framework.wire.serde import Pickle
 
@@ -24,6 +31,7 @@ __all__ = [
     "decode_unit",
     "encode_unit",
     "parse_unit",
+    "unit_label",
     "unit_name",
 ]
 
@@ -31,6 +39,8 @@ UNIT_FORMAT = 1
 """Version of the saved unit bytes; `decode_unit` reads this version only."""
 
 _PICKLE = Pickle()
+_MAGIC = b"fpu1"
+_U16 = struct.Struct(">H")
 
 
 def unit_name(node: str, partition: int) -> str:
@@ -55,8 +65,13 @@ def _plain_meta(meta: Any) -> tuple[Any, ...]:
     return (tuple(meta[0]), tuple(meta[1]), int(meta[2]), bool(meta[3]))
 
 
-def encode_unit(state: Mapping[str, Any]) -> bytes:
-    """The bytes to save for a `Grouping.snapshot` result."""
+def unit_label(app: str, unit: str, slot: int) -> str:
+    """What a unit's MAC binds it to: the application, the unit and the slot."""
+    return f"{app}/{unit}@{slot}"
+
+
+def encode_unit(state: Mapping[str, Any], label: str) -> bytes:
+    """The bytes to save for a `Grouping.snapshot` result labelled `unit_label`."""
     buckets = [
         (
             key,
@@ -65,16 +80,28 @@ def encode_unit(state: Mapping[str, Any]) -> bytes:
         )
         for key, items, early in state["buckets"]
     ]
-    return _PICKLE.dumps({"format": UNIT_FORMAT, "window": state["window"], "buckets": buckets})
+    data = _PICKLE.dumps({"format": UNIT_FORMAT, "window": state["window"], "buckets": buckets})
+    mac = current().sign(label, None, data)
+    return _MAGIC + _U16.pack(len(mac)) + mac + data
 
 
-def decode_unit(data: bytes, where: str) -> dict[str, Any]:
+def decode_unit(data: bytes, label: str, where: str) -> dict[str, Any]:
     """The snapshot saved by `encode_unit` (as `Grouping.restore` takes it).
 
+    `Unauthenticated` if its MAC does not verify for ``label`` (nothing is unpickled),
     `DecodeError` naming ``where`` if the bytes are not a unit snapshot of this format.
     """
+    if not isinstance(data, bytes) or not data.startswith(_MAGIC) or len(data) < 6:
+        raise Unauthenticated(f"{where}: not a signed unit snapshot, not decoded")
+    (size,) = _U16.unpack_from(data, 4)
+    mac, body = data[6 : 6 + size], data[6 + size :]
+    if not current().verify(label, None, body, [(MAC_HEADER, mac)]):
+        raise Unauthenticated(
+            f"{where}: its MAC does not verify (written with another key, or for another "
+            "unit or slot), not decoded"
+        )
     try:
-        state = _PICKLE.loads(data)
+        state = _PICKLE.loads(body)
     except DecodeError as exc:
         raise DecodeError(f"{where}: not a unit snapshot: {exc}") from None
     if not isinstance(state, dict) or state.get("format") != UNIT_FORMAT:

@@ -134,6 +134,12 @@ class PartitionLedger:
         self.position = offset + 1
         self._held.append((offset, gt))
 
+    def skip(self, offset: int) -> None:
+        """Record that the record at ``offset`` was read and refused: nothing to hold."""
+        if offset < self.position:
+            raise ProtocolViolation(f"offset {offset} read again (position {self.position})")
+        self.position = offset + 1
+
     def acked_all(self) -> None:
         """Every record read so far is acked (its transaction committed)."""
         self.acked = max(self.acked, self.position)

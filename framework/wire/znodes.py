@@ -56,7 +56,8 @@ def _to_json(kind: str, fields: dict[str, Any]) -> bytes:
 def _from_json(data: bytes, kind: str, where: str) -> dict[str, Any]:
     try:
         body = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        # RecursionError: nesting deeper than Python's stack (b"[" * 1000).
         raise DecodeError(f"{where}: not a JSON {kind} record: {exc}") from None
     if not isinstance(body, dict) or body.get("kind") != kind:
         raise DecodeError(f"{where}: not a {kind} record: {data[:80]!r}")

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from framework.acker.checkpoints import latest
 from framework.core.acker.sharded import ShardState
+from framework.wire import auth
 from framework.wire.checkpoints import encode_checkpoint
 
 
@@ -29,6 +30,10 @@ class _Message:
 
     def offset(self) -> int:
         return self.o
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        mac = auth.current().sign(self.topic(), self.k, self.v)
+        return [(auth.MAC_HEADER, mac)]
 
 
 def _state(n: int) -> ShardState:

@@ -18,6 +18,7 @@ from framework.acker.service import report_key
 from framework.core.acker.sharded import AckerShard, MinTimeListener
 from framework.core.messages import Ack, AckerInput, Heartbeat, MinTimeNotification, NodeTime
 from framework.kafka.mintime import MinTimeView
+from framework.wire.auth import signed
 from framework.wire.avro import encode_min_time
 from unit_tests.core.acker.test_sharded import ShardSim, shard_actions, shard_sims
 
@@ -40,6 +41,12 @@ class FakeMessage:
 
     def topic(self) -> str:
         return "app.mintime"
+
+    def key(self) -> None:
+        return None
+
+    def headers(self) -> tuple[tuple[str, bytes], ...]:
+        return signed(self.topic(), None, self.payload)
 
 
 class Log:

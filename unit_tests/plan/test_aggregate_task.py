@@ -18,6 +18,7 @@ from framework.plan.records import StageSpec
 from framework.plan.state import apply_changelog
 from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
+from framework.wire.auth import signed
 from framework.wire.changelog import MIN_TIME_KEY
 from framework.wire.frames import FRAME_HEADERS, read_items, tick_frame
 from framework.wire.records import InRecord, OutRecord
@@ -70,7 +71,10 @@ def results(records: Iterable[OutRecord], topic: str) -> list[Any]:
 
 
 def tick(topic: str, partition: int) -> InRecord:
-    return InRecord(topic, partition, 10_000, 0, None, tick_frame(), FRAME_HEADERS)
+    value = tick_frame()
+    return InRecord(
+        topic, partition, 10_000, 0, None, value, signed(topic, None, value, FRAME_HEADERS)
+    )
 
 
 def run_aggregate(

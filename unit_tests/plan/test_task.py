@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import pickle
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +24,8 @@ from framework.plan.records import StageSpec
 from framework.plan.state import apply_changelog
 from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
+from framework.wire import auth
+from framework.wire.auth import signed
 from framework.wire.avro import decode_ack_batch
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder, FrameItem, read_items
 from framework.wire.records import InRecord, OutRecord
@@ -67,7 +73,15 @@ def lines(*texts: bytes) -> list[InRecord]:
 def as_input(records: Iterable[OutRecord], topic: str) -> list[InRecord]:
     out = [r for r in records if r.topic == topic]
     return [
-        InRecord(r.topic, r.partition or 0, i, 0, r.key, r.value, r.headers)
+        InRecord(
+            r.topic,
+            r.partition or 0,
+            i,
+            0,
+            r.key,
+            r.value,
+            signed(r.topic, r.key, r.value, r.headers),
+        )
         for i, r in enumerate(out)
     ]
 
@@ -85,7 +99,8 @@ def one_per_frame(records: Iterable[OutRecord], topic: str) -> list[InRecord]:
                 builder = FrameBuilder(keyed=isinstance(payload, Keyed))
                 builder.add(meta, ack, payload)
                 (value,) = builder.frames()
-                out.append(InRecord(topic, 0, len(out), 0, None, value, FRAME_HEADERS))
+                headers = signed(topic, None, value, FRAME_HEADERS)
+                out.append(InRecord(topic, 0, len(out), 0, None, value, headers))
     return out
 
 
@@ -187,7 +202,7 @@ def test_fail_fast_raises_with_the_fix() -> None:
 
 def frame_record(builder: FrameBuilder, topic: str = "wc.3-group") -> InRecord:
     (value,) = builder.frames()
-    return InRecord(topic, 0, 7, 0, None, value, FRAME_HEADERS)
+    return InRecord(topic, 0, 7, 0, None, value, signed(topic, None, value, FRAME_HEADERS))
 
 
 def keyed_item(word: str, offset: int) -> tuple[Meta, Keyed]:
@@ -228,13 +243,50 @@ def test_a_malformed_or_unknown_frame_fails_the_task() -> None:
     meta, keyed = keyed_item("a", 1)
     good.add(meta, 3, keyed)
     record = frame_record(good)
+
+    def resigned(bad: InRecord) -> InRecord:  # written by the pipeline, yet malformed
+        plain = tuple(h for h in bad.headers if h[0] != auth.MAC_HEADER)
+        return bad._replace(headers=auth.signed(bad.topic, bad.key, bad.value, plain))
+
     for bad, match in (
         (record._replace(headers=(("fp.frame", b"2"),)), "frame version b'2' is unknown"),
         (record._replace(value=b"garbage"), "malformed frame"),
         (record._replace(headers=()), "no fp.frame header"),
     ):
         with pytest.raises(ProtocolViolation, match=match):
-            second.run([bad], second.new_state(), 2, 1)
+            second.run([resigned(bad)], second.new_state(), 2, 1)
+
+
+class _RunsACommand:
+    """A pickle that would run a shell command when loaded."""
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.system, ("touch /tmp/flamepipe-pwned-by-a-frame",))
+
+
+def test_a_frame_without_a_valid_mac_is_never_decoded_and_becomes_a_dead_letter() -> None:
+    graph = wordcount()
+    _, second = programs(graph)
+    marker = Path("/tmp/flamepipe-pwned-by-a-frame")
+    marker.unlink(missing_ok=True)
+    evil = pickle.dumps((True, [_RunsACommand()]), protocol=5)
+    builder = FrameBuilder(keyed=True)
+    meta, keyed = keyed_item("a", 1)
+    builder.add(meta, 3, keyed)
+    good = frame_record(builder)
+    forged_mac = auth.Keyring((b"an-attackers-key-0123456789abcdef",)).sign(
+        good.topic, None, evil, FRAME_HEADERS
+    )
+    for bad in (
+        good._replace(value=evil, headers=FRAME_HEADERS),  # no MAC at all
+        good._replace(value=evil, headers=(*FRAME_HEADERS, (auth.MAC_HEADER, forged_mac))),
+        good._replace(value=evil),  # the MAC of another value
+    ):
+        result = second.run([bad], second.new_state(), 2, 1)
+        (dead,) = [r for r in result.records if r.topic == Topics("wc").dlq]
+        assert b"unauthenticated" in dict(dead.headers)["fp.dlq.reason"]
+        assert (result.items_in, result.items_out) == (0, 0)
+    assert not marker.exists(), "a forged frame ran a command"
 
 
 def test_items_for_a_kafka_sink_leave_encoded_and_unencodable_ones_are_dead_letters() -> None:

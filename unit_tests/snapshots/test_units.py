@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import struct
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +16,7 @@ from framework.core.grouping import Grouping
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_bytes, key_hash
 from framework.core.time import GlobalTime
-from framework.errors import DecodeError
+from framework.errors import DecodeError, Unauthenticated
 from framework.plan.state import _plain_state, apply_changelog
 from framework.snapshots import (
     changelog_records,
@@ -22,8 +25,10 @@ from framework.snapshots import (
     parse_unit,
     unit_name,
 )
+from framework.wire import auth
 
 OP = 0xFEED
+LABEL = "app/g/0@5"
 
 
 def item(slot: int, value: object, key: object = "k", offset: int = 0) -> Record:
@@ -48,7 +53,7 @@ def canonical(state: dict[str, Any]) -> dict[object, tuple[Any, ...]]:
 def through_changelog(data: bytes, window: int) -> Grouping:
     """A fresh grouping fed the changelog records seeded from saved unit bytes."""
     grouping = Grouping(OP, window)
-    apply_changelog(grouping, changelog_records(decode_unit(data, "t")))
+    apply_changelog(grouping, changelog_records(decode_unit(data, LABEL, "t")))
     return grouping
 
 
@@ -79,8 +84,8 @@ def test_snapshot_below_a_slot_survives_the_round_trip() -> None:
     ]:
         grouping.push(record)
     state = grouping.snapshot(below=5)
-    data = encode_unit(state)
-    restored = Grouping.restore(OP, decode_unit(data, "t"))
+    data = encode_unit(state, LABEL)
+    restored = Grouping.restore(OP, decode_unit(data, LABEL, "t"))
     seeded = through_changelog(data, 3)
 
     def plain(slot: int) -> tuple[Any, ...]:
@@ -111,16 +116,47 @@ def test_seeded_records_are_what_a_task_writes() -> None:
 
 def encode_unit_state(grouping: Grouping) -> dict[str, Any]:
     """The whole state (no slot bound), through the saved bytes."""
-    return decode_unit(encode_unit(grouping.snapshot()), "t")
+    return decode_unit(encode_unit(grouping.snapshot(), LABEL), LABEL, "t")
+
+
+def _signed(body: bytes, label: str = LABEL) -> bytes:
+    mac = auth.current().sign(label, None, body)
+    return b"fpu1" + struct.pack(">H", len(mac)) + mac + body
 
 
 def test_decode_rejects_what_it_did_not_write() -> None:
     with pytest.raises(DecodeError, match="not a unit snapshot"):
-        decode_unit(b"garbage", "u/0@5")
+        decode_unit(_signed(b"garbage"), LABEL, "u/0@5")
     with pytest.raises(DecodeError, match="format 2"):
-        decode_unit(pickle.dumps({"format": 2}), "u/0@5")
+        decode_unit(_signed(pickle.dumps({"format": 2})), LABEL, "u/0@5")
     with pytest.raises(DecodeError, match="format 'list'"):
-        decode_unit(pickle.dumps([1]), "u/0@5")
+        decode_unit(_signed(pickle.dumps([1])), LABEL, "u/0@5")
+
+
+class _RunsACommand:
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.system, ("touch /tmp/flamepipe-pwned-by-a-snapshot",))
+
+
+def test_a_unit_not_signed_for_its_label_is_never_unpickled() -> None:
+    marker = Path("/tmp/flamepipe-pwned-by-a-snapshot")
+    marker.unlink(missing_ok=True)
+    evil = pickle.dumps(_RunsACommand())
+    good = encode_unit(Grouping(OP, 2).snapshot(), LABEL)
+    attacker = auth.Keyring((b"an-attackers-key-0123456789abcdef",))
+    mac = attacker.sign(LABEL, None, evil)
+    for data in (
+        evil,  # a plain pickle
+        b"fpu1" + struct.pack(">H", len(mac)) + mac + evil,  # another key
+        _signed(evil, "app/g/0@6"),  # signed for another slot
+        good[:-2] + bytes([good[-2] ^ 1]) + good[-1:],  # tampered
+    ):
+        with pytest.raises(Unauthenticated):
+            decode_unit(data, LABEL, "u/0@5")
+    assert decode_unit(good, LABEL, "u/0@5")["window"] == 2
+    with pytest.raises(Unauthenticated):
+        decode_unit(good, "app/g/1@5", "u/1@5")  # moved to another unit
+    assert not marker.exists()
 
 
 _items = st.lists(
@@ -141,9 +177,9 @@ def test_any_state_restores_through_the_changelog(
     # Pruning below the snapshot slot only, as the prune rule promises.
     grouping.on_min_time(min(prune, below))
     state = grouping.snapshot(below=below)
-    data = encode_unit(state)
+    data = encode_unit(state, LABEL)
     seeded = through_changelog(data, window)
-    restored = Grouping.restore(OP, decode_unit(data, "t"))
+    restored = Grouping.restore(OP, decode_unit(data, LABEL, "t"))
     assert canonical(seeded.snapshot()) == canonical(restored.snapshot()) == canonical(state)
     # The pruned grouping still yields the snapshot of the unpruned one.
     whole = Grouping(OP, window)

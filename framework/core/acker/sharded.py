@@ -118,6 +118,10 @@ class AckerShard:
         """Latest node time of every node this shard has heard from."""
         return _vector_tuple(self._vector)
 
+    def node_time(self, node: int) -> int:
+        """The latest node time of ``node`` this shard applied (0: none yet)."""
+        return self._vector.get(node, 0)
+
     def state(self) -> ShardState:
         """A copy of this shard's state; only between batches (no node half applied)."""
         if any(self._buffered.values()):

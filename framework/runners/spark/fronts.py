@@ -48,9 +48,10 @@ from framework.core.time import front_id, slot_of
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import ProtocolViolation, ServiceFailed
 from framework.kafka.admin import end_offsets, partition_count
-from framework.kafka.clients import new_producer
+from framework.kafka.clients import new_producer, produce_record
 from framework.service import Service
 from framework.wire.acks import shard_batches
+from framework.wire.records import OutRecord
 
 __all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
 
@@ -224,7 +225,7 @@ class FrontHeartbeats(Service):
                 raise ServiceFailed("front heartbeats are stopped")
             self.time += 1
             for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
-                producer.produce(self.acks_topic, value=value, partition=shard)
+                produce_record(producer, OutRecord(self.acks_topic, shard, None, value))
             producer.poll(0)
             # Only now: a round that fails before this point is sent again in full.
             self.sent.update((beat.front, beat.slot) for beat in beats)

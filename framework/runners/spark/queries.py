@@ -12,6 +12,7 @@ from framework.config import Settings
 from framework.plan.records import StageSpec
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
+from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 
 __all__ = ["StageQuery", "StageStats"]
@@ -163,7 +164,10 @@ class StageQuery:
         return max(1, self.max_batch_records // FRAME_ITEMS)
 
     def _batch(self, frame: Any, batch_id: int) -> None:
-        ctx = TaskContext(self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot())
+        keyring = current()
+        ctx = TaskContext(
+            self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot(), keyring
+        )
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         if self.on_rows is not None:
             self.on_rows(rows)

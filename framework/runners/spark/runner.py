@@ -39,7 +39,13 @@ from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sin
 from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
 from framework.plan.records import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
-from framework.runners.assembly import ServiceSet, embedded_services, pre_topic_spec, view_for
+from framework.runners.assembly import (
+    ServiceSet,
+    embedded_services,
+    pre_topic_spec,
+    view_for,
+)
+from framework.runners.keys import install_keys
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.queries import StageQuery, StageStats
@@ -129,6 +135,7 @@ class PipelineRun:
     """A running pipeline: its stage queries, services and counters."""
 
     def __init__(self, settings: Settings, graph: Graph, spark: Any, *, embedded: bool = True):
+        install_keys(settings)
         self.settings = settings
         self.embedded = embedded
         self.graph = graph.validate()

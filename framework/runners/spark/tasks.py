@@ -35,6 +35,7 @@ from framework.kafka.transactions import TaskCommitter
 from framework.plan.records import StageSpec
 from framework.plan.state import StageState, apply_changelog
 from framework.plan.task import StageProgram
+from framework.wire.auth import Keyring, install
 from framework.wire.records import InRecord
 
 __all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
@@ -68,6 +69,8 @@ class TaskContext:
     run_id: str  # stable across restarts from the same checkpoint
     batch_id: int
     min_slot: int  # min time of the stage's entry segment: prunes, completes windows
+    # The pipeline's keys travel with the task (Spark's own channel: docs/security.md).
+    keyring: Keyring
 
     @property
     def group(self) -> str:
@@ -89,6 +92,7 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
         # A batch allocates a large graph of small objects; the cyclic collector would
         # rescan it again and again (measured: half the task's time). Nothing here makes
         # cycles, so collect once after the task instead.
+        install(ctx.keyring)
         enabled = gc.isenabled()
         gc.disable()
         try:

@@ -26,9 +26,10 @@ from confluent_kafka import Producer
 
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import ServiceFailed
-from framework.kafka.clients import close_quietly, new_producer
+from framework.kafka.clients import close_quietly, new_producer, produce_record
 from framework.service import Service
 from framework.wire.frames import FRAME_HEADERS, tick_frame
+from framework.wire.records import OutRecord
 
 __all__ = ["Due", "WindowTicks"]
 
@@ -88,12 +89,8 @@ class WindowTicks(Service):
             min_slot = stage.min_slot()
             # Step 2
             for partition in stage.ticks_due(min_slot, self.clock(), self.retry_s):
-                producer.produce(
-                    stage.topic,
-                    value=tick_frame(),
-                    partition=partition,
-                    headers=list(FRAME_HEADERS),
-                )
+                tick = OutRecord(stage.topic, partition, None, tick_frame(), FRAME_HEADERS)
+                produce_record(producer, tick)
                 sent += 1
         if sent:
             producer.flush(10)

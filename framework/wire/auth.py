@@ -1,0 +1,196 @@
+"""Record authentication: an HMAC on every record flamepipe writes, checked before it reads.
+
+Internal records are pickles (frames, changelogs, acker checkpoints) or move time (acks,
+heartbeats, node times, min times, bundle headers): decoding a forged one could run code
+or stop the output for good. So every record flamepipe writes carries a header
+``fp.mac`` = ``<key id>.<HMAC-SHA256>`` under the pipeline's secret key, over the topic,
+the Kafka key, the value and every other header, in that order, each length-prefixed::
+
+    b"fp-mac-1" || u32 len(topic) || topic || i32 len(key) or -1 || key
+               || i32 len(value) or -1 || value
+               || for each header but fp.mac: u32 len(name) || name || i32 len(v) or -1 || v
+
+Binding the topic means a record copied to another topic (another pipeline's, another
+epoch's) does not verify there. A reader checks the MAC before it decodes anything
+(`Keyring.verify`); what fails is never decoded (docs/security.md says what each reader
+does with it: the dead-letter topic or a counted, logged refusal).
+
+A `Keyring` holds one or more keys: the first signs, every one verifies, so a key can be
+rotated without stopping (docs/security.md, "Rotating the key"; `framework.config.secrets`
+reads them). A key id is the first 8 hex digits of the key's SHA-256, so naming a key
+never reveals it. The process's keyring is installed
+once (`install`) by whatever starts flamepipe in it: a runner, a service command, a stage
+task from its context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import struct
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from framework.errors import ConfigError
+
+__all__ = [
+    "MAC_HEADER",
+    "Keyring",
+    "authentic",
+    "current",
+    "install",
+    "installed",
+    "refused",
+    "signed",
+]
+
+MAC_HEADER = "fp.mac"
+"""Header of every record flamepipe writes: ``<key id>.<tag>`` (ASCII id, raw tag)."""
+
+_log = logging.getLogger(__name__)
+
+_DOMAIN = b"fp-mac-1"
+_TAG_BYTES = 16  # 128 bits of HMAC-SHA256: forging one takes 2^128 tries
+_MIN_KEY_BYTES = 16
+_U32 = struct.Struct(">I")
+_I32 = struct.Struct(">i")
+
+HeaderList = Sequence[tuple[str, bytes | str | None]]
+
+
+def _key_id(key: bytes) -> bytes:
+    return hashlib.sha256(key).hexdigest()[:8].encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Keyring:
+    """The pipeline's keys: ``keys[0]`` signs, any verifies. ``repr`` shows ids only."""
+
+    keys: tuple[bytes, ...] = field(repr=False)
+    ids: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ConfigError("a keyring needs at least one key")
+        for key in self.keys:
+            if len(key) < _MIN_KEY_BYTES:
+                raise ConfigError(
+                    f"a pipeline key of {len(key)} bytes is too short: use >= 32 random bytes"
+                )
+        object.__setattr__(self, "ids", tuple(_key_id(k) for k in self.keys))
+
+    def sign(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: HeaderList = ()
+    ) -> bytes:
+        """The ``fp.mac`` header value of a record, with the signing key."""
+        return self.ids[0] + b"." + _tag(self.keys[0], topic, key, value, headers)
+
+    def verify(
+        self, topic: str, key: bytes | None, value: bytes | None, headers: HeaderList | None
+    ) -> bool:
+        """True if the record's ``fp.mac`` is a valid tag under one of the keys."""
+        if not headers:
+            return False
+        found = [v for name, v in headers if name == MAC_HEADER]
+        if len(found) != 1 or found[0] is None:
+            return False
+        mac = found[0].encode() if isinstance(found[0], str) else bytes(found[0])
+        kid, dot, tag = mac.partition(b".")
+        if not dot or len(tag) != _TAG_BYTES:
+            return False
+        for key_id, secret in zip(self.ids, self.keys, strict=True):
+            if hmac.compare_digest(kid, key_id):
+                expected = _tag(secret, topic, key, value, headers)
+                return hmac.compare_digest(tag, expected)
+        return False
+
+
+def _field(mac: hmac.HMAC, data: bytes | str | None) -> None:
+    if data is None:
+        mac.update(_I32.pack(-1))
+        return
+    raw = data.encode() if isinstance(data, str) else data
+    mac.update(_I32.pack(len(raw)))
+    mac.update(raw)
+
+
+def _tag(
+    secret: bytes, topic: str, key: bytes | None, value: bytes | None, headers: HeaderList
+) -> bytes:
+    mac = hmac.new(secret, _DOMAIN, hashlib.sha256)
+    _field(mac, topic)
+    _field(mac, key)
+    _field(mac, value)
+    for name, header in headers:
+        if name != MAC_HEADER:
+            _field(mac, name)
+            _field(mac, header)
+    return mac.digest()[:_TAG_BYTES]
+
+
+_installed: list[Keyring] = []  # the process's keyring, once installed
+
+
+def install(keyring: Keyring) -> None:
+    """Make ``keyring`` the one this process signs and verifies with."""
+    _installed[:] = [keyring]
+
+
+def installed() -> Keyring | None:
+    """The process's keyring, or None before `install`."""
+    return _installed[0] if _installed else None
+
+
+def current() -> Keyring:
+    """The process's keyring; `ConfigError` if nothing installed one (fails closed)."""
+    if not _installed:
+        raise ConfigError(
+            "no pipeline key installed in this process: start pipelines through a runner or "
+            "a flamepipe command (or framework.runners.assembly.install_keys(settings))"
+        )
+    return _installed[0]
+
+
+def signed(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes]] = (),
+) -> tuple[tuple[str, bytes], ...]:
+    """``headers`` with the record's ``fp.mac`` under the process's keyring appended."""
+    return (*headers, (MAC_HEADER, current().sign(topic, key, value, headers)))
+
+
+refused: Counter[str] = Counter()
+"""Records refused in this process, per reader (``"acker"``, ``"barrier"``, ...)."""
+_LOGGED_FIRST = 10
+
+
+def authentic(
+    reader: str,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: HeaderList | None,
+    *,
+    where: str,
+) -> bool:
+    """Whether a record read from ``topic`` may be decoded; a refusal is counted under
+    ``reader`` and logged (the first ten, then every thousandth)."""
+    if current().verify(topic, key, value, headers):
+        return True
+    refused[reader] += 1
+    count = refused[reader]
+    if count <= _LOGGED_FIRST or count % 1000 == 0:
+        _log.warning(
+            "%s refused %s: no valid %s, not decoded (%d refused by it so far). A forged "
+            "record, or a process of this pipeline with another key (FLAMEPIPE_SECRET, "
+            "secret_file, <state_dir>/pipeline.key): docs/security.md",
+            reader,
+            where,
+            MAC_HEADER,
+            count,
+        )
+    return False
