@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from framework.core.time import GlobalTime
-from framework.errors import ProtocolViolation
+from framework.errors import DecodeError, ProtocolViolation
 
 __all__ = [
     "BarrierMark",
@@ -42,10 +42,13 @@ def format_gt(gt: GlobalTime | None) -> str:
 
 
 def parse_gt(text: str) -> GlobalTime | None:
-    """Inverse of `format_gt`; ``ValueError`` on anything else."""
+    """Inverse of `format_gt`; `DecodeError` on anything else."""
     if text == "-":
         return None
-    slot, front, offset = (int(part) for part in text.split(","))
+    try:
+        slot, front, offset = (int(part) for part in text.split(","))
+    except ValueError:
+        raise DecodeError(f"{text[:40]!r} is not a global time 'slot,front,offset'") from None
     return GlobalTime(slot, front, offset)
 
 
@@ -70,7 +73,7 @@ class BarrierMark:
             if version != _VERSION:
                 raise ValueError(f"version {version!r}")
             return cls(int(values["ack"]), int(values["nt"]), parse_gt(values["gt"]))
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, DecodeError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe barrier "
                 f"({exc}); reset the barrier's consumer group only together with its output"
@@ -97,7 +100,7 @@ class BundleMark:
             if version != _VERSION or not seq.startswith("seq=") or gt_last is None:
                 raise ValueError("not fp1 seq=<n> gt=<slot,front,offset>")
             return cls(int(seq.removeprefix("seq=")), gt_last)
-        except ValueError as exc:
+        except (ValueError, DecodeError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a BundleConsumer ({exc})"
             ) from exc
