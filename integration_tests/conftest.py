@@ -15,6 +15,7 @@ from framework.kafka.cache import ProcessCache
 from framework.local.provision import provision
 from framework.runners.keys import install_keys
 from framework.runners.spark.smoke import create_topics
+from framework.wire import auth
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -23,17 +24,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def pipeline_key() -> Iterator[None]:
+def pipeline_key() -> Iterator[auth.Keyring]:
     """One pipeline key for the session: this process and every flamepipe process a test
     starts (they inherit ``FLAMEPIPE_SECRET``) sign and verify with it."""
     previous = os.environ.get("FLAMEPIPE_SECRET")
     os.environ["FLAMEPIPE_SECRET"] = new_key()
-    install_keys(Settings.load())
-    yield
+    keyring = install_keys(Settings.load())
+    yield keyring
     if previous is None:
         os.environ.pop("FLAMEPIPE_SECRET", None)
     else:
         os.environ["FLAMEPIPE_SECRET"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _session_key(pipeline_key: auth.Keyring) -> None:
+    """Each test starts with the session's keyring: a run of an earlier test may have
+    installed another (settings made without ``FLAMEPIPE_SECRET``)."""
+    auth.install(pipeline_key)
 
 
 @pytest.fixture(scope="session")

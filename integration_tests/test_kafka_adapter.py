@@ -44,6 +44,7 @@ from framework.kafka.transactions import (
     close_cached,
     must_restart,
 )
+from framework.wire import auth
 
 OLD_MS = 1_000_000_000_000  # 2001-09-09: a producer timestamp far in the past
 
@@ -235,7 +236,10 @@ def test_commit_makes_records_and_marker_visible(
         committer.close()
     assert _values(records) == [b"a-0", b"a-1", b"a-2"]
     assert [m.key() for m in records] == [b"k0", b"k1", b"k2"]
-    assert all(m.headers() == [(_TAG_HEADER, b"a")] for m in records)
+    assert all(m.headers()[:-1] == [(_TAG_HEADER, b"a")] for m in records)
+    # Every record flamepipe writes is signed: the MAC comes last and verifies.
+    assert all(m.headers()[-1][0] == auth.MAC_HEADER for m in records)
+    assert all(auth.current().verify(sink, m.key(), m.value(), m.headers()) for m in records)
 
 
 def test_partitioner_chooses_when_partition_is_none(bootstrap: str) -> None:
@@ -508,11 +512,14 @@ def test_changelog_reset_rereads(bootstrap: str) -> None:
     ensure_topics(bootstrap, [compacted_spec(changelog, 1)])
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(3):
-        producer.produce(changelog, key=b"k%d" % i, value=b"v", partition=0)
+        key = b"k%d" % i
+        headers = auth.signed(changelog, key, b"v")  # as every flamepipe writer signs
+        producer.produce(changelog, key=key, value=b"v", partition=0, headers=list(headers))
+    producer.produce(changelog, key=b"forged", value=b"v", partition=0)  # not signed
     assert producer.flush(10) == 0
     producer.close()
     reader = ChangelogReader(bootstrap, changelog, 0)
-    assert len(reader.catch_up()) == 3
-    assert reader.position == 3
+    assert len(reader.catch_up()) == 3  # the forged record is refused, never decoded
+    assert reader.position == 4
     reader.reset(1)
     assert [key for key, _ in reader.catch_up()] == [b"k1", b"k2"]

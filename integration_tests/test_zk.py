@@ -24,6 +24,7 @@ from framework.coordination import (
     leader_path,
     zk_client,
 )
+from framework.coordination.client import close_client
 from framework.errors import CoordinationError, Fenced, ProtocolViolation, ZooKeeperUnreachable
 from framework.local.provision import free_port
 
@@ -274,3 +275,46 @@ def test_a_session_lost_before_the_watch_starts_the_term_lost(stack: Settings, a
                 leadership.check()
     finally:
         election.close()
+
+
+def test_without_the_pipelines_key_znodes_can_be_read_but_not_changed(
+    stack: Settings, app: str
+) -> None:
+    """Every znode flamepipe creates carries its ACL (`framework.coordination.client`):
+    a client without the pipeline's key, or with another pipeline's, may read but not
+    create, change or delete."""
+    from kazoo.exceptions import NoAuthError
+
+    from framework.coordination.paths import committed_path, epoch_path, snapshot_path
+    from framework.wire import auth
+
+    with SnapshotRegistry(stack.zookeeper, app) as registry:
+        registry.commit(record(7))
+    with Epochs(stack.zookeeper, app) as epochs:
+        epochs.bump("start")
+    mine = auth.current()
+    auth.install(auth.Keyring((b"another-pipelines-key-0123456789ab",)))
+    try:
+        other = zk_client(stack.zookeeper)
+    finally:
+        auth.install(mine)
+    anonymous = KazooClient(hosts=stack.zookeeper, timeout=10)
+    anonymous.start(timeout=10)
+    try:
+        for intruder in (anonymous, other):
+            assert SnapshotRecord.from_json(intruder.get(committed_path(app))[0], "c").slot == 7
+            attempts = [
+                lambda c=intruder: c.set(committed_path(app), record(10**9).to_json()),
+                lambda c=intruder: c.set(epoch_path(app), b"{}"),
+                lambda c=intruder: c.delete(committed_path(app)),
+                lambda c=intruder: c.create(snapshot_path(app, 10**9), b""),
+            ]
+            for attempt in attempts:
+                with pytest.raises(NoAuthError):
+                    attempt()
+    finally:
+        close_client(other)
+        anonymous.stop()
+        anonymous.close()
+    with SnapshotRegistry(stack.zookeeper, app) as registry:
+        assert registry.latest() == record(7)

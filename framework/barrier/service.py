@@ -63,7 +63,9 @@ from framework.kafka.clients import (
     is_record,
     kafka_retry,
     new_consumer,
+    signed_positions,
     take,
+    verified_metadata,
     where,
 )
 from framework.kafka.endpoints import KafkaSink
@@ -251,7 +253,8 @@ class BarrierService(Service):
                 raise KafkaClientError(f"position of {self.group!r} on {self.pre}: {tp.error}")
             if tp.offset >= 0:
                 at = f"group {self.group!r} on {self.pre}[{tp.partition}]"
-                marks[tp.partition] = (tp.offset, BarrierMark.decode(tp.metadata or "", at))
+                text = verified_metadata(self.group, tp)
+                marks[tp.partition] = (tp.offset, BarrierMark.decode(text, at))
         return marks
 
     # -- the loop ----------------------------------------------------------------------------
@@ -367,16 +370,19 @@ class BarrierService(Service):
             records.extend(self._receipts.records(acks, node_time))
         # Step 3
         gt_last = self._barrier.gt_last
-        marks = [
-            TopicPartition(
-                self.pre,
-                p,
-                ledger.release_position(gt_last),
-                metadata=ledger.mark(node_time, gt_last).encode(),
-            )
-            for p, ledger in self._ledgers.items()
-            if positions
-        ]
+        marks = signed_positions(
+            self.group,
+            [
+                TopicPartition(
+                    self.pre,
+                    p,
+                    ledger.release_position(gt_last),
+                    metadata=ledger.mark(node_time, gt_last).encode(),
+                )
+                for p, ledger in self._ledgers.items()
+                if positions
+            ],
+        )
         # Step 4
         if records or marks:
             started = time.monotonic()

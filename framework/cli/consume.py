@@ -14,9 +14,12 @@ from collections.abc import Sequence
 
 from connectors import BundleConsumer, Bytes, Json, Serde, Utf8
 from connectors.bundles import OutputItem
+from framework.config import Settings
+from framework.config.kafka_properties import kafka_properties
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
 from framework.errors import FlamepipeError, ProtocolViolation
+from framework.kafka import security
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import assign, close_quietly, is_record, new_consumer, where
 from framework.wire.bundles import read_bundle_header, read_meta
@@ -79,14 +82,12 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
         args = _arguments(argv)
     except SystemExit as exc:  # argparse has printed the usage or the help
         return exc.code if isinstance(exc.code, int) else 2
-    if args.bootstrap:
-        bootstrap: str = args.bootstrap
-    else:
-        from framework.config import Settings
-
-        bootstrap = Settings.load().kafka_bootstrap
     serde = _SERDES[args.serde]
     try:
+        settings = Settings.load()
+        # The Kafka client properties of a secured cluster (kafka_config_file).
+        security.install(kafka_properties(settings))
+        bootstrap: str = args.bootstrap or settings.kafka_bootstrap
         if not args.verify:
             count = _plain(bootstrap, args, serde)
             print(f"{count} item(s), not verified", file=sys.stderr)

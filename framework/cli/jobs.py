@@ -18,6 +18,7 @@ from framework.cli.stack import settings_of, stack_for
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError
+from framework.runners.keys import install_keys
 
 if TYPE_CHECKING:
     from framework.runners.assembly import ServiceSet
@@ -46,6 +47,7 @@ def _cmd_acker(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     settings = settings_of(args)
+    install_keys(settings)  # before the first record or znode is read
     partitions = _partitions(args.partitions, settings)
 
     # Instances owning the same shards are one role: one leads, the others stand by.
@@ -77,6 +79,7 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     settings = settings_of(args)
+    install_keys(settings)  # before the first record or znode is read
     sinks = [_sink_node(graph, name) for name in args.sink] or sink_nodes(graph)
     # Instances serving the same sinks are one role: one leads, the others stand by.
     role = "barrier" if not args.sink else "barrier-" + "-".join(sorted(sinks))
@@ -102,8 +105,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from framework.runners.replay import parse_offsets, resolve_start, start_replay
 
     graph = _graph(args)
+    given = parse_offsets(args.offsets) if args.offsets else None  # before any stack starts
     with stack_for(args) as settings:
-        given = parse_offsets(args.offsets) if args.offsets else None
         offsets = resolve_start(
             settings.kafka_bootstrap, graph, offsets=given, at_ms=args.from_time
         )

@@ -33,6 +33,14 @@ def load_pipeline(spec: str) -> Pipeline:
             f"pipeline {spec!r}: cannot import {module_name!r} ({exc}); run from the directory "
             "that holds it or install it"
         ) from exc
+    except SyntaxError as exc:
+        raise ConfigError(
+            f"pipeline {spec!r}: {exc.filename}, line {exc.lineno}: {exc.msg}: fix the syntax"
+        ) from None
+    except Exception as exc:  # the user's module failed while it was imported
+        raise ConfigError(
+            f"pipeline {spec!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
     target = getattr(module, attribute, None)
     if target is None:
         raise ConfigError(f"pipeline {spec!r}: {module_name} has no attribute {attribute!r}")

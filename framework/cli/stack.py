@@ -8,8 +8,20 @@ from collections.abc import Iterator
 
 from framework.config import Settings
 from framework.local import LocalStack
+from framework.runners.keys import install_keys
 
 __all__ = ["COMMANDS", "add_parsers", "settings_of", "stack_for"]
+
+
+def positive(text: str) -> int:
+    """An argparse type: a whole number > 0 (checked before anything starts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be > 0")
+    return value
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
@@ -29,6 +41,8 @@ def stack_for(args: argparse.Namespace) -> Iterator[Settings]:
     """The settings with their stack running; an embedded stack started here stops after,
     one that was running already (another command's, another test's) is left alone."""
     settings = settings_of(args)
+    # Keys and Kafka client properties first: a bad key file fails before anything starts.
+    install_keys(settings)
     stack = LocalStack(settings) if settings.embedded else None
     if stack is not None:
         stack.up()
@@ -99,11 +113,11 @@ def add_parsers(
     down = sub.add_parser("down", parents=[common], help="stop the local stack")
     down.add_argument("--purge", action="store_true", help="also delete its data")
     demo = sub.add_parser("demo", parents=[common], help="word count, verified, on the stack")
-    demo.add_argument("--lines", type=int, default=20_000, help="lines of generated text")
-    demo.add_argument("--rate", type=int, default=2_000, help="lines produced per second")
+    demo.add_argument("--lines", type=positive, default=20_000, help="lines of generated text")
+    demo.add_argument("--rate", type=positive, default=2_000, help="lines produced per second")
     demo.add_argument("--keep-stack", action="store_true", help="leave the stack running")
     smoke = sub.add_parser("smoke", parents=[common], help="Kafka -> Spark -> Kafka smoke job")
-    smoke.add_argument("--lines", type=int, default=1000, help="records to push through")
+    smoke.add_argument("--lines", type=positive, default=1000, help="records to push through")
     smoke.add_argument("--keep-stack", action="store_true", help="leave the stack running")
 
 

@@ -52,9 +52,20 @@ def _from_file(path: Path, names: list[str], hints: dict[str, Any]) -> dict[str,
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"settings file {path} does not exist: fix the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"settings file {path} is a directory: name a .toml file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"settings file {path} is not UTF-8 text: name a .toml file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read settings file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"settings file {path} is not valid TOML: {exc}") from None
     section = data.get("flamepipe", data)
+    if not isinstance(section, dict):
+        raise ConfigError(
+            f"settings file {path}: 'flamepipe' must be a table ([flamepipe] with key = value "
+            f"lines), not {type(section).__name__}"
+        )
     out: dict[str, Any] = {}
     for key, value in section.items():
         _check_known(key, names, f"settings file {path}")

@@ -48,6 +48,12 @@ def pipeline_keys(settings: Settings) -> tuple[bytes, ...]:
     # Step 2
     if settings.secret_file is not None:
         return _parse(_read(settings.secret_file), str(settings.secret_file))
+    # Settings built in code rather than loaded still honour the environment.
+    if os.environ.get("FLAMEPIPE_SECRET"):
+        return _parse(os.environ["FLAMEPIPE_SECRET"].split(","), "FLAMEPIPE_SECRET")
+    if os.environ.get("FLAMEPIPE_SECRET_FILE"):
+        path = Path(os.environ["FLAMEPIPE_SECRET_FILE"])
+        return _parse(_read(path), str(path))
     # Step 3
     path = settings.state_dir / DEFAULT_KEY_FILE
     if not path.exists():

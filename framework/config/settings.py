@@ -60,6 +60,8 @@ class Settings:
     ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
     ``secret`` / ``secret_file``: the pipeline's keys, which authenticate every record it
     writes (`framework.config.secrets`; default: ``<state_dir>/pipeline.key``, made once);
+    ``kafka_config_file``: Kafka client properties (SASL, SSL) every client gets
+    (`framework.config.kafka_properties`);
     ``checkpoint_uri`` where Spark checkpoints live: a directory or a Hadoop URI
     (``hdfs://...``, ``s3a://...``; default ``<state_dir>/apps``). A driver that may restart
     on another host needs both on shared storage (a shared mount for ``snapshot_dir``);
@@ -94,6 +96,7 @@ class Settings:
     snapshot_dir: Path | None = None
     checkpoint_uri: str | None = None
     secret_file: Path | None = None
+    kafka_config_file: Path | None = None
     secret: str | None = field(default=None, repr=False)
     snapshot_interval_ms: int = 1000
     stall_timeout_ms: int = 120_000

@@ -1,34 +1,78 @@
-"""One way to connect to ZooKeeper, bounded in time, with errors that say what to fix."""
+"""One way to connect to ZooKeeper, bounded in time, with errors that say what to fix.
+
+Every session authenticates with ZooKeeper's ``digest`` scheme under an identity derived
+from each key of the pipeline's keyring (`framework.wire.auth`), and every znode it
+creates gets the ACL: those identities may do anything, everyone else may only read
+(docs/security.md, "ZooKeeper"). So a client without the pipeline's key can neither change
+an epoch nor commit a snapshot, and no extra secret needs managing; a rotated key keeps
+access to znodes made under the old one while both are in the ring.
+"""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
 from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NodeExistsError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl
 
+from framework.coordination.paths import ROOT
 from framework.errors import CoordinationError, ZooKeeperUnreachable
+from framework.wire.auth import Keyring, current
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Connection", "close_client", "zk_client"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Connection", "close_client", "digest_identities", "zk_client"]
 
 DEFAULT_TIMEOUT_S = 10.0
+
+
+def digest_identities(keyring: Keyring) -> list[tuple[str, str]]:
+    """``(user, password)`` of each key: ``flamepipe-<key id>`` and an HMAC of the key, so
+    the password says nothing about the key itself."""
+    out = []
+    for key_id, key in zip(keyring.ids, keyring.keys, strict=True):
+        digest = hmac.new(key, b"flamepipe zookeeper digest 1", hashlib.sha256).digest()
+        out.append((f"flamepipe-{key_id.decode()}", base64.b64encode(digest).decode()))
+    return out
+
+
+def _world(perms: int) -> ACL:
+    (open_acl,) = OPEN_ACL_UNSAFE
+    return ACL(perms, open_acl.id)
+
+
+def _ensure_root(client: Any, mine: list[ACL]) -> None:
+    """``/flamepipe`` is the parent of every pipeline, each with its own key: anyone may add
+    or remove a pipeline's root under it (ZooKeeper deletes only an empty node, and each
+    pipeline's own znodes are closed to all but its key); nobody else may change it."""
+    if client.exists(ROOT) is None:
+        world = Permissions.READ | Permissions.CREATE | Permissions.DELETE
+        with contextlib.suppress(NodeExistsError):
+            client.create(ROOT, b"", acl=[*mine, _world(world)])
 
 
 def zk_client(connect: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     """A started `KazooClient` of ``connect`` (``host:port,...``).
 
+    Authenticated and creating znodes with the pipeline's ACL (see the module docstring).
     ``timeout_s`` bounds the connection attempt and is the session timeout; every
     command retries a lost connection for at most ``timeout_s``. Raises
     `ZooKeeperUnreachable` naming the address and the setting if no server answers.
     """
+    identities = digest_identities(current())
+    mine = [make_digest_acl(user, password, all=True) for user, password in identities]
     try:
         client = KazooClient(
             hosts=connect,
             timeout=timeout_s,
+            auth_data=[("digest", f"{user}:{password}") for user, password in identities],
+            default_acl=[*mine, _world(Permissions.READ)],
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=-1, max_delay=1.0, deadline=timeout_s),
         )
@@ -46,6 +90,7 @@ def zk_client(connect: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
             f"no ZooKeeper answered at {connect} within {timeout_s:g}s: check "
             "zookeeper_connect (FLAMEPIPE_ZOOKEEPER_CONNECT) and that ZooKeeper is running"
         ) from None
+    _ensure_root(client, mine)
     return client
 
 

@@ -33,6 +33,7 @@ from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.retry import is_transient
+from framework.kafka.security import secured
 
 __all__ = [
     "LOG_APPEND_TIME",
@@ -82,7 +83,7 @@ def compacted_spec(
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    return _clients.get(bootstrap, lambda: AdminClient({"bootstrap.servers": bootstrap}))
+    return _clients.get(bootstrap, lambda: AdminClient(secured({"bootstrap.servers": bootstrap})))
 
 
 def close_cached() -> None:

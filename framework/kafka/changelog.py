@@ -33,6 +33,7 @@ from framework.errors import DeadlineExceeded, DecodeError, KafkaClientError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.clients import authentic_message
 from framework.kafka.retry import is_transient
+from framework.kafka.security import secured
 
 __all__ = ["ChangelogReader"]
 
@@ -66,7 +67,7 @@ def _consumer(bootstrap: str, isolation: str) -> Consumer:
         # fetch of the next one by up to this long (default 500 ms per catch-up).
         "fetch.wait.max.ms": 10,
     }
-    return _consumers.get((bootstrap, isolation), lambda: Consumer(config))
+    return _consumers.get((bootstrap, isolation), lambda: Consumer(secured(config)))
 
 
 class ChangelogReader:

@@ -23,9 +23,10 @@ from confluent_kafka import (
 )
 
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
-from framework.errors import KafkaClientError
+from framework.errors import KafkaClientError, ProtocolViolation
 from framework.kafka.retry import TRANSIENT, retry
-from framework.wire.auth import authentic, signed
+from framework.kafka.security import secured
+from framework.wire.auth import MAC_HEADER, authentic, current, signed
 
 __all__ = [
     "QUICK_END",
@@ -41,7 +42,9 @@ __all__ = [
     "new_producer",
     "produce_record",
     "read_to_end",
+    "signed_positions",
     "take",
+    "verified_metadata",
     "where",
 ]
 
@@ -107,7 +110,9 @@ def new_consumer(
         "fetch.wait.max.ms": _FETCH_MS,
         **(config or {}),
     }
-    return kafka_call(f"cannot create a consumer for {bootstrap}", lambda: Consumer(settings))
+    return kafka_call(
+        f"cannot create a consumer for {bootstrap}", lambda: Consumer(secured(settings))
+    )
 
 
 def produce_record(
@@ -154,7 +159,9 @@ def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:
 def new_producer(bootstrap: str, config: Mapping[str, Any] | None = None) -> Producer:
     """An idempotent producer; ``config`` adds to or overrides its settings."""
     settings = {"bootstrap.servers": bootstrap, "enable.idempotence": True, **(config or {})}
-    return kafka_call(f"cannot create a producer for {bootstrap}", lambda: Producer(settings))
+    return kafka_call(
+        f"cannot create a producer for {bootstrap}", lambda: Producer(secured(settings))
+    )
 
 
 def _first_offset(consumer: Consumer, topic: str, partition: int) -> int:
@@ -269,3 +276,47 @@ def authentic_message(reader: str, msg: Message) -> bool:
     at = f"{msg.topic()}[{partition}]@{offset}"
     headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
     return authentic(reader, msg.topic() or "", msg.key(), msg.value(), headers, where=at)
+
+
+_POSITION_MAC = " mac="
+
+
+def _position_fields(
+    group: str, topic: str, partition: int, offset: int, metadata: str
+) -> tuple[str, bytes, bytes]:
+    """What a position's MAC covers, as the topic, key and value of a record would be."""
+    return f"position:{group}", f"{topic}:{partition}".encode(), f"{offset} {metadata}".encode()
+
+
+def signed_positions(group: str, positions: Sequence[TopicPartition]) -> list[TopicPartition]:
+    """``positions`` for ``group`` with a MAC appended to each one's metadata: a committed
+    position moves where a task or a barrier resumes, so it is authenticated like a record
+    (`verified_metadata`)."""
+    out = []
+    for tp in positions:
+        metadata = tp.metadata or ""
+        fields = _position_fields(group, tp.topic, tp.partition, tp.offset, metadata)
+        text = metadata + _POSITION_MAC + current().sign(*fields).hex()
+        out.append(TopicPartition(tp.topic, tp.partition, tp.offset, metadata=text))
+    return out
+
+
+def verified_metadata(group: str, tp: TopicPartition) -> str:
+    """The metadata of a committed position `signed_positions` wrote, without its MAC;
+    `ProtocolViolation` for one this pipeline did not commit (never trusted: it would move
+    where reading resumes, skipping or repeating input)."""
+    text = tp.metadata or ""
+    metadata, sep, mac = text.rpartition(_POSITION_MAC)
+    fields = _position_fields(group, tp.topic, tp.partition, tp.offset, metadata)
+    try:
+        mac_bytes = bytes.fromhex(mac)
+    except ValueError:
+        mac_bytes = b""
+    if sep and current().verify(*fields, [(MAC_HEADER, mac_bytes)]):
+        return metadata
+    raise ProtocolViolation(
+        f"group {group!r} on {tp.topic}[{tp.partition}]: committed position {tp.offset} "
+        "carries no valid MAC of this pipeline (committed by someone else, or with another "
+        "key); refusing to resume from it. Reset the group only together with the pipeline "
+        "(docs/security.md)"
+    )

@@ -34,8 +34,14 @@ from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import KafkaClientError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
-from framework.kafka.clients import OutRecordLike, produce_record
+from framework.kafka.clients import (
+    OutRecordLike,
+    produce_record,
+    signed_positions,
+    verified_metadata,
+)
 from framework.kafka.retry import is_transient
+from framework.kafka.security import secured
 
 __all__ = [
     "TaskCommitter",
@@ -84,7 +90,7 @@ def group_consumer(bootstrap: str, group: str) -> Consumer:
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
     }
-    return _consumers.get((bootstrap, group), lambda: Consumer(config))
+    return _consumers.get((bootstrap, group), lambda: Consumer(secured(config)))
 
 
 def close_cached() -> None:
@@ -158,7 +164,7 @@ class TransactionalProducer:
         if self.producer is not None:
             return self.producer
         for attempt in (1, 2):
-            producer = Producer(self._config)
+            producer = Producer(secured(self._config))
             try:
                 producer.init_transactions(self.timeout_s)
             except KafkaException as exc:
@@ -300,7 +306,10 @@ class TaskCommitter:
         if tp.error is not None:
             raise KafkaClientError(f"offset of {group!r} on {topic}[{partition}]: {tp.error}")
         offset: int = tp.offset
-        return offset if offset >= 0 else None
+        if offset < 0:
+            return None
+        verified_metadata(group, tp)  # a forged position would skip a batch: refuse it
+        return offset
 
     def is_committed(self, group: str, topic: str, partition: int, end: int) -> bool:
         """Whether the task that ends its input at ``end`` (exclusive) already committed."""
@@ -375,7 +384,9 @@ class TaskCommitter:
             for index, record in enumerate(records):
                 txn.produce(record, partial(_delivered, offsets, index))
             # Step 3
-            marker = [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+            marker = signed_positions(
+                group, [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+            )
             txn.send_offsets(
                 marker, group_consumer(self.bootstrap, group).consumer_group_metadata()
             )

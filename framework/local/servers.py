@@ -95,24 +95,32 @@ class ZooKeeperSpec:
 
 @dataclass(frozen=True, slots=True)
 class KafkaSpec:
-    """A single-node KRaft broker+controller with transactions enabled."""
+    """A single-node KRaft broker+controller with transactions enabled.
+
+    ``listeners`` adds ``(name, security protocol, port)`` listeners beside PLAINTEXT (a
+    SASL or SSL listener for tests of secured clients) and ``extra`` more properties.
+    """
 
     port: int
     controller_port: int
     home: Path
+    listeners: tuple[tuple[str, str, int], ...] = ()
+    extra: tuple[str, ...] = ()
 
     def properties(self) -> str:
         """server.properties for one node that is broker and controller at once."""
+        more = "".join(f",{name}://127.0.0.1:{port}" for name, _, port in self.listeners)
+        protocols = "".join(f",{name}:{protocol}" for name, protocol, _ in self.listeners)
         return "\n".join(
             [
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
                 f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                f"CONTROLLER://127.0.0.1:{self.controller_port}{more}",
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}{more}",
                 "controller.listener.names=CONTROLLER",
-                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{protocols}",
                 "inter.broker.listener.name=PLAINTEXT",
                 f"log.dirs={self.home / 'data'}",
                 "num.partitions=1",
@@ -127,6 +135,7 @@ class KafkaSpec:
                 "share.coordinator.state.topic.min.isr=1",
                 "group.initial.rebalance.delay.ms=0",
                 "transaction.abort.timed.out.transaction.cleanup.interval.ms=2000",
+                *self.extra,
                 "",
             ]
         )

@@ -71,8 +71,19 @@ class ServiceStatus:
 class LocalStack:
     """Start, inspect and stop the embedded ZooKeeper + Kafka of one state directory."""
 
-    def __init__(self, settings: Settings, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        quiet: bool = False,
+        *,
+        kafka_listeners: tuple[tuple[str, str, int], ...] = (),
+        kafka_properties: tuple[str, ...] = (),
+    ) -> None:
+        """``kafka_listeners`` / ``kafka_properties``: more of the broker's listeners and
+        settings (`KafkaSpec`), for tests of secured clients."""
         self.settings = settings
+        self.kafka_listeners = kafka_listeners
+        self.kafka_properties = kafka_properties
         self.quiet = quiet
         self.state_dir = settings.state_dir.expanduser().resolve()
         self.zookeeper = Daemon("zookeeper", self.state_dir, f"{self.state_dir}#zookeeper")
@@ -106,7 +117,13 @@ class LocalStack:
             self.zookeeper.start(spec.argv(java, pyspark_jars_dir(), 256, self.zookeeper.marker))
         self._await(self.zookeeper, lambda: zookeeper_ready(s.zookeeper_port), timeout_s)
         if start_kafka:
-            kspec = KafkaSpec(s.kafka_port, s.controller_port, self.state_dir / "kafka")
+            kspec = KafkaSpec(
+                s.kafka_port,
+                s.controller_port,
+                self.state_dir / "kafka",
+                self.kafka_listeners,
+                self.kafka_properties,
+            )
             self._say(f"starting Kafka on 127.0.0.1:{s.kafka_port}")
             self.started.append(self.kafka.name)
             self.kafka.start(kspec.argv(java, broker_cp, s.java_heap_mb, self.kafka.marker))

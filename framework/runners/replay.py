@@ -51,7 +51,9 @@ def parse_offsets(text: str) -> Offsets:
     for part in filter(None, (p.strip() for p in text.split(","))):
         where, sep, offset = part.rpartition("=")
         topic, colon, partition = where.rpartition(":")
-        if not sep or not colon or not topic or not partition.isdigit() or not offset.isdigit():
+        # isdigit() alone accepts "²", which int() refuses: ASCII digits only.
+        digits = all(s.isascii() and s.isdigit() for s in (partition, offset))
+        if not sep or not colon or not topic or not digits:
             raise ConfigError(f"offsets {text!r}: write topic:partition=offset[,...], e.g. in:0=42")
         offsets.setdefault(topic, {})[int(partition)] = int(offset)
     if not offsets:

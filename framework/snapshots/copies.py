@@ -33,6 +33,7 @@ from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import DeadlineExceeded
 from framework.kafka.clients import (
     QUICK_END,
+    authentic_message,
     close_quietly,
     is_eof,
     is_record,
@@ -145,7 +146,7 @@ class ChangelogCopies:
                         if offset >= ends[part]:
                             waiting.discard(part)
                         continue
-                    if offset < ends[part]:
+                    if offset < ends[part] and authentic_message("snapshot copies", msg):
                         values[part].append(msg.value())
                     if offset + 1 >= ends[part]:
                         waiting.discard(part)

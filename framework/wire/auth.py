@@ -148,7 +148,7 @@ def current() -> Keyring:
     if not _installed:
         raise ConfigError(
             "no pipeline key installed in this process: start pipelines through a runner or "
-            "a flamepipe command (or framework.runners.assembly.install_keys(settings))"
+            "a flamepipe command (or framework.runners.keys.install_keys(settings))"
         )
     return _installed[0]
 

@@ -17,8 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def service_env(settings: Settings, names: Mapping[str, str], **extra: str) -> dict[str, str]:
-    """The environment of a service process: the test stack's endpoints and ``names``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLAMEPIPE_")}
+    """The environment of a service process: the test stack's endpoints and ``names``, and
+    the pipeline's key (every process of a pipeline needs the same one)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("FLAMEPIPE_") or k == "FLAMEPIPE_SECRET"
+    }
     env.update(
         FLAMEPIPE_BOOTSTRAP_SERVERS=settings.kafka_bootstrap,
         FLAMEPIPE_ZOOKEEPER_CONNECT=settings.zookeeper,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from framework.config import Settings
+from framework.kafka import security
 from framework.plan.records import StageSpec
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
@@ -145,6 +146,7 @@ class StageQuery:
             .option("kafka.isolation.level", "read_committed")
             # Bounded batches keep min time moving (so state is pruned) under a backlog.
             .option("maxOffsetsPerTrigger", str(self._max_offsets()))
+            .options(**security.spark_options())
             .load()
             .selectExpr(*_COLUMNS, *(() if self.spec.stage.is_source else _HEADERS))
         )
@@ -164,9 +166,14 @@ class StageQuery:
         return max(1, self.max_batch_records // FRAME_ITEMS)
 
     def _batch(self, frame: Any, batch_id: int) -> None:
-        keyring = current()
         ctx = TaskContext(
-            self.spec, self.bootstrap, self.run_id, batch_id, self.min_slot(), keyring
+            self.spec,
+            self.bootstrap,
+            self.run_id,
+            batch_id,
+            self.min_slot(),
+            current(),
+            tuple(security.installed().items()),
         )
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         if self.on_rows is not None:

@@ -77,6 +77,7 @@ class SparkRunner:
         if services not in ("embedded", "external"):
             raise PipelineError(f"services={services!r}: use 'embedded' or 'external'")
         self.settings = settings or Settings.load()
+        install_keys(self.settings)  # before anything reads or writes Kafka or ZooKeeper
         self.services = services
         self.progress_s = progress_s
         self._spark = spark

@@ -29,6 +29,7 @@ from typing import Any
 
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
+from framework.kafka import security
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.transactions import TaskCommitter
@@ -69,8 +70,10 @@ class TaskContext:
     run_id: str  # stable across restarts from the same checkpoint
     batch_id: int
     min_slot: int  # min time of the stage's entry segment: prunes, completes windows
-    # The pipeline's keys travel with the task (Spark's own channel: docs/security.md).
+    # The pipeline's keys and Kafka client properties travel with the task (Spark's own
+    # channel: docs/security.md).
     keyring: Keyring
+    kafka_properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def group(self) -> str:
@@ -93,6 +96,7 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
         # rescan it again and again (measured: half the task's time). Nothing here makes
         # cycles, so collect once after the task instead.
         install(ctx.keyring)
+        security.install(dict(ctx.kafka_properties))
         enabled = gc.isenabled()
         gc.disable()
         try:
