@@ -209,7 +209,7 @@ def test_secrets_never_reach_the_logs(
         install_keys(settings)
         assert security.installed()["sasl.password"] == PASSWORD
         options = security.spark_options()
-        assert PASSWORD in options["kafka.sasl.jaas.config"]
+        assert 'password="alice-\\"secret\\"-1";' in options["kafka.sasl.jaas.config"]
     finally:
         security.install({})
     assert "sasl.password" in caplog.text  # the properties were logged, redacted
