@@ -3,6 +3,9 @@
 ``FLAMEPIPE_FAILPOINTS="barrier.bundle=3"`` makes the third `hit` of ``barrier.bundle``
 kill the process with SIGKILL (what ``kill -9`` does: no cleanup, no flush, no atexit).
 Unset, `hit` costs one dictionary lookup. Only tests and soak harnesses set it.
+
+A few failpoints are values, not crashes (`value`): ``clock.skew_ms=2000`` sets the
+driver's clock for front heartbeats 2 s ahead, as a skewed host clock would.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable
 
 from framework.errors import ConfigError
 
-__all__ = ["ENV", "hit", "parse"]
+__all__ = ["ENV", "hit", "parse", "value"]
 
 ENV = "FLAMEPIPE_FAILPOINTS"
 
@@ -48,3 +51,8 @@ def hit(name: str, before: Callable[[], object] | None = None) -> None:
     if before is not None:
         before()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def value(name: str) -> int:
+    """The number armed for ``name`` in the environment now, 0 if none."""
+    return parse(os.environ.get(ENV, "")).get(name, 0)

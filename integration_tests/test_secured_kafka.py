@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -33,12 +33,14 @@ from framework.config import Settings
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import wordcount
 from framework.kafka import security
+from framework.kafka.acls import grant, pipeline_acls
+from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.cache import ProcessCache
-from framework.kafka.clients import new_producer, read_to_end
+from framework.kafka.clients import read_to_end
 from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.keys import install_keys
-from integration_tests.harness.runs import running
+from integration_tests.harness.runs import produce_lines, running
 
 PASSWORD = 'alice-"secret"-1'  # quotes: the JAAS line for Spark's client must escape them
 
@@ -97,15 +99,22 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             "org.apache.kafka.common.security.scram.ScramLoginModule required;",
             "listener.name.ssl.ssl.keystore.type=PEM",
             f"listener.name.ssl.ssl.keystore.location={keystore}",
+            # The authorizer on: a SASL user may do only what ACLs allow. The PLAINTEXT
+            # and controller listeners (and SSL without client certificates) are
+            # ANONYMOUS, the admin here.
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:ANONYMOUS",
         ),
     )
     try:
         stack.up()
         admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-        upsert = UserScramCredentialUpsertion(
-            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), PASSWORD.encode()
-        )
-        for future in admin.alter_user_scram_credentials([upsert]).values():
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        upserts = [
+            UserScramCredentialUpsertion("alice", info, PASSWORD.encode()),
+            UserScramCredentialUpsertion("bob", info, b"bob-secret"),  # no ACLs at all
+        ]
+        for future in admin.alter_user_scram_credentials(upserts).values():
             future.result(30)
         password = home / "kafka-password"
         password.write_text(PASSWORD + "\n")
@@ -149,13 +158,15 @@ def test_a_pipeline_runs_exactly_once_through_a_secured_listener(
     app = f"sec-{listener}"
     source, sink = f"{app}-lines", f"{app}-counts"
     lines = generate_lines(300, words_per_line=5, vocabulary=40, seed=21)
+    plain = secured.settings.kafka_bootstrap  # the admin's (super user) listener
+    # Someone else owns the input: the topic exists and is written by the admin.
+    ensure_topics(plain, [input_topic_spec(source, 2)])
+    if listener == "sasl":
+        # alice may do what the pipeline needs (`flamepipe acls`), nothing more.
+        grant(plain, pipeline_acls(app, "User:alice", [source], [sink]))
     try:
         with running(settings, spark, wordcount(app, source, sink)) as run:
-            # The run installed the properties in this process: this producer gets them.
-            producer = new_producer(settings.kafka_bootstrap)
-            for i, line in enumerate(lines):
-                producer.produce(source, value=line.encode(), partition=i % 2)
-            assert producer.flush(30) == 0
+            produce_lines(plain, source, lines, partitions=2)
             run.wait_released(time.time_ns() // 1_000_000, timeout_s=180)
             items = [
                 json.loads(m.value() or b"null")
@@ -198,6 +209,31 @@ def test_clients_without_credentials_are_refused(secured: Secured) -> None:
     assert not _refused(
         {"bootstrap.servers": ssl, "security.protocol": "SSL", "ssl.ca.location": str(secured.ca)}
     )
+
+
+def test_a_user_without_acls_can_neither_write_nor_read_a_pipelines_topics(
+    secured: Secured,
+) -> None:
+    sasl = {
+        "bootstrap.servers": f"127.0.0.1:{secured.sasl_port}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "bob",
+        "sasl.password": "bob-secret",
+    }
+    ensure_topics(secured.settings.kafka_bootstrap, [TopicSpec("sec-sasl.acks", 2)])
+    errors: list[Any] = []
+    producer = Producer({**sasl, "message.timeout.ms": 10_000})
+    producer.produce("sec-sasl.acks", b"forged", on_delivery=lambda err, _m: errors.append(err))
+    producer.flush(15)
+    assert errors and errors[0] is not None
+    assert errors[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, errors[0]
+    consumer = Consumer({**sasl, "group.id": "sec-sasl.spy"})
+    try:
+        topics = consumer.list_topics(timeout=10).topics
+        assert not [t for t in topics if t.startswith("sec-sasl")]  # not even their names
+    finally:
+        consumer.close()
 
 
 def test_secrets_never_reach_the_logs(

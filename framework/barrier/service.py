@@ -224,7 +224,7 @@ class BarrierService(Service):
         if header is not None:
             gts.append(header.gt_last)
         next_seq = header.seq + 1 if header is not None else 0
-        self._barrier = Barrier(max(gts) if gts else None, next_seq)
+        self._barrier = Barrier(max(gts) if gts else None, next_seq, strict=True)
         self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
         # Step 5
         starts: dict[int, int | None] = {}

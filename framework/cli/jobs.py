@@ -101,6 +101,24 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     )
 
 
+def _cmd_acls(args: argparse.Namespace) -> int:
+    from framework.kafka.acls import acl_commands, grant, pipeline_acls
+    from framework.kafka.endpoints import kafka_sources, sink_nodes
+
+    graph = _graph(args)
+    settings = settings_of(args)
+    install_keys(settings)
+    sources = [s.topic for s in kafka_sources(graph).values()]
+    sinks = [graph.node(n).endpoint.topic for n in sink_nodes(graph)]  # type: ignore[union-attr]
+    bindings = pipeline_acls(graph.name, args.principal, sources, sinks)
+    if args.apply:
+        grant(settings.kafka_bootstrap, bindings)
+        print(f"{len(bindings)} ACLs created for {args.principal}", file=sys.stderr)
+    else:
+        print("\n".join(acl_commands(bindings, settings.kafka_bootstrap)))
+    return 0
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from framework.runners.replay import parse_offsets, resolve_start, start_replay
 
@@ -173,6 +191,11 @@ def add_parsers(
     barrier.add_argument(
         "--at-least-once", action="store_true", help="no transactions (for comparison)"
     )
+    acls = sub.add_parser(
+        "acls", parents=[spec], help="the Kafka ACLs the pipeline's principal needs"
+    )
+    acls.add_argument("--principal", required=True, help="e.g. User:pipeline")
+    acls.add_argument("--apply", action="store_true", help="create them (needs ALTER)")
     replay = sub.add_parser(
         "replay", parents=[spec], help="start the next epoch from chosen offsets, then run"
     )
@@ -190,4 +213,5 @@ COMMANDS = {
     "acker": _cmd_acker,
     "barrier": _cmd_barrier,
     "replay": _cmd_replay,
+    "acls": _cmd_acls,
 }

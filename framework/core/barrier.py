@@ -44,8 +44,18 @@ class Bundle:
 class Barrier:
     """Buffers records and releases them in meta order as min time passes them."""
 
-    def __init__(self, gt_last: GlobalTime | None = None, next_seq: int = 0) -> None:
-        """Resume after the bundle that ended at ``gt_last``; the next bundle is ``next_seq``."""
+    def __init__(
+        self, gt_last: GlobalTime | None = None, next_seq: int = 0, *, strict: bool = False
+    ) -> None:
+        """Resume after the bundle that ended at ``gt_last``; the next bundle is ``next_seq``.
+
+        ``strict``: a record at or before ``gt_last`` but after the ``gt_last`` it started
+        from was not released before this barrier started (no restart explains it): it
+        came after min time passed it, so `push` raises `ProtocolViolation` rather than
+        drop it. The barrier service is strict; a barrier fed the same records twice on
+        purpose (tests of replays) is not.
+        """
+        self._strict = strict
         self._gt_last = gt_last
         self._next_seq = next_seq
         self._slots: dict[int, dict[Meta, _Entries]] = {}
@@ -54,6 +64,7 @@ class Barrier:
         self.replays_dropped = 0
         """Records dropped as at or before ``gt_last``: after a restart, replays; in a steady
         run there are none, so a count that grows then means a min time was false."""
+        self._restored = gt_last  # what a restart's re-read may legitimately repeat
 
     @property
     def gt_last(self) -> GlobalTime | None:
@@ -82,6 +93,15 @@ class Barrier:
         gt_last = self._gt_last
         if gt_last is not None and gt <= gt_last:
             self.replays_dropped += 1
+            restored = self._restored
+            if self._strict and (restored is None or gt > restored):
+                # Not a replay of what was out before this barrier started: it arrived
+                # after min time passed its slot. Dropping it would lose it in silence.
+                raise ProtocolViolation(
+                    f"an item at {gt} arrived after min time released {gt_last}: a min time "
+                    "was false (a source record later than front_lag_ms, or a lost ack); "
+                    "its output would be lost, so the barrier stops"
+                )
             return 0
         tombstone = meta.tombstone
         key = Meta(gt, meta.child_ids, meta.trace, False) if tombstone else meta

@@ -38,6 +38,7 @@ from framework.kafka.security import secured
 __all__ = [
     "LOG_APPEND_TIME",
     "TopicSpec",
+    "admin_client",
     "close_cached",
     "compacted_spec",
     "end_offsets",
@@ -80,6 +81,11 @@ def compacted_spec(
 ) -> TopicSpec:
     """A compacted topic (changelogs, min times): the latest value per key is kept."""
     return TopicSpec(name, partitions, {**(config or {}), "cleanup.policy": "compact"})
+
+
+def admin_client(bootstrap: str) -> AdminClient:
+    """This process's admin client of ``bootstrap`` (with the installed client properties)."""
+    return _admin(bootstrap)
 
 
 def _admin(bootstrap: str) -> AdminClient:

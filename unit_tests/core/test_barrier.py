@@ -245,3 +245,14 @@ def test_live_lists_what_a_release_would_emit_by_slot() -> None:
     assert barrier.live(5, 7) == [item(5, payload="a")] * 2  # item 6 met its tombstone
     barrier.push(item(6, payload="b"))
     assert barrier.live(6, 7) == [item(6, payload="b")]
+
+
+def test_a_strict_barrier_refuses_a_drop_no_restart_explains() -> None:
+    """Released in this run and then arriving: min time was false; dropping it loses it."""
+    barrier = Barrier(GlobalTime.slot_end(3), 2, strict=True)
+    assert barrier.push(item(2)) == 0  # at or before the restored GT_last: a replay
+    assert barrier.push(item(5)) == 1
+    assert barrier.on_min_time(6) is not None
+    with pytest.raises(ProtocolViolation, match="arrived after min time released"):
+        barrier.push(item(4))
+    assert barrier.replays_dropped == 2

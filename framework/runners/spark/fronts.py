@@ -3,7 +3,8 @@
 Every ``heartbeat_ms``, and at once when a source stage finished a batch, per source stage:
 
 1. Read the last timestamp consumed per partition and Spark's last progress (the offsets
-   the last finished micro-batch consumed), then the clock ``t0``, then the end offset
+   the last finished micro-batch consumed), then ``t0``, the broker's time as far as this
+   driver can tell without overestimating it (`broker_now`), then the end offset
    (high watermark) of every input partition. Not the last stable offset: records of a
    transaction still open were appended (and stamped) before ``t0`` but become readable
    later, so a partition with an open transaction must not heartbeat past them.
@@ -14,15 +15,17 @@ Every ``heartbeat_ms``, and at once when a source stage finished a batch, per so
    ``slot(t0 - lag)``: a record not consumed yet was not readable at ``t0``, so it was
    stamped after ``t0 - lag`` unless it took longer than ``lag`` (``front_lag_ms``) from
    its LogAppendTime to the high watermark. The broker stamps a record before it makes it
-   readable; a pause in between (a GC, a starved CPU, followers replicating) is the lag,
-   and with it the clock skew between this driver and the broker.
-4. If any front's heartbeat rose, send one AckBatch per acker shard (heartbeats only),
+   readable; a pause in between (a GC, a starved CPU, followers replicating) is the lag.
+4. If any front's heartbeat rose, record the new slots as the partitions' floors
+   (`floors`: every source task gets them and refuses, before it commits, a record below
+   its partition's floor), then send one AckBatch per acker shard (heartbeats only),
    closed by this driver's next node time. The acks of the batches it covers were
    committed before Spark reported their progress, so they precede it on every shard.
 
-A record that breaks the lag bound is detected, not dropped in silence: `check` compares
-each source batch's earliest timestamp per partition with what was heartbeated before
-the batch committed, and fails the run (`ProtocolViolation`) naming the setting to raise.
+A record that breaks the lag bound is detected, not dropped in silence: the source task
+fails before its batch commits (`framework.runners.spark.tasks`), and `check_batch`
+compares each committed batch's earliest timestamp per partition with what was
+heartbeated, failing the run (`ProtocolViolation`) naming the setting to raise.
 
 A round that fails (the broker restarting, a leader moving) is skipped: heartbeats only
 ever rise, so a missed round holds min time back and costs nothing else. The thread gives
@@ -37,11 +40,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer
 
+from framework import failpoints
 from framework.core.ids import stable_id
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
@@ -100,7 +104,9 @@ class FrontHeartbeats(Service):
         interval_ms: int,
         lag_ms: int = 250,
         outage_s: float = 120.0,
+        clock: Callable[[], int] | None = None,
     ) -> None:
+        """``clock``: this host's time in ms (the wall clock; tests skew it)."""
         super().__init__("flamepipe-fronts")
         self.bootstrap = bootstrap
         self.acks_topic = acks_topic
@@ -115,6 +121,15 @@ class FrontHeartbeats(Service):
         self.node = stable_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
         self.time = 0
         self.sent: dict[int, int] = {}
+        # topic -> partition -> the highest slot this driver promised (or is promising):
+        # a source task refuses records below it before committing (`floors`).
+        self.promised: dict[str, dict[int, int]] = {}
+        skew = failpoints.value("clock.skew_ms")
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000 + skew)
+        # broker time - this clock, from the LogAppendTime of the last heartbeat record
+        # delivered (a lower bound: the record was stamped before its report came back);
+        # None until a first record was delivered.
+        self.broker_offset_ms: int | None = None
         self._producer: Producer | None = new_producer(bootstrap)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
         self._wake = threading.Event()
@@ -125,6 +140,48 @@ class FrontHeartbeats(Service):
         """Beat now, not at the next interval: a source stage just committed a batch, and
         the heartbeat its timestamps allow is what releases that batch's output."""
         self._wake.set()
+
+    def broker_now(self) -> int:
+        """The broker's time now, never overestimated: this host's clock, moved back by
+        the offset the last delivered heartbeat showed when this clock runs ahead (a
+        clock behind the broker's is already on the safe side). The first call, before
+        any delivery, measures the offset with a batch that holds no heartbeat."""
+        if self.broker_offset_ms is None:
+            self._probe()
+        return self.clock() + min(0, self.broker_offset_ms or 0)
+
+    def _probe(self) -> None:
+        producer = self._producer
+        if producer is None:
+            raise ServiceFailed("front heartbeats are stopped")
+        self.time += 1
+        for shard, value in shard_batches(self.node, self.time, (), self.shards, []):
+            produce_record(
+                producer, OutRecord(self.acks_topic, shard, None, value), self._delivered
+            )
+        producer.flush(DEFAULT_TIMEOUT_S)
+        if self.broker_offset_ms is None:
+            raise ServiceFailed("the broker's time is unknown: no heartbeat record was delivered")
+
+    def _delivered(self, error: Any, msg: Any) -> None:
+        if error is not None:
+            return
+        kind, stamp = msg.timestamp()
+        if kind == TIMESTAMP_LOG_APPEND_TIME:
+            self.broker_offset_ms = stamp - self.clock()
+
+    def _promise(self, beats: list[Heartbeat]) -> None:
+        """Record the slots about to be heartbeated, before they are sent."""
+        by_front = {beat.front: beat.slot for beat in beats}
+        for topic in self.sources:
+            for partition in range(self._partition_count(topic)):
+                slot = by_front.get(front_id(topic, partition))
+                if slot is not None:
+                    self.promised.setdefault(topic, {})[partition] = slot
+
+    def floors(self, topic: str) -> dict[int, int]:
+        """Per partition of ``topic``, the slot no record read from now on may lie below."""
+        return dict(self.promised.get(topic, {}))
 
     def check_batch(self, topic: str, rows: list[Any]) -> None:
         """`ProtocolViolation` if a source batch of ``topic`` read a record in a slot this
@@ -206,7 +263,7 @@ class FrontHeartbeats(Service):
             # Step 1
             progress, stamps = stage.consumed()
             consumed = consumed_offsets(progress, topic)
-            t0 = time.time_ns() // 1_000_000
+            t0 = self.broker_now()
             ends = end_offsets(self.bootstrap, topic, partitions=self._partition_count(topic))
             caught_up = slot_of(t0 - self.lag_ms, self.delta_ms)
             for partition, end in ends.items():
@@ -223,9 +280,11 @@ class FrontHeartbeats(Service):
             producer = self._producer
             if producer is None:
                 raise ServiceFailed("front heartbeats are stopped")
+            self._promise(beats)
             self.time += 1
             for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
-                produce_record(producer, OutRecord(self.acks_topic, shard, None, value))
+                record = OutRecord(self.acks_topic, shard, None, value)
+                produce_record(producer, record, self._delivered)
             producer.poll(0)
             # Only now: a round that fails before this point is sent again in full.
             self.sent.update((beat.front, beat.slot) for beat in beats)

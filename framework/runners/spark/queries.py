@@ -105,6 +105,9 @@ class StageQuery:
         # Called with a batch's summary rows once its tasks committed, before they count.
         self.on_rows: Callable[[list[Any]], None] | None = None
         self.on_batch: Callable[[], None] | None = None  # after each batch's tasks committed
+        # A source stage's heartbeat floors per partition (`FrontHeartbeats.floors`).
+        self.floors: Callable[[], dict[int, int]] = dict
+        self.front_lag_ms = settings.front_lag_ms
         self.run_id = ""  # read from the checkpoint when the query starts
         self.query: Any = None
         # Aggregate stages: per input partition the earliest window end still to emit
@@ -174,6 +177,8 @@ class StageQuery:
             self.min_slot(),
             current(),
             tuple(security.installed().items()),
+            tuple(self.floors().items()),
+            self.front_lag_ms,
         )
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         if self.on_rows is not None:

@@ -190,6 +190,7 @@ class PipelineRun:
         )
         for topic, query in progress.items():
             query.on_rows = functools.partial(self.fronts.check_batch, topic)
+            query.floors = functools.partial(self.fronts.floors, topic)
             query.on_batch = self.fronts.poke
         self.fronts.start()
         aggregates = [

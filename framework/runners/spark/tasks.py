@@ -29,6 +29,8 @@ from typing import Any
 
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
+from framework.core.time import slot_of
+from framework.errors import ProtocolViolation
 from framework.kafka import security
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
@@ -74,6 +76,10 @@ class TaskContext:
     # channel: docs/security.md).
     keyring: Keyring
     kafka_properties: tuple[tuple[str, str], ...] = ()
+    # Source stages: per partition, the slot the driver heartbeated (or is heartbeating)
+    # the partition's front up to; a record below it must not commit (`_check_lag`).
+    floors: tuple[tuple[int, int], ...] = ()
+    front_lag_ms: int = 0
 
     @property
     def group(self) -> str:
@@ -183,6 +189,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     # Step 2
     if committer.is_committed(ctx.group, topic, partition, end):
         return _summary(partition, records, skipped=True)
+    _check_lag(ctx, partition, records)
     program = _programs.get((app, stage, ctx.run_id), lambda: StageProgram(spec))
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
@@ -216,6 +223,27 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
 
 
 _NO_CATCHUP: dict[str, Any] = {"catchup_records": 0, "catchup_bytes": 0, "catchup_ms": 0.0}
+
+
+def _check_lag(ctx: TaskContext, partition: int, records: list[InRecord]) -> None:
+    """Before anything commits: `ProtocolViolation` if a source record lies in a slot the
+    driver already heartbeated its front past. Min time may have passed it, so its output
+    would be dropped as a replay; failing here, uncommitted, loses nothing, and a restart
+    reads the batch again instead of skipping it."""
+    floor = dict(ctx.floors).get(partition)
+    if floor is None:
+        return
+    delta = ctx.spec.graph.delta_ms
+    stamp = min(r.timestamp_ms for r in records)
+    if slot_of(stamp, delta) < floor:
+        topic = records[0].topic
+        raise ProtocolViolation(
+            f"a record of {topic}[{partition}] stamped {stamp} (LogAppendTime) became "
+            f"readable after the driver heartbeated the partition past {floor * delta}: it "
+            f"took over front_lag_ms={ctx.front_lag_ms} to become readable. Nothing of this "
+            "batch was committed. Raise FLAMEPIPE_FRONT_LAG_MS (the broker's worst pause or "
+            "replication delay) and restart the pipeline."
+        )
 
 
 def _state(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
 from framework.core.time import front_id
 from framework.errors import ProtocolViolation, ServiceFailed
@@ -13,7 +14,7 @@ from framework.runners.spark.fronts import FrontHeartbeats
 
 def _fronts(outage_s: float, interval_ms: int = 5) -> FrontHeartbeats:
     # No broker behind this address: the producer connects lazily and is never used.
-    return FrontHeartbeats(
+    fronts = FrontHeartbeats(
         "127.0.0.1:1",
         "app",
         acks_topic="app.acks",
@@ -23,6 +24,8 @@ def _fronts(outage_s: float, interval_ms: int = 5) -> FrontHeartbeats:
         interval_ms=interval_ms,
         outage_s=outage_s,
     )
+    fronts.broker_offset_ms = 0  # no broker here to measure it: as if measured, no skew
+    return fronts
 
 
 def _wait(condition: object, timeout_s: float = 5.0) -> None:
@@ -176,3 +179,56 @@ def test_a_record_older_than_a_heartbeat_fails_the_run() -> None:
         assert "a[0] stamped 4999" in str(caught.value)
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+class _Report:
+    def __init__(self, stamp: int) -> None:
+        self.stamp = stamp
+
+    def timestamp(self) -> tuple[int, int]:
+        return (TIMESTAMP_LOG_APPEND_TIME, self.stamp)
+
+
+def test_broker_time_is_never_overestimated() -> None:
+    fronts = _fronts(outage_s=60)
+    now = [1_000_000]
+    fronts.clock = lambda: now[0]
+    try:
+        fronts._delivered(None, _Report(1_000_000 - 2_000))  # this clock runs 2 s ahead
+        assert fronts.broker_offset_ms == -2_000
+        assert fronts.broker_now() == 998_000
+        fronts._delivered(None, _Report(1_000_000 + 500))  # now behind: keep this clock
+        assert fronts.broker_now() == 1_000_000
+        fronts._delivered(OSError("lost"), _Report(0))  # a failed delivery tells nothing
+        assert fronts.broker_offset_ms == 500
+    finally:
+        fronts.stop(flush_s=0)
+
+
+def test_a_skew_failpoint_moves_this_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLAMEPIPE_FAILPOINTS", "clock.skew_ms=2000")
+    fronts = _fronts(outage_s=60)
+    try:
+        assert fronts.clock() - time.time_ns() // 1_000_000 >= 1_990
+    finally:
+        fronts.stop(flush_s=0)
+
+
+def test_floors_are_promised_before_the_heartbeat_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", lambda *_a, **_k: {0: 1})
+    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", lambda _b, _t: 1)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _Stage()}
+    seen: list[dict[int, int]] = []
+
+    def produce(*_args: object, **_kwargs: object) -> None:
+        seen.append(fronts.floors("a"))
+
+    monkeypatch.setattr("framework.runners.spark.fronts.produce_record", produce)
+    try:
+        (beat,) = fronts.beat()
+        assert seen and seen[0] == {0: beat.slot} == fronts.floors("a")
+    finally:
+        fronts.stop(flush_s=0)
