@@ -25,8 +25,10 @@ from framework.core.time import GlobalTime
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
+from framework.kafka.clients import produce_record
 from framework.runners.spark import SparkRunner
 from framework.wire.avro import encode_ack_batch
+from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from integration_tests.harness.runs import produce_lines, read_output
 
@@ -41,7 +43,8 @@ def _lose_an_ack(bootstrap: str, app: str, segment: str, slot: int, shards: int)
             if shard == shard_of(slot, shards)
             else []
         )
-        producer.produce(Topics(app).acks, encode_ack_batch(node, 1, acks, []), partition=shard)
+        value = encode_ack_batch(node, 1, acks, [])
+        produce_record(producer, OutRecord(Topics(app).acks, shard, None, value))
     producer.flush(30)
 
 

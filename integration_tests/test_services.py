@@ -27,13 +27,14 @@ from framework.core.meta import Meta
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, ProtocolViolation
 from framework.kafka.admin import TopicSpec, ensure_topics
-from framework.kafka.clients import is_eof, new_consumer
+from framework.kafka.clients import is_eof, new_consumer, produce_record
 from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.avro import encode_ack_batch, encode_bundle_header, encode_meta
 from framework.wire.bundles import BUNDLE_HEADER, META_HEADER, read_bundle_header
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
+from framework.wire.records import OutRecord
 from framework.wire.serde import Utf8
 from framework.wire.topics import Topics
 
@@ -67,14 +68,14 @@ class Node:
         self.time += 1
         for shard in range(SHARDS):
             value = encode_ack_batch(self.node, self.time, acks.get(shard, []), beats)
-            self.producer.produce(Topics(self.app).acks, value, partition=shard)
+            produce_record(self.producer, OutRecord(Topics(self.app).acks, shard, None, value))
         self.producer.flush(TIMEOUT)
         self.sent.append(SHARDS)
 
     def one(self, shard: int, acks: list[Ack]) -> None:
         """A batch delivered to one shard only (the other one's part comes later)."""
         value = encode_ack_batch(self.node, self.time, acks, [])
-        self.producer.produce(Topics(self.app).acks, value, partition=shard)
+        produce_record(self.producer, OutRecord(Topics(self.app).acks, shard, None, value))
         self.producer.flush(TIMEOUT)
 
 
@@ -248,7 +249,7 @@ class Stage:
                 slot = meta.gt.slot
                 acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
             for value in frame.frames():
-                self.producer.produce(pre, value, partition=0, headers=list(FRAME_HEADERS))
+                produce_record(self.producer, OutRecord(pre, 0, None, value, FRAME_HEADERS))
         self.producer.flush(TIMEOUT)
         self.node.batch(acks)
 
@@ -537,12 +538,11 @@ def write_bundles(bootstrap: str, topic: str, bundles: list[tuple[int, int, list
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for seq, last, slots in bundles:
         for i, slot in enumerate(slots):
-            headers = [(META_HEADER, encode_meta(meta(slot, i)))]
-            producer.produce(topic, f"{seq}.{i}".encode(), partition=0, headers=headers)
+            headers = ((META_HEADER, encode_meta(meta(slot, i))),)
+            produce_record(producer, OutRecord(topic, 0, None, f"{seq}.{i}".encode(), headers))
         header = BundleHeader(seq, GlobalTime.slot_end(last), len(slots))
-        producer.produce(
-            topic, None, partition=0, headers=[(BUNDLE_HEADER, encode_bundle_header(header))]
-        )
+        closing = ((BUNDLE_HEADER, encode_bundle_header(header)),)
+        produce_record(producer, OutRecord(topic, 0, None, None, closing))
     producer.flush(TIMEOUT)
 
 

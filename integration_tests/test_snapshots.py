@@ -28,6 +28,7 @@ from framework.kafka.clients import read_to_end
 from framework.plan.state import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
 from framework.snapshots.backends import FileBackend
+from framework.snapshots.units import unit_label
 from framework.wire.topics import Topics
 from integration_tests.harness.runs import produce_lines, running
 
@@ -57,11 +58,13 @@ def _expected_state(stored: Stored, slot: int) -> Counter[Any]:
     return Counter((w, tuple(gt), json.dumps(p)) for w, (gt, _, p) in last.items())
 
 
-def _saved_state(backend: FileBackend, record: SnapshotRecord, node: str) -> Counter[Any]:
+def _saved_state(app: str, backend: FileBackend, record: SnapshotRecord, node: str) -> Counter[Any]:
     found: Counter[Any] = Counter()
     units = record.units[node]
     for partition, unit in enumerate(units):
-        state = decode_unit(backend.get(unit, record.slot), unit)
+        state = decode_unit(
+            backend.get(unit, record.slot), unit_label(app, unit, record.slot), unit
+        )
         for key, items, early in state["buckets"]:
             assert early == []
             assert key_hash(key) % len(units) == partition, f"{key!r} in the wrong unit"
@@ -92,7 +95,9 @@ def _restored_matches(
     for partition, unit in enumerate(record.units[node]):
         grouping = Grouping(op_id, 2)
         apply_changelog(grouping, values.get(partition, []))
-        state = decode_unit(backend.get(unit, record.slot), unit)
+        state = decode_unit(
+            backend.get(unit, record.slot), unit_label(graph.name, unit, record.slot), unit
+        )
         expected = Grouping.restore(op_id, state).snapshot()
         assert _plain(grouping.snapshot()) == _plain(expected), unit
 
@@ -170,7 +175,7 @@ def test_snapshots_hold_the_state_below_their_slot(
             # (a) The saved units hold the state the input below the slot leaves.
             expected = _expected_state(stored, record.slot)
             assert expected, "the snapshot should cover some input"
-            assert _saved_state(backend, record, node) == expected
+            assert _saved_state(graph.name, backend, record, node) == expected
             # (b) Sources replay from the first record at or after the slot.
             assert dict(record.offsets[source]) == _expected_offsets(stored, record.slot, 2)
         # (c) Restoring into epoch 1 seeds changelogs that apply back to the same state;
@@ -179,7 +184,7 @@ def test_snapshots_hold_the_state_below_their_slot(
             assert record is not None
             restored = restore_epoch(bootstrap, graph, record, backend, new_epoch=1)
             assert restored.units == 2
-            assert restored.buckets == sum(_saved_state(backend, record, node).values())
+            assert restored.buckets == sum(_saved_state(graph.name, backend, record, node).values())
             _restored_matches(bootstrap, graph, backend, record, node)
     finally:
         registry.close()
