@@ -26,7 +26,7 @@ from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.wire.topics import Topics
 from integration_tests.harness.driver_main import WINDOW_MS
-from integration_tests.harness.runs import produce_lines, read_output
+from integration_tests.harness.runs import assert_running_counts, produce_lines, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,13 +113,7 @@ def test_driver_killed_mid_run_output_is_exactly_once(stack: Settings, tmp_path:
     finally:
         _kill(driver)
     assert kills == 2
-    seen: dict[str, list[int]] = {}
-    for word, n in items:
-        seen.setdefault(word, []).append(n)
-    oracle = word_counts(lines)
-    assert {w: sorted(ns) for w, ns in seen.items()} == {
-        w: list(range(1, n + 1)) for w, n in oracle.items()
-    }
+    assert_running_counts(items, lines)
 
 
 def _wait_for_output(
@@ -220,9 +214,4 @@ def test_a_driver_restarted_on_another_host_resumes_from_shared_checkpoints(
     assert ids_before and ids_after == ids_before, "host B started new checkpoints"
     assert offsets_before < offsets_after, "host B did not continue the shared checkpoints"
     assert not list(host_b.rglob("offsets")), "host B checkpointed to its own disk"
-    seen: dict[str, list[int]] = {}
-    for word, n in items:
-        seen.setdefault(word, []).append(n)
-    assert {w: sorted(ns) for w, ns in seen.items()} == {
-        w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
-    }
+    assert_running_counts(items, lines)

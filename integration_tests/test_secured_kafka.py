@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
 )
 
 from framework.config import Settings
-from framework.demos.text import generate_lines, word_counts
+from framework.demos.text import generate_lines
 from framework.demos.wordcount import wordcount
 from framework.kafka import security
 from framework.kafka.acls import grant, pipeline_acls
@@ -40,7 +40,7 @@ from framework.kafka.clients import read_to_end
 from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.keys import install_keys
-from integration_tests.harness.runs import produce_lines, running
+from integration_tests.harness.runs import assert_running_counts, produce_lines, running
 
 PASSWORD = 'alice-"secret"-1'  # quotes: the JAAS line for Spark's client must escape them
 
@@ -176,12 +176,7 @@ def test_a_pipeline_runs_exactly_once_through_a_secured_listener(
     finally:
         security.install({})
         ProcessCache.clear_all()
-    seen: dict[str, list[int]] = {}
-    for word, n in items:
-        seen.setdefault(word, []).append(n)
-    assert {w: sorted(ns) for w, ns in seen.items()} == {
-        w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
-    }
+    assert_running_counts(items, lines)
 
 
 def _refused(config: dict[str, Any]) -> bool:

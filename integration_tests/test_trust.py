@@ -22,14 +22,19 @@ from confluent_kafka import Producer
 from framework.config import Settings
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
-from framework.demos.text import generate_lines, word_counts
+from framework.demos.text import generate_lines
 from framework.demos.wordcount import wordcount
 from framework.wire import auth
 from framework.wire.acks import shard_batches
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.frames import FRAME_HEADERS
 from framework.wire.topics import Topics
-from integration_tests.harness.runs import produce_lines, read_output, running
+from integration_tests.harness.runs import (
+    assert_running_counts,
+    produce_lines,
+    read_output,
+    running,
+)
 
 MARKER = Path("/tmp/flamepipe-pwned-through-kafka")
 
@@ -82,12 +87,7 @@ def test_forged_records_run_nothing_move_no_time_and_lose_nothing(
     assert not MARKER.exists(), "a forged record ran a command"
     now_slot = slot_of(time.time_ns() // 1_000_000, 10)
     assert min_time <= now_slot < far, f"min time {min_time} moved past now ({now_slot})"
-    seen: dict[str, list[int]] = {}
-    for word, n in items:
-        seen.setdefault(word, []).append(n)
-    assert {w: sorted(ns) for w, ns in seen.items()} == {
-        w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
-    }
+    assert_running_counts(items, lines)
     refused = {k: auth.refused[k] - refused_before.get(k, 0) for k in auth.refused}
     assert refused.get("acker", 0) >= 1, refused  # the forged heartbeats
     assert refused.get("barrier", 0) == 1, refused  # the pre-barrier frame

@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.config import Settings
+from framework.demos.text import word_counts
 from framework.kafka.clients import read_to_end
 from framework.pipeline import Pipeline
 from framework.runners.spark import PipelineRun, SparkRunner
@@ -39,6 +40,17 @@ def read_output(bootstrap: str, topic: str) -> list[Any]:
         for msg in read_to_end(bootstrap, topic)
         if "fp.bundle" not in dict(msg.headers() or [])
     ]
+
+
+def assert_running_counts(items: list[Any], lines: list[str]) -> None:
+    """Exactly once for the running word count: every word shows each count 1..n once
+    (n its occurrences in ``lines``), nothing else."""
+    seen: dict[str, list[int]] = {}
+    for word, n in items:
+        seen.setdefault(word, []).append(n)
+    assert {w: sorted(ns) for w, ns in seen.items()} == {
+        w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
+    }
 
 
 @contextmanager
