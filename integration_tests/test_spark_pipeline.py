@@ -207,3 +207,52 @@ def test_count_windows_on_spark_release_every_full_run_once(stack: Settings, spa
 
 def _first(pair: tuple[str, int]) -> str:
     return pair[0]
+
+
+def test_a_spark_stateful_query_runs_beside_a_pipeline_in_the_same_session(
+    stack: Settings, spark: Any, tmp_path: Any
+) -> None:
+    """flamepipe's session settings leave other Spark queries working: a windowed
+    aggregation on the RocksDB state store (which needs Hadoop's LocalFileSystem) runs and
+    counts right while a pipeline runs in the same session."""
+    from pyspark.sql import functions as sf
+
+    settings = stack.with_(parallelism=2)
+    app = _app("nb")
+    source, sink = f"{app}-lines", f"{app}-counts"
+    lines = generate_lines(200, words_per_line=5, vocabulary=30, seed=5)
+    with running(settings, spark, wordcount(app, source, sink)) as run:
+        until = produce_lines(settings.kafka_bootstrap, source, lines, partitions=2)
+        words = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .load()
+            .select(
+                sf.explode(sf.split(sf.col("value").cast("string"), " ")).alias("word"), "timestamp"
+            )
+        )
+        counts = words.groupBy(sf.window("timestamp", "1 second"), "word").count()
+        query = (
+            counts.writeStream.outputMode("complete")
+            .format("memory")
+            .queryName(f"neighbour_{app}")
+            .option("checkpointLocation", str(tmp_path / "neighbour"))
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+            rows = spark.sql(f"SELECT word, count FROM neighbour_{app}").collect()
+        finally:
+            query.stop()
+        run.wait_released(until, timeout_s=120)
+        items = read_output(settings.kafka_bootstrap, sink)
+    totals: Counter[str] = Counter()
+    for row in rows:
+        totals[row["word"]] += row["count"]
+    assert totals == word_counts(lines)
+    highest: dict[str, int] = {}
+    for word, n in items:
+        highest[word] = max(highest.get(word, 0), n)
+    assert Counter(highest) == word_counts(lines)

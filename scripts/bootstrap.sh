@@ -36,8 +36,9 @@ fi
 say "fetching the local stack's jars (cached after the first time)"
 .venv/bin/python - <<'PY'
 from framework.config import Settings
-from framework.local.jars import jar_bundle
+from framework.local.jars import flamepipe_jar, jar_bundle
 settings = Settings.load()
 for bundle in ("kafka-broker", "spark-kafka"):
     jar_bundle(bundle, settings.cache_dir)
+flamepipe_jar(settings.cache_dir)
 PY

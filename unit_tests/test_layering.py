@@ -17,6 +17,7 @@ BASE = (
     "framework.failpoints",
     "framework.deadline",
     "framework.logs",
+    "framework.net",
     "framework.service",
 )
 CORE = (*BASE, "framework.core")
@@ -31,6 +32,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.deadline": ("framework.errors",),
     "framework.service": ("framework.errors", "framework.deadline"),
     "framework.logs": (),
+    "framework.net": (),
     "framework.config": (*BASE, "framework.config"),
     "framework.core": CORE,
     "framework.wire": WIRE,
@@ -63,7 +65,16 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 # Third-party packages by layer: the pure core and the byte formats import neither Spark,
 # Kafka nor ZooKeeper; only the Kafka layer (and what sits above it) makes Kafka clients.
-THIRD_PARTY = ("pyspark", "confluent_kafka", "kazoo", "rocksdict", "testcontainers", "py4j")
+THIRD_PARTY = (
+    "pyspark",
+    "confluent_kafka",
+    "kazoo",
+    "rocksdict",
+    "testcontainers",
+    "py4j",
+    "prometheus_client",
+    "rich",
+)
 THIRD_PARTY_ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.kafka": ("confluent_kafka",),
     "framework.coordination": ("kazoo",),
@@ -71,9 +82,11 @@ THIRD_PARTY_ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.barrier": ("confluent_kafka",),
     "framework.snapshots": ("confluent_kafka", "rocksdict"),
     "framework.runners": ("confluent_kafka", "kazoo", "pyspark", "py4j"),
+    # Watching a run: metrics and the console sit beside the runners, not in the data path.
+    "framework.runners.observe": ("prometheus_client", "rich"),
     "framework.local": ("testcontainers", "confluent_kafka"),
     "framework.demos": ("confluent_kafka", "pyspark"),
-    "framework.cli": ("confluent_kafka", "kazoo", "pyspark"),
+    "framework.cli": ("confluent_kafka", "kazoo", "pyspark", "rich"),
     "connectors": ("confluent_kafka",),
 }
 

@@ -34,8 +34,10 @@ from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
+    TopicPartition,
 )
 
 from framework.acker.checkpoints import latest
@@ -174,6 +176,24 @@ class AckerService(Service):
     def replaying(self) -> bool:
         """Whether some owned partition is still being replayed."""
         return bool(self._replaying)
+
+    def lag(self) -> int | None:
+        """Ack records written but not yet applied, over the owned shards, by the high
+        watermarks of the last fetches (None before the first); safe from any thread."""
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        total = 0
+        for partition in self.partitions:
+            tp = TopicPartition(self.topics.acks, partition)
+            try:
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+            except (KafkaException, RuntimeError):
+                return None
+            if high < 0:
+                return None
+            total += max(0, high - self._next.get(partition, 0))
+        return total
 
     def _open(self) -> None:
         shards = self._shards[self.partitions[0]].shards

@@ -103,6 +103,7 @@ class BarrierService(Service):
         max_batch: int = 16,
         checkpoint_s: float = 1.0,
         speculation: Speculation | None = None,
+        delta_ms: int = 10,
     ) -> None:
         """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
 
@@ -127,6 +128,7 @@ class BarrierService(Service):
         self.max_batch = max_batch
         self.checkpoint_s = checkpoint_s
         self.speculation = speculation if speculation is not None else Speculation()
+        self.delta_ms = delta_ms
         # The transactional id (below) does not depend on the epoch: a barrier of a new
         # epoch must fence one of an older epoch still writing to the same output.
         self.epoch = epoch
@@ -180,6 +182,7 @@ class BarrierService(Service):
             segments=tuple(segments.inbound),
             exactly_once=exactly_once,
             epoch=epoch,
+            delta_ms=graph.delta_ms,
         )
 
     @property
@@ -280,6 +283,7 @@ class BarrierService(Service):
             self._commit(bundle, positions=bool(self._acks) or overdue)
             if bundle is not None and bundle.records:
                 self.stats.release_s.append(time.monotonic() - seen_at)
+                self.stats.note_latencies(bundle.records, self.delta_ms)
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
         self._released = self._min_seen
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["BarrierStats"]
+from framework.core.meta import Record
+
+__all__ = ["BarrierStats", "quantiles"]
 
 
 @dataclass
@@ -29,6 +32,21 @@ class BarrierStats:
     # of every write (bundle or not): the price of the write mode (transaction or not).
     release_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     write_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    # Seconds from an item's append (the middle of its slot) to its bundle's commit: the
+    # end-to-end latency as far as the barrier sees it (a reader adds its poll).
+    latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    items_released: int = 0  # items in committed bundles (items_out also counts headers)
+
+    def note_latencies(self, records: Sequence[Record], delta_ms: int) -> None:
+        """Record the latency of a committed bundle's items (at most `_SAMPLES` of them,
+        evenly spread: a bundle of 100 000 items must not cost 100 000 appends)."""
+        now_ms = time.time() * 1000.0
+        self.items_released += len(records)
+        step = max(1, len(records) // _SAMPLES)
+        half = delta_ms / 2
+        append = self.latency_s.append
+        for record in records[::step]:
+            append(max(0.0, now_ms - record.meta.gt.slot * delta_ms - half) / 1000.0)
 
     def timings(self) -> str:
         """Recent release and write times, p50/p99 in ms, and what was written ahead (for
@@ -40,12 +58,20 @@ class BarrierStats:
 
 
 _RECENT = 1000
+_SAMPLES = 64
+
+
+def quantiles(values: Iterable[float]) -> tuple[float, float] | None:
+    """``(p50, p99)`` of ``values`` by nearest rank (p99 of 10 values is the largest);
+    None if there are none."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[(len(ordered) - 1) // 2], ordered[math.ceil(0.99 * len(ordered)) - 1]
 
 
 def _p50_p99(values: Iterable[float]) -> str:
-    ordered = sorted(values)
-    if not ordered:
+    found = quantiles(values)
+    if found is None:
         return "-"
-    # Nearest rank: p99 of 10 values is the largest.
-    p50, p99 = ordered[(len(ordered) - 1) // 2], ordered[math.ceil(0.99 * len(ordered)) - 1]
-    return f"p50 {p50 * 1000:.0f} ms / p99 {p99 * 1000:.0f} ms"
+    return f"p50 {found[0] * 1000:.0f} ms / p99 {found[1] * 1000:.0f} ms"

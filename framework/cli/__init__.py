@@ -26,6 +26,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="also run a local Spark standalone master and N workers (FLAMEPIPE_SPARK_WORKERS)",
     )
+    common.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show the Kafka, ZooKeeper and Spark log lines (else in <state_dir>/logs)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     stack.add_parsers(sub, common)
     jobs.add_parsers(sub, common)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from connectors import BundleConsumer, Bytes, Json, Serde, Utf8
 from connectors.bundles import OutputItem
+from framework.cli.stack import configure_logging
 from framework.config import Settings
 from framework.config.kafka_properties import kafka_properties
 from framework.core.meta import Meta
@@ -41,6 +42,7 @@ def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--serde", choices=sorted(_SERDES), default="json")
     parser.add_argument("--meta", action="store_true", help="prefix each item with its time")
     parser.add_argument("--idle", type=float, default=5.0, help="stop after S idle s (0: never)")
+    parser.add_argument("--verbose", action="store_true", help="also show Kafka clients' lines")
     return parser.parse_args(argv)
 
 
@@ -84,7 +86,8 @@ def consume_main(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     serde = _SERDES[args.serde]
     try:
-        settings = Settings.load()
+        settings = Settings.load(verbose=True if args.verbose else None)
+        configure_logging(settings)
         # The Kafka client properties of a secured cluster (kafka_config_file).
         security.install(kafka_properties(settings))
         bootstrap: str = args.bootstrap or settings.kafka_bootstrap

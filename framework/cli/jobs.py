@@ -9,7 +9,9 @@ Spark queries and, by default, the acker and barriers in the same process; with
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from framework.cli.serve import EpochWatch, election_for, serve
@@ -19,6 +21,7 @@ from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError
 from framework.runners.keys import install_keys
+from framework.runners.observe.figures import Figures, service_figures
 
 if TYPE_CHECKING:
     from framework.runners.assembly import ServiceSet
@@ -37,7 +40,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     graph = _graph(args)
     with stack_for(args) as settings:
-        runner = SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S)
+        runner = SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S, console=True)
         runner.run(graph)
     return 0
 
@@ -53,8 +56,20 @@ def _cmd_acker(args: argparse.Namespace) -> int:
     # Instances owning the same shards are one role: one leads, the others stand by.
     role = "acker" if partitions is None else "acker-" + "-".join(map(str, sorted(partitions)))
 
+    current: list[ServiceSet] = []
+
     def build(epoch: int) -> ServiceSet:
-        return acker_services(settings, graph, epoch, partitions)
+        current[:] = [acker_services(settings, graph, epoch, partitions)]
+        return current[0]
+
+    def figures() -> Figures:
+        view = current[0].view if current else None
+        slot = view.min_time() if view is not None else 0
+        return service_figures(
+            graph.name,
+            acker=current[0].acker if current else None,
+            min_time_ms=slot * graph.delta_ms if slot > 0 else None,
+        )
 
     def describe(services: ServiceSet) -> str:
         acker, coordinator = services.acker, services.coordinator
@@ -68,9 +83,13 @@ def _cmd_acker(args: argparse.Namespace) -> int:
             line += f", snapshots {snapshots} (slot {slot})"
         return line
 
-    return serve(
-        build, describe, EpochWatch(settings, graph.name), election_for(settings, graph.name, role)
-    )
+    with watching(settings, figures):
+        return serve(
+            build,
+            describe,
+            EpochWatch(settings, graph.name),
+            election_for(settings, graph.name, role),
+        )
 
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
@@ -84,8 +103,22 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     # Instances serving the same sinks are one role: one leads, the others stand by.
     role = "barrier" if not args.sink else "barrier-" + "-".join(sorted(sinks))
 
+    current: list[ServiceSet] = []
+
     def build(epoch: int) -> ServiceSet:
-        return barrier_services(settings, graph, epoch, sinks, exactly_once=not args.at_least_once)
+        current[:] = [
+            barrier_services(settings, graph, epoch, sinks, exactly_once=not args.at_least_once)
+        ]
+        return current[0]
+
+    def figures() -> Figures:
+        view = current[0].view if current else None
+        slot = view.min_time() if view is not None else 0
+        return service_figures(
+            graph.name,
+            barriers=current[0].barriers if current else (),
+            min_time_ms=slot * graph.delta_ms if slot > 0 else None,
+        )
 
     def describe(services: ServiceSet) -> str:
         parts = [
@@ -96,9 +129,29 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
         ]
         return f"barrier of {graph.name!r}: " + "; ".join(parts)
 
-    return serve(
-        build, describe, EpochWatch(settings, graph.name), election_for(settings, graph.name, role)
-    )
+    with watching(settings, figures):
+        return serve(
+            build,
+            describe,
+            EpochWatch(settings, graph.name),
+            election_for(settings, graph.name, role),
+        )
+
+
+@contextlib.contextmanager
+def watching(settings: Settings, figures: Callable[[], Figures]) -> Iterator[None]:
+    """The process's live page and metrics (``ui``) while the block runs."""
+    if not settings.ui:
+        yield
+        return
+    from framework.runners.observe.server import WatchServer
+
+    server = WatchServer(figures, host=settings.ui_host, port=settings.ui_port)
+    server.start()
+    try:
+        yield
+    finally:
+        server.stop()
 
 
 def _cmd_acls(args: argparse.Namespace) -> int:

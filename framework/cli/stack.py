@@ -7,10 +7,12 @@ import contextlib
 from collections.abc import Iterator
 
 from framework.config import Settings
+from framework.kafka.cache import ProcessCache
 from framework.local import LocalStack
+from framework.logs import configure
 from framework.runners.keys import install_keys
 
-__all__ = ["COMMANDS", "add_parsers", "settings_of", "stack_for"]
+__all__ = ["COMMANDS", "add_parsers", "configure_logging", "settings_of", "stack_for"]
 
 
 def positive(text: str) -> int:
@@ -25,14 +27,28 @@ def positive(text: str) -> int:
 
 
 def settings_of(args: argparse.Namespace) -> Settings:
-    """The settings: defaults < ``--config`` / FLAMEPIPE_CONFIG < FLAMEPIPE_* < flags."""
-    return Settings.load(
+    """The settings: defaults < ``--config`` / FLAMEPIPE_CONFIG < FLAMEPIPE_* < flags; logging
+    configured by them (`framework.logs`: the console, ``<state_dir>/logs``)."""
+    settings = Settings.load(
         args.config,
         kafka_port=args.kafka_port,
         controller_port=args.controller_port,
         zookeeper_port=args.zookeeper_port,
         state_dir=args.state_dir,
         spark_workers=getattr(args, "spark_workers", None),
+        verbose=True if getattr(args, "verbose", False) else None,
+    )
+    configure_logging(settings)
+    return settings
+
+
+def configure_logging(settings: Settings) -> None:
+    """`framework.logs.configure` by ``settings``."""
+    configure(
+        settings.state_dir,
+        level=settings.log_level,
+        verbose=settings.verbose,
+        json_lines=settings.log_json,
     )
 
 
@@ -55,6 +71,9 @@ def stack_for(args: argparse.Namespace) -> Iterator[Settings]:
         # Readiness is no proof of ownership: a busy broker answers late, and a command
         # that took a shared stack for its own would stop it under everyone else.
         if stack is not None and stack.started and not args.keep_stack:
+            # Clients first: a cached client outliving its broker reconnects (and logs)
+            # until the process exits.
+            ProcessCache.clear_all()
             stack.down()
 
 

@@ -15,6 +15,7 @@ from framework.errors import ConfigError
 __all__ = ["STATE_BACKENDS", "Settings"]
 
 STATE_BACKENDS = ("memory", "file", "rocksdb")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 """Values of ``state_backend``: where operation state snapshots are kept."""
 
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+|mesos://.+)$")
@@ -66,6 +67,14 @@ class Settings:
     (``hdfs://...``, ``s3a://...``; default ``<state_dir>/apps``). A driver that may restart
     on another host needs both on shared storage (a shared mount for ``snapshot_dir``);
 
+    ``log_level`` is the least level of flamepipe's lines on the console (DEBUG, INFO,
+    WARNING, ERROR); ``log_json`` writes ``<state_dir>/logs/flamepipe.log`` as JSON lines;
+    ``verbose`` also shows the client libraries' lines (librdkafka, kazoo) and Spark's
+    warnings on the console, which otherwise go to the log files only (`framework.logs`).
+    ``ui``: every pipeline process (driver, ``flamepipe acker``, ``flamepipe barrier``)
+    serves its live page and Prometheus metrics on ``ui_host:ui_port`` (0: a free port,
+    logged at start; `framework.runners.observe`).
+
     ``stall_timeout_ms``: a min time that does not advance that long (lost acks) starts a
     recovery, a new epoch from the last snapshot. ``max_future_ms``: a heartbeat further
     ahead of the broker's clock is refused by the acker, never applied.
@@ -101,6 +110,12 @@ class Settings:
     snapshot_interval_ms: int = 1000
     stall_timeout_ms: int = 120_000
     max_future_ms: int = 60_000
+    log_level: str = "INFO"
+    log_json: bool = False
+    verbose: bool = False
+    ui: bool = True
+    ui_host: str = "127.0.0.1"
+    ui_port: int = 0
 
     def __post_init__(self) -> None:
         self._validate()
@@ -157,6 +172,12 @@ class Settings:
                 f"spark_master={self.spark_master!r} is not a Spark master URL: "
                 "use local[*], local[N], spark://host:port, yarn or k8s://..."
             )
+        if self.log_level.upper() not in _LOG_LEVELS:
+            raise ConfigError(
+                f"log_level={self.log_level!r} is not a level: use one of {', '.join(_LOG_LEVELS)}"
+            )
+        if not 0 <= self.ui_port <= 65535:
+            raise ConfigError(f"ui_port={self.ui_port} is not a TCP port: use 1..65535, 0: any")
         if self.spark_workers < 0:
             raise ConfigError(f"spark_workers={self.spark_workers} must be >= 0 (0: none)")
         if not 1 <= self.spark_master_port <= 65535:

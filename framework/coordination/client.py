@@ -25,6 +25,7 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, Permissions, make_digest_acl
 
 from framework.coordination.paths import ROOT
 from framework.errors import CoordinationError, ZooKeeperUnreachable
+from framework.net import unreachable
 from framework.wire.auth import Keyring, current
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Connection", "close_client", "digest_identities", "zk_client"]
@@ -81,6 +82,13 @@ def zk_client(connect: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
             f"ZooKeeper address {connect!r} is invalid: {exc}; fix zookeeper_connect "
             "(FLAMEPIPE_ZOOKEEPER_CONNECT), e.g. host1:2181,host2:2181"
         ) from exc
+    # A chroot ("host:2181/flamepipe") is not part of an address.
+    if (reasons := unreachable(connect.split("/", 1)[0])) is not None:
+        raise ZooKeeperUnreachable(
+            f"cannot reach ZooKeeper at {connect} ({'; '.join(reasons)}): start it "
+            "(`flamepipe up`) or point zookeeper_connect (FLAMEPIPE_ZOOKEEPER_CONNECT) at a "
+            "running server"
+        )
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:

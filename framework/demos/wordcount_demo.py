@@ -17,8 +17,8 @@ the word count.
 from __future__ import annotations
 
 import json
+import logging
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -33,10 +33,13 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import word_pairs
 from framework.kafka.clients import new_producer
+from framework.runners.observe.console import LiveConsole
 from framework.runners.spark import SparkRunner
 from framework.wire.serde import Json
 
 __all__ = ["DemoResult", "run_demo"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -48,15 +51,13 @@ class DemoResult:
     released: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
     exact: bool = False
+    figures: str = ""  # the pipeline's final figures (the live console's last table)
 
     def summary(self, top: int = 10) -> str:
         """Human-readable result."""
-        out = [
-            f"word count over {self.lines} lines ({self.words} words): "
-            + ("VERIFIED exactly once" if self.exact else "MISMATCH against the input")
-        ]
-        for word, count in self.released.most_common(top):
-            out.append(f"  {word:<12} {count}")
+        out = [self.figures.rstrip()] if self.figures else []
+        common = self.released.most_common(top)
+        out.append("top words: " + ", ".join(f"{word} {count}" for word, count in common))
         if self.latencies_ms:
             lat = sorted(self.latencies_ms)
             p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))]
@@ -64,6 +65,10 @@ class DemoResult:
                 f"latency append -> committed output: p50 {statistics.median(lat):.0f} ms, "
                 f"p99 {p99:.0f} ms over {len(lat)} outputs"
             )
+        out.append(
+            f"word count over {self.lines} lines ({self.words} words): "
+            + ("VERIFIED exactly once" if self.exact else "MISMATCH against the input")
+        )
         return "\n".join(out)
 
 
@@ -112,12 +117,15 @@ def run_demo(
     run = SparkRunner(settings, spark).start(word_pairs(app, source, sink).graph())
     reader = _Reader(settings, sink, result)
     reader.start()
+    live = LiveConsole(run.figures)
+    live.start()
     try:
         # Step 2
-        until = _produce(settings, run, source, text, rate=rate, reader=reader)
+        quiet = live.interactive  # the live table shows progress; else a line every 3 s
+        until = _produce(settings, run, source, text, rate=rate, reader=reader, quiet=quiet)
         # Step 3
         _say("all lines produced; waiting for the barrier to release the last bundles")
-        _wait_released(run, until, reader)
+        _wait_released(run, until, reader, quiet=quiet)
         deadline = Deadline(60)
         while reader.items.total() < result.words:
             run.check()
@@ -125,6 +133,7 @@ def run_demo(
                 break
             time.sleep(0.1)
     finally:
+        result.figures = live.stop()
         reader.stop.set()
         reader.join(30)
         run.stop()
@@ -141,7 +150,14 @@ def run_demo(
 
 
 def _produce(
-    settings: Settings, run: Any, topic: str, text: list[str], *, rate: int, reader: _Reader
+    settings: Settings,
+    run: Any,
+    topic: str,
+    text: list[str],
+    *,
+    rate: int,
+    reader: _Reader,
+    quiet: bool,
 ) -> int:
     producer = new_producer(settings.kafka_bootstrap, {"linger.ms": 2})
     start = last_report = time.monotonic()
@@ -155,21 +171,24 @@ def _produce(
             last_report = time.monotonic()
             run.check()
             released = reader.items.total()
-            _say(f"produced {i + 1}/{len(text)} lines, released {released} word occurrences")
+            if not quiet:
+                _say(f"produced {i + 1}/{len(text)} lines, released {released} occurrences")
     producer.flush(60)
     return time.time_ns() // 1_000_000
 
 
-def _wait_released(run: Any, until: int, reader: _Reader, timeout_s: float = 600) -> None:
+def _wait_released(
+    run: Any, until: int, reader: _Reader, *, quiet: bool, timeout_s: float = 600
+) -> None:
     deadline = Deadline(timeout_s, "waiting for the barrier to release the input")
     last_report = time.monotonic()
     while not run.released(until):
         deadline.check()
-        if time.monotonic() - last_report >= 3:
+        if not quiet and time.monotonic() - last_report >= 3:
             last_report = time.monotonic()
             _say(f"released {reader.items.total()} word occurrences so far")
         time.sleep(0.05)
 
 
 def _say(text: str) -> None:
-    print(f"flamepipe demo: {text}", file=sys.stderr, flush=True)
+    _log.info("demo: %s", text)

@@ -7,6 +7,7 @@ the process. Failures raise `ConfigError` naming the topic and what to do; no
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,11 +35,13 @@ from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
+from framework.net import unreachable
 
 __all__ = [
     "LOG_APPEND_TIME",
     "TopicSpec",
     "admin_client",
+    "check_reachable",
     "close_cached",
     "compacted_spec",
     "end_offsets",
@@ -89,7 +92,25 @@ def admin_client(bootstrap: str) -> AdminClient:
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    return _clients.get(bootstrap, lambda: AdminClient(secured({"bootstrap.servers": bootstrap})))
+    return _clients.get(bootstrap, lambda: _new_admin(bootstrap))
+
+
+def _new_admin(bootstrap: str) -> AdminClient:
+    check_reachable(bootstrap)
+    return AdminClient(secured({"bootstrap.servers": bootstrap}))
+
+
+def check_reachable(bootstrap: str) -> None:
+    """`ConfigError` in one line if no address of ``bootstrap`` accepts a TCP connection
+    within a few seconds (`framework.net`): a Kafka client would otherwise retry for its
+    whole timeout and log every reconnect."""
+    reasons = unreachable(bootstrap)
+    if reasons is not None:
+        raise ConfigError(
+            f"cannot reach Kafka at {bootstrap} ({'; '.join(reasons)}): start it "
+            "(`flamepipe up`) or point bootstrap_servers (FLAMEPIPE_BOOTSTRAP_SERVERS, "
+            "--bootstrap) at a running broker"
+        )
 
 
 def close_cached() -> None:
@@ -128,6 +149,10 @@ def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
             raise
         except Exception as exc:  # the futures' own timeouts and client errors
             raise _failed(bootstrap, what, exc) from exc
+        finally:  # an admin client's log lines are served by its poll (see framework.logs)
+            if (client := _clients.peek(bootstrap)) is not None:
+                with contextlib.suppress(Exception):
+                    client.poll(0)
         time.sleep(0.1)
 
 

@@ -67,6 +67,12 @@ class ProcessCache(Generic[K, V]):
             self._close(old)
         return value
 
+    def peek(self, key: K) -> V | None:
+        """The value of ``key`` if this process made one, without making it."""
+        with self._lock:
+            self._forget_other_process()
+            return self._values.get(key)
+
     def discard(self, key: K) -> V | None:
         """Remove ``key`` without closing its value; returns it (None if absent)."""
         with self._lock:

@@ -7,18 +7,24 @@ the command line's and Spark's own Kafka source. They are read once from setting
 one client factory (`framework.kafka.clients`, `admin`, `transactions`, `changelog`);
 flamepipe's own settings for a client (isolation level, transactional id...) win over
 them. Spark's source is a Java client: `spark_options` translates librdkafka's names.
-Values are never logged (`redacted`).
+Values are never logged (`redacted`). Every client also gets flamepipe's client logger
+(`framework.logs.CLIENT_LOGGER`), so librdkafka's lines go through Python logging (to the
+log file; to the console only when verbose) instead of straight to stderr.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+from framework.logs import CLIENT_LOGGER
 
 __all__ = ["install", "installed", "redacted", "secured", "spark_options"]
 
 _properties: dict[str, str] = {}
 _SECRET_WORDS = ("password", "secret", "key", "jaas", "token")
+_CLIENT_LOG = logging.getLogger(CLIENT_LOGGER)
 
 
 def install(properties: Mapping[str, str]) -> None:
@@ -33,8 +39,9 @@ def installed() -> dict[str, str]:
 
 
 def secured(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``config`` with the installed properties under it (``config`` wins)."""
-    return {**_properties, **config}
+    """``config`` with the installed properties and the client logger under it (``config``
+    wins)."""
+    return {"logger": _CLIENT_LOG, **_properties, **config}
 
 
 def redacted(properties: Mapping[str, str]) -> dict[str, str]:

@@ -17,6 +17,7 @@ def test_installed_properties_sit_under_flamepipes_own() -> None:
     security.install({"security.protocol": "SSL", "isolation.level": "read_uncommitted"})
     try:
         merged = security.secured({"bootstrap.servers": "b:1", "isolation.level": "read_committed"})
+        assert merged.pop("logger").name == "flamepipe.kafka-client"
         assert merged == {
             "security.protocol": "SSL",
             "bootstrap.servers": "b:1",

@@ -7,7 +7,7 @@ from typing import Any
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.kafka.endpoints import kafka_sources, sink_nodes
-from framework.logs import show_on_console
+from framework.logs import configure
 from framework.runners.spark.runner import SparkRunner
 
 __all__ = ["DefaultRunner", "default_runner"]
@@ -22,11 +22,16 @@ class DefaultRunner:
     def run(self, graph: Graph) -> Any:
         """Run ``graph`` until Ctrl-C, logging progress every 10 s (on stderr unless the
         application configured logging)."""
-        show_on_console()
+        settings = self.settings
+        configure(
+            settings.state_dir,
+            level=settings.log_level,
+            verbose=settings.verbose,
+            json_lines=settings.log_json,
+        )
         # Fail on a non-Kafka endpoint before paying for a broker and a Spark session.
         kafka_sources(graph)
         sink_nodes(graph)
-        settings = self.settings
         if settings.embedded:
             from framework.local import LocalStack
 

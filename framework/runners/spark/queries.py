@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from framework.config import Settings
 from framework.kafka import security
+from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
@@ -49,6 +52,8 @@ class StageStats:
     move_catchup_bytes: int = 0
     move_catchup_ms: float = 0.0
     workers: dict[int, str] = field(default_factory=dict)  # per input partition: the last
+    # Seconds of recent micro-batches, from the batch function's call to its summary rows.
+    batch_s: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, rows: list[Any]) -> None:
@@ -108,6 +113,7 @@ class StageQuery:
         # A source stage's heartbeat floors per partition (`FrontHeartbeats.floors`).
         self.floors: Callable[[], dict[int, int]] = dict
         self.front_lag_ms = settings.front_lag_ms
+        self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
         self.run_id = ""  # read from the checkpoint when the query starts
         self.query: Any = None
         # Aggregate stages: per input partition the earliest window end still to emit
@@ -169,6 +175,7 @@ class StageQuery:
         return max(1, self.max_batch_records // FRAME_ITEMS)
 
     def _batch(self, frame: Any, batch_id: int) -> None:
+        started = time.monotonic()
         ctx = TaskContext(
             self.spec,
             self.bootstrap,
@@ -179,11 +186,13 @@ class StageQuery:
             tuple(security.installed().items()),
             tuple(self.floors().items()),
             self.front_lag_ms,
+            self.worker_log,
         )
         rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
         if self.on_rows is not None:
             self.on_rows(rows)
         self.stats.add(rows)
+        self.stats.batch_s.append(time.monotonic() - started)
         self.note_due(rows)
         if self.on_batch is not None:
             self.on_batch()

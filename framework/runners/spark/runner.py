@@ -15,6 +15,7 @@ Start-up protocol of `SparkRunner.start`:
    acker`` and ``flamepipe barrier`` run them as processes of their own.
 5. Start one streaming query per stage, then the front heartbeats and the window ticks
    of aggregate stages (`framework.runners.spark.ticks`).
+6. Serve the live page and Prometheus metrics (``ui``; `framework.runners.observe`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ from framework.runners.assembly import (
     view_for,
 )
 from framework.runners.keys import install_keys
+from framework.runners.observe.console import LiveConsole
+from framework.runners.observe.figures import Figures, run_figures
+from framework.runners.observe.server import WatchServer
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.queries import StageQuery, StageStats
@@ -71,15 +75,19 @@ class SparkRunner:
         *,
         services: str = "embedded",
         progress_s: float = 0.0,
+        console: bool = False,
     ) -> None:
         """``services``: "embedded" (acker and barriers in this process) or "external";
-        ``progress_s`` > 0 prints a progress line that often while `run` runs."""
+        ``progress_s`` > 0 logs a progress line that often while `run` runs; ``console``
+        draws a live table on a terminal instead (`framework.runners.observe.console`)
+        and logs the final one."""
         if services not in ("embedded", "external"):
             raise PipelineError(f"services={services!r}: use 'embedded' or 'external'")
         self.settings = settings or Settings.load()
         install_keys(self.settings)  # before anything reads or writes Kafka or ZooKeeper
         self.services = services
         self.progress_s = progress_s
+        self.console = console
         self._spark = spark
 
     def start(self, graph: Graph) -> PipelineRun:
@@ -104,12 +112,21 @@ class SparkRunner:
 
         epochs = Epochs(self.settings.zookeeper, graph.name)
         run = self.start(graph)
+        runs = [run]
+
+        def figures() -> Figures:
+            return runs[-1].figures()  # the current epoch's run
+
+        live = LiveConsole(figures) if self.console else None
+        if live is not None:
+            live.start()
+        lines = self.progress_s > 0 and (live is None or not live.interactive)
         last = time.monotonic()
         try:
             while stop is None or not stop.is_set():
                 run.check()
                 time.sleep(1)
-                if self.progress_s > 0 and time.monotonic() - last >= self.progress_s:
+                if lines and time.monotonic() - last >= self.progress_s:
                     last = time.monotonic()
                     _log.info("%s", run.progress())
                 current = epochs.current()
@@ -117,9 +134,12 @@ class SparkRunner:
                     _log.info("epoch %d started (%s): restarting", current.epoch, current.reason)
                     run.stop()
                     run = self.start(graph)
+                    runs.append(run)
         except KeyboardInterrupt:
             _log.info("stopping")
         finally:
+            if live is not None:
+                _log.info("final figures:\n%s", live.stop().rstrip())
             run.stop()
             epochs.close()
         return run
@@ -151,6 +171,7 @@ class PipelineRun:
         self.ticks: WindowTicks | None = None
         self._committed: CommittedSlot | None = None
         self.shipment: Shipment | None = None
+        self.watch: WatchServer | None = None
 
     @property
     def stats(self) -> Mapping[str, StageStats]:
@@ -203,6 +224,16 @@ class PipelineRun:
                 self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
             )
             self.ticks.start()
+        # Step 6
+        if self.settings.ui:
+            self.watch = WatchServer(
+                self.figures, host=self.settings.ui_host, port=self.settings.ui_port
+            )
+            self.watch.start()
+
+    def figures(self) -> Figures:
+        """The run's figures now (`framework.runners.observe.figures`)."""
+        return run_figures(self)
 
     def _read_epoch(self) -> None:
         from framework.coordination import read_epoch
@@ -306,6 +337,12 @@ class PipelineRun:
             service.check()
         self.services.check()
 
+    def committed_slot_now(self) -> int | None:
+        """The slot of the last committed snapshot (None: none yet, or not watched)."""
+        if self._committed is None:
+            return None
+        return self._committed() or None
+
     def progress(self) -> str:
         """One line: records in and items out per stage, bundles per barrier, min time."""
         parts = [
@@ -357,6 +394,9 @@ class PipelineRun:
         """Stop heartbeats, queries, then services (each waits for its current work);
         raise the first failure once everything is stopped."""
         failure: FlamepipeError | None = None
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.stop()
         for driver in self._drivers():
             try:
                 driver.stop()

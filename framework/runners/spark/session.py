@@ -9,8 +9,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
-from framework.local.jars import jar_bundle
+from framework.local.jars import NIO_LOCAL_FS, flamepipe_jar, jar_bundle
 from framework.local.servers import local_jvm_flags
+from framework.logs import spark_log4j_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -54,12 +55,14 @@ def spark_session(
 ) -> SparkSession:
     """A SparkSession on ``settings.spark_master`` with the Kafka connector on its classpath.
 
-    The connector jars come from the jar cache (fetched with Maven on first use). Spark's
+    The connector jars come from the jar cache (fetched with Maven on first use), with
+    flamepipe's own (its local file system, built on first use). Spark's
     Python workers run the same interpreter as the driver so user functions import alike.
     """
     from pyspark.sql import SparkSession
 
-    jars = jar_bundle("spark-kafka", settings.cache_dir)
+    own = flamepipe_jar(settings.cache_dir)
+    jars = [*jar_bundle("spark-kafka", settings.cache_dir), own]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     conf: dict[str, Any] = {
@@ -83,12 +86,22 @@ def spark_session(
         ),
         # Hadoop's default local file system sets the permissions of every file it creates
         # by forking `chmod` (no native Hadoop library here), twice per file with its .crc
-        # twin: four process spawns per micro-batch from the driver JVM. The raw local
-        # file system creates files without setting permissions and without checksums.
-        "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
+        # twin: four process spawns per micro-batch from the driver JVM (14 ms per log
+        # write at p50). flamepipe's local file system sets them through java.nio and is
+        # still a LocalFileSystem, which the RocksDB state store of any other Spark query
+        # in the session casts it to (the raw local file system broke those queries).
+        "spark.hadoop.fs.file.impl": NIO_LOCAL_FS,
+        # On the class path from the start: spark-submit opens local files through Hadoop
+        # before it adds spark.jars. Executors on this host take it from the same path,
+        # executors elsewhere from spark.jars (their task class loader).
+        "spark.driver.extraClassPath": str(own),
+        "spark.executor.extraClassPath": str(own),
     }
-    if settings.spark_master.startswith("local") and (flags := local_jvm_flags()):
-        conf["spark.driver.extraJavaOptions"] = " ".join(flags)
+    # The driver's JVM log goes to <state_dir>/logs/spark-driver.log (framework.logs).
+    flags = spark_log4j_options(settings.state_dir, settings.verbose)
+    if settings.spark_master.startswith("local"):
+        flags += local_jvm_flags()
+    conf["spark.driver.extraJavaOptions"] = " ".join(flags)
     host, bind = driver_addresses(settings)
     conf["spark.driver.host"], conf["spark.driver.bindAddress"] = host, bind
     conf.update(extra_conf or {})

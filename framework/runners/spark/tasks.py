@@ -35,6 +35,7 @@ from framework.kafka import security
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.transactions import TaskCommitter
+from framework.logs import WorkerLog
 from framework.plan.records import StageSpec
 from framework.plan.state import StageState, apply_changelog
 from framework.plan.task import StageProgram
@@ -80,6 +81,7 @@ class TaskContext:
     # the partition's front up to; a record below it must not commit (`_check_lag`).
     floors: tuple[tuple[int, int], ...] = ()
     front_lag_ms: int = 0
+    worker_log: WorkerLog | None = None
 
     @property
     def group(self) -> str:
@@ -103,6 +105,8 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
         # cycles, so collect once after the task instead.
         install(ctx.keyring)
         security.install(dict(ctx.kafka_properties))
+        if ctx.worker_log is not None:
+            ctx.worker_log.install()
         enabled = gc.isenabled()
         gc.disable()
         try:

@@ -1,0 +1,143 @@
+"""A live console for a running pipeline (``rich``): one table, refreshed every second.
+
+Per stage records/s, items in and out, input lag and dead letters; per barrier bundles,
+released items/s and end-to-end latency p50/p99; min time as a timestamp and its lag
+behind the clock. On a terminal it redraws in place (log lines scroll above it); elsewhere
+(CI, a pipe) it prints nothing until `stop`, which prints the final table once, so a log
+stays short.
+
+Example::
+
+    >>> from framework.runners.observe.figures import Figures, StageFigures
+    >>> f = Figures("demo", 2_000, 1_900, stages=(StageFigures("s0", items_in=10),))
+    >>> "s0" in render_text(f, None)
+    True
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from framework.runners.observe.figures import Figures
+
+__all__ = ["LiveConsole", "render", "render_text"]
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def _rate(now: int, before: int | None, seconds: float) -> str:
+    if before is None or seconds <= 0:
+        return "-"
+    return f"{max(0, now - before) / seconds:,.0f}/s"
+
+
+def render(f: Figures, previous: Figures | None) -> Group:
+    """The table of ``f`` (rates against ``previous``)."""
+    seconds = (f.at_ms - previous.at_ms) / 1000 if previous is not None else 0.0
+    before_stage = {s.stage: s for s in previous.stages} if previous else {}
+    before_sink = {b.sink: b for b in previous.barriers} if previous else {}
+    table = Table(title=None, expand=False, box=None, padding=(0, 1))
+    for column in ("", "rate", "in", "out", "lag", "dead letters", "p50 / p99"):
+        table.add_column(column, justify="left" if not column else "right")
+    for s in f.stages:
+        old = before_stage.get(s.stage)
+        lag = "-" if s.input_lag_ms is None else f"{s.input_lag_ms:,} ms"
+        table.add_row(
+            f"stage {s.stage}",
+            _rate(s.items_in, old.items_in if old else None, seconds),
+            f"{s.items_in:,}",
+            f"{s.items_out:,}",
+            lag,
+            f"{s.dead_letters:,}",
+            f"{_ms(s.batch_p50_s)} / {_ms(s.batch_p99_s)} batch",
+        )
+    for b in f.barriers:
+        old_b = before_sink.get(b.sink)
+        table.add_row(
+            f"barrier {b.sink}",
+            _rate(b.items_released, old_b.items_released if old_b else None, seconds),
+            f"{b.items_in:,}",
+            f"{b.items_released:,} in {b.bundles:,} bundles",
+            "",
+            "",
+            f"{_ms(b.latency_p50_s)} / {_ms(b.latency_p99_s)} latency",
+        )
+    head = Text(f"flamepipe {f.app}  ", style="bold")
+    if f.min_time_ms is not None:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(f.min_time_ms / 1000))
+        head.append(f"min time {stamp}.{f.min_time_ms % 1000:03d} UTC, ")
+        head.append(f"{f.min_time_lag_ms:,} ms behind the clock")
+    else:
+        head.append("min time: not yet")
+    return Group(head, table)
+
+
+def render_text(f: Figures, previous: Figures | None, width: int = 110) -> str:
+    """`render` as plain text (a final summary, a log)."""
+    console = Console(width=width, file=None, force_terminal=False, color_system=None)
+    with console.capture() as capture:
+        console.print(render(f, previous))
+    return capture.get()
+
+
+class LiveConsole:
+    """Redraws ``figures()`` every ``refresh_s`` on stderr (see the module docstring)."""
+
+    def __init__(self, figures: Callable[[], Figures], refresh_s: float = 1.0) -> None:
+        self._figures = figures
+        self._console = Console(file=sys.stderr)
+        self._previous: Figures | None = None
+        self._last: Figures | None = None
+        self._live: Live | None = None
+        self._refresh_s = refresh_s
+
+    @property
+    def interactive(self) -> bool:
+        """Whether stderr is a terminal (redrawn in place) or not (final table only)."""
+        return self._console.is_terminal
+
+    def start(self) -> None:
+        """Start redrawing (on a terminal)."""
+        if not self.interactive:
+            return
+        self._live = Live(
+            self._render(),
+            console=self._console,
+            refresh_per_second=1 / self._refresh_s,
+            redirect_stderr=True,
+            transient=True,
+            get_renderable=self._render,
+        )
+        self._live.start()
+
+    def _render(self) -> Group:
+        try:
+            now = self._figures()
+        except Exception:  # a part stopping under the console: keep the last picture
+            if self._last is None:
+                return Group(Text("flamepipe: starting"))
+            now = self._last
+        if self._last is None or now.at_ms - self._last.at_ms >= 900:
+            self._previous, self._last = self._last, now
+        return render(now, self._previous)
+
+    def stop(self) -> str:
+        """Stop redrawing; returns the final table as text (for a summary)."""
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
+        final: Figures | None
+        try:
+            final = self._figures()
+        except Exception:  # stopped under us: the last picture is the final one
+            final = self._last
+        return "" if final is None else render_text(final, self._previous)
