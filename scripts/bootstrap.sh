@@ -8,14 +8,25 @@ cd "$(dirname "$0")/.."
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
 
 need_apt=()
-command -v java >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] || need_apt+=(openjdk-17-jdk-headless)
+# javac too: flamepipe builds its Hadoop file system class once (framework/local/java).
+{ command -v java && command -v javac; } >/dev/null 2>&1 || [ -n "${JAVA_HOME:-}" ] \
+  || need_apt+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing ${need_apt[*]} with apt-get"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
   else
-    say "missing ${need_apt[*]}: install them (Java 17+ and Maven) and run again"; exit 1
+    say "missing ${need_apt[*]}: install them (a JDK 17+ and Maven) and run again"; exit 1
+  fi
+fi
+# Only the tests need a browser (they load the live page in headless Chromium).
+if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing chromium-headless-shell with apt-get (for the live page's test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null
+  else
+    say "no headless Chromium: the live page's test will fail until chromium-headless-shell is installed"
   fi
 fi
 
