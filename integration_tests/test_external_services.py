@@ -28,6 +28,7 @@ from framework.kafka.clients import read_to_end
 from framework.runners.spark import SparkRunner
 from integration_tests.harness.runs import produce_lines
 from integration_tests.harness.services import ServiceProcess, service_env, services
+from integration_tests.harness.watch import scrape, total
 
 SPEC = "integration_tests.pipelines:word_pairs_job"
 _BUNDLE_HEADER = "fp.bundle"
@@ -145,6 +146,8 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
             procs += [acker, barrier]
             acker.wait_ready()
             barrier.wait_ready()
+            # Each service process serves its own metrics: they move with the last lines.
+            before = [scrape(p.page_url) for p in (acker, barrier)]
             produce_lines(bootstrap, source, lines[300:], partitions=2)
             _wait(
                 lambda: sum(_items(read_to_end(bootstrap, sink)).values()) >= words,
@@ -152,6 +155,10 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
                 detail=lambda: f"{run.progress()}\n{_census(bootstrap, app)}",
             )
             run.check()
+            after = [scrape(p.page_url) for p in (acker, barrier)]
+            moved = "flamepipe_acker_batches_total", "flamepipe_barrier_items_released_total"
+            for old, new, name in zip(before, after, moved, strict=True):
+                assert total(new, name) > total(old, name), name
         finally:
             run.stop()
     output = _items(read_to_end(bootstrap, sink))

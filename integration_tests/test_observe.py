@@ -11,7 +11,6 @@ import struct
 import subprocess
 import threading
 import time
-import urllib.request
 import uuid
 import zlib
 from collections.abc import Iterator
@@ -19,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from framework.config import Settings
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.runners.spark.runner import PipelineRun
 from integration_tests.harness.runs import produce_lines, running
+from integration_tests.harness.watch import scrape, total
 
 _BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 
@@ -55,21 +54,6 @@ def busy_run(stack: Settings, spark: Any) -> Iterator[PipelineRun]:
             feeder.join(30)
 
 
-def _scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url + "metrics", timeout=10) as response:
-        text = response.read().decode()
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = s.name + "".join(f"|{k}={v}" for k, v in sorted(s.labels.items()))
-            out[key] = s.value
-    return out
-
-
-def _total(samples: dict[str, float], name: str) -> float:
-    return sum(v for k, v in samples.items() if k.split("|")[0] == name)
-
-
 def _until(check: Any, timeout_s: float = 90.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -80,27 +64,27 @@ def _until(check: Any, timeout_s: float = 90.0) -> None:
 def test_prometheus_metrics_move_during_a_run(busy_run: PipelineRun) -> None:
     assert busy_run.watch is not None
     url = busy_run.watch.url
-    _until(lambda: _total(_scrape(url), "flamepipe_barrier_items_released_total") > 0)
-    first = _scrape(url)
+    _until(lambda: total(scrape(url), "flamepipe_barrier_items_released_total") > 0)
+    first = scrape(url)
     _until(
         lambda: (
-            _total(_scrape(url), "flamepipe_barrier_items_released_total")
-            > _total(first, "flamepipe_barrier_items_released_total")
+            total(scrape(url), "flamepipe_barrier_items_released_total")
+            > total(first, "flamepipe_barrier_items_released_total")
         )
     )
-    second = _scrape(url)
+    second = scrape(url)
     for counter in (
         "flamepipe_stage_items_in_total",
         "flamepipe_stage_batches_total",
         "flamepipe_barrier_bundles_total",
         "flamepipe_acker_batches_total",
     ):
-        assert _total(second, counter) > _total(first, counter), counter
+        assert total(second, counter) > total(first, counter), counter
     app = busy_run.graph.name
     assert 0 <= second[f"flamepipe_min_time_lag_seconds|app={app}"] < 60
     latency = [k for k in second if k.startswith("flamepipe_end_to_end_latency_seconds")]
     assert latency and all(0 < second[k] < 60 for k in latency)
-    assert _total(second, "flamepipe_stage_dead_letters_total") == 0
+    assert total(second, "flamepipe_stage_dead_letters_total") == 0
     lags = [k for k in second if k.startswith("flamepipe_stage_input_lag_seconds")]
     assert lags
 
@@ -154,10 +138,10 @@ def test_the_live_page_in_a_real_browser_shows_figures_that_change(
     browser = _browser()
     assert busy_run.watch is not None
     url = busy_run.watch.url
-    _until(lambda: _total(_scrape(url), "flamepipe_barrier_items_released_total") > 0)
+    _until(lambda: total(scrape(url), "flamepipe_barrier_items_released_total") > 0)
     first = _released(_chromium(browser, url, "--dump-dom"))
     assert first > 0
-    _until(lambda: _total(_scrape(url), "flamepipe_barrier_items_released_total") > first)
+    _until(lambda: total(scrape(url), "flamepipe_barrier_items_released_total") > first)
     dom = _chromium(browser, url, "--dump-dom")
     assert _released(dom) > first
     assert busy_run.graph.name in dom  # the title names the pipeline

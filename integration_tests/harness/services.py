@@ -81,6 +81,14 @@ class ServiceProcess:
                 self.kill()
         self._out.close()
 
+    @property
+    def page_url(self) -> str:
+        """The URL of the process's live page and metrics, as it logged it."""
+        for line in self.log.read_text(errors="replace").splitlines():
+            if "pipeline page http" in line:
+                return line.split("pipeline page ", 1)[1].split()[0]
+        raise AssertionError(f"no page announced:\n{self.tail()}")
+
     def tail(self, lines: int = 40) -> str:
         """The end of the process's log."""
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
