@@ -1,22 +1,33 @@
 """Reading a flamepipe output topic downstream: verified bundles, exactly once.
 
-`BundleConsumer` reads with read_committed, buffers each partition's items until the
-bundle header that closes them, checks the bundle rules (`BundleVerifier`: consecutive
-``seq``, increasing ``gt_last``, items inside their bundle, item count) and hands out whole
-bundles, their items in meta order. A bundle counts as received when the next one is asked
-for (or on `close`): its position is committed then, with its ``seq`` and ``gt_last`` in
-the offset metadata, so a restarted consumer resumes after it and goes on verifying where
-it stopped.
+`BundleConsumer` reads the output topic and its bundle topic (`framework.wire.bundles`)
+with read_committed, buffers each partition's items until the bundle header that closes
+them, checks the bundle rules (`BundleVerifier`: consecutive ``seq``, increasing
+``gt_last``, items inside their bundle, none lost) and hands out whole bundles, their items
+in meta order. A bundle counts as received when the next one is asked for (or on
+`close`): the positions of both topics are committed then in one request, the bundle
+topic's with the bundle's ``seq`` and ``gt_last`` in the offset metadata, so a restarted
+consumer resumes after it and goes on verifying where it stopped.
 
-`last_bundle_header` is the other half of FlameStream's output contract: the consumer side hands
-the last bundle back to a restarting barrier.
+A plain consumer of the output topic sees only the user's records; this one is for readers
+that want the guarantee checked.
+
+`last_bundle_header` is the other half of FlameStream's output contract: the consumer side
+hands the last bundle back to a restarting barrier.
+
+Example::
+
+    >>> with BundleConsumer("127.0.0.1:9092", "counts", "my-group") as consumer:  # doctest: +SKIP
+    ...     for bundle in consumer.bundles(idle_s=5):
+    ...         print(bundle.header.seq, [item.value for item in bundle.items])
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
@@ -24,12 +35,14 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework.core.messages import BundleHeader
 from framework.core.meta import Meta
+from framework.core.time import GlobalTime
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
-from framework.errors import FlamepipeError, PipelineError, ProtocolViolation
+from framework.errors import DecodeError, FlamepipeError, PipelineError, ProtocolViolation
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
-    assign,
+    assign_topics,
     close_quietly,
+    is_eof,
     is_record,
     kafka_call,
     kafka_retry,
@@ -37,7 +50,7 @@ from framework.kafka.clients import (
     where,
 )
 from framework.kafka.tail import last_bundle_header
-from framework.wire.bundles import BundleVerifier, read_bundle_header
+from framework.wire.bundles import BundleVerifier, bundles_topic, read_bundle_header, read_meta
 from framework.wire.positions import BundleMark
 from framework.wire.serde import Json, Serde
 
@@ -47,6 +60,10 @@ __all__ = [
     "VerifiedBundle",
     "last_bundle_header",
 ]
+
+# A header still short of items this long after it arrived, with the output partition read
+# to its end since, has lost an item: its items committed with it in one transaction.
+_LOST_AFTER_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +79,31 @@ class OutputItem:
 
 @dataclass(frozen=True, slots=True)
 class VerifiedBundle:
-    """A whole bundle of one partition, checked against the bundle rules."""
+    """A whole bundle of one partition, checked against the bundle rules.
+
+    ``offset`` is its header's on the bundle topic; ``items_end`` the output offset after
+    its last item (None: no item on this partition).
+    """
 
     partition: int
     header: BundleHeader
     items: tuple[OutputItem, ...]
     offset: int
+    items_end: int | None = None
+
+
+@dataclass
+class _Partition:
+    """What one output partition and its bundle partition hold between records."""
+
+    verifier: BundleVerifier
+    items: list[OutputItem] = field(default_factory=list)
+    headers: deque[tuple[BundleHeader, int, float]] = field(default_factory=deque)
+    # The bundle topic was cut by retention: verification starts after its first header,
+    # and items at or before that header's gt_last (a cut bundle's) are skipped.
+    syncing: bool = False
+    floor: GlobalTime | None = None
+    eof_at: float = 0.0  # when the output partition was last read to its end
 
 
 def _meta_of(item: OutputItem) -> Meta:
@@ -94,12 +130,11 @@ class BundleConsumer:
         self.bootstrap = bootstrap
         self.topic = topic
         self.group = group
+        self.control = bundles_topic(topic)
         self.serde: Serde = serde if serde is not None else Json()
         self.poll_s = poll_s
         self._consumer: Consumer | None = None
-        self._verifiers: dict[int, BundleVerifier] = {}
-        self._items: dict[int, list[OutputItem]] = {}
-        self._syncing: set[int] = set()
+        self._parts: dict[int, _Partition] = {}
         self._ready: deque[VerifiedBundle] = deque()
         self._unacked: VerifiedBundle | None = None
         self._violation: ProtocolViolation | None = None
@@ -109,36 +144,43 @@ class BundleConsumer:
         self._consumer = consumer = new_consumer(self.bootstrap, self.group)
         try:
             partitions = partition_count(self.bootstrap, self.topic)
-            asked = [TopicPartition(self.topic, p) for p in range(partitions)]
+            asked = [
+                TopicPartition(topic, p)
+                for topic in (self.topic, self.control)
+                for p in range(partitions)
+            ]
             found = kafka_retry(
                 f"cannot read the positions of {self.group!r}",
                 lambda: consumer.committed(asked, timeout=DEFAULT_TIMEOUT_S),
             )
-            starts = {tp.partition: self._resume(consumer, tp) for tp in found}
-            assign(consumer, self.topic, starts)
+            committed = {(tp.topic, tp.partition): tp for tp in found}
+            starts: dict[str, dict[int, int | None]] = {self.topic: {}, self.control: {}}
+            for p in range(partitions):
+                control, items = committed[(self.control, p)], committed[(self.topic, p)]
+                starts[self.control][p] = self._resume(consumer, control)
+                starts[self.topic][p] = int(items.offset) if items.offset >= 0 else None
+            assign_topics(consumer, starts)
         except FlamepipeError:
             self.close()
             raise
         return self
 
     def _resume(self, consumer: Consumer, tp: TopicPartition) -> int | None:
-        """Where to read partition ``tp`` from, and how to verify what comes."""
+        """Where to read bundle partition ``tp`` from, and how to verify what comes."""
         p = tp.partition
         at = f"{self.topic}[{p}]"
-        self._items[p] = []
         if tp.offset >= 0:
             mark = BundleMark.decode(tp.metadata or "", f"group {self.group!r} on {at}")
-            self._verifiers[p] = BundleVerifier(at, mark.seq + 1, mark.gt_last)
+            self._parts[p] = _Partition(BundleVerifier(at, mark.seq + 1, mark.gt_last))
             return int(tp.offset)
         low, _ = kafka_retry(
-            f"cannot read the offsets of {at}",
+            f"cannot read the offsets of {self.control}[{p}]",
             lambda: consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), DEFAULT_TIMEOUT_S
+                TopicPartition(self.control, p), DEFAULT_TIMEOUT_S
             ),
         )
-        self._verifiers[p] = BundleVerifier(at, 0 if low == 0 else None)
-        if low > 0:  # retention cut the log: its first bundle may be partial
-            self._syncing.add(p)
+        # Retention cut the log (low > 0): its first bundle may be partial; start after it.
+        self._parts[p] = _Partition(BundleVerifier(at, 0 if low == 0 else None), syncing=low > 0)
         return None
 
     def poll(self, timeout: float) -> VerifiedBundle | None:
@@ -169,56 +211,113 @@ class BundleConsumer:
             yield bundle
 
     def commit(self) -> None:
-        """Acknowledge the last bundle handed out: commit its position and header."""
+        """Acknowledge the last bundle handed out: commit its positions and header."""
         bundle, self._unacked = self._unacked, None
         if bundle is None or self._consumer is None:
             return
         consumer = self._consumer
-        position = TopicPartition(
-            self.topic,
-            bundle.partition,
-            bundle.offset + 1,
-            metadata=BundleMark(bundle.header.seq, bundle.header.gt_last).encode(),
-        )
+        mark = BundleMark(bundle.header.seq, bundle.header.gt_last).encode()
+        positions = [
+            TopicPartition(self.control, bundle.partition, bundle.offset + 1, metadata=mark)
+        ]
+        if bundle.items_end is not None:
+            positions.append(TopicPartition(self.topic, bundle.partition, bundle.items_end))
         kafka_call(
             f"cannot commit the position of {self.group!r}",
-            lambda: consumer.commit(offsets=[position], asynchronous=False),
+            lambda: consumer.commit(offsets=positions, asynchronous=False),
         )
 
     def _fill(self, timeout: float) -> None:
         if self._consumer is None:
             raise PipelineError("BundleConsumer is not open: call open() or use `with`")
-        for msg in self._consumer.consume(1000, timeout):
-            if not is_record(msg, self.topic):
-                continue
-            try:
+        try:
+            for msg in self._consumer.consume(1000, timeout):
                 self._take(msg)
-            except ProtocolViolation as exc:
-                # Bundles verified before the violation are still handed out first.
-                self._violation = exc
-                return
+            self._check_lost()
+        except ProtocolViolation as exc:
+            # Bundles verified before the violation are still handed out first.
+            self._violation = exc
 
     def _take(self, msg: Message) -> None:
+        topic = msg.topic() or ""
+        if is_eof(msg):
+            if topic == self.topic:
+                self._parts[where(msg)[0]].eof_at = time.monotonic()
+        elif not is_record(msg, topic):
+            return
+        elif topic == self.control:
+            self._header(msg)
+        else:
+            self._item(msg)
+
+    def _header(self, msg: Message) -> None:
         partition, offset = where(msg)
-        header = read_bundle_header(msg.headers())
-        if partition in self._syncing:
-            if header is not None:  # verification starts after the first whole bundle
-                self._syncing.discard(partition)
-                self._verifiers[partition] = BundleVerifier(
-                    f"{self.topic}[{partition}]", header.seq + 1, header.gt_last
-                )
+        part = self._parts[partition]
+        try:
+            header = read_bundle_header(msg.value())
+        except DecodeError as exc:
+            raise ProtocolViolation(
+                f"{self.control}[{partition}]@{offset}: unreadable bundle header: {exc}"
+            ) from exc
+        if part.syncing:  # verification starts after the first whole bundle
+            part.syncing = False
+            part.floor = header.gt_last
+            part.verifier = BundleVerifier(part.verifier.where, header.seq + 1, header.gt_last)
+            early, part.items = part.items, []
+            for item in early:
+                self._verify_item(part, item)
             return
-        verifier = self._verifiers[partition]
-        if header is not None:
-            verifier.header(header, offset)
-            items, self._items[partition] = self._items[partition], []
-            items.sort(key=_meta_of)  # a bundle's wire order is no contract
-            self._ready.append(VerifiedBundle(partition, header, tuple(items), offset))
-            return
-        meta = verifier.item(msg.headers(), offset)
+        part.headers.append((header, offset, time.monotonic()))
+        self._close(partition, part)
+
+    def _item(self, msg: Message) -> None:
+        partition, offset = where(msg)
+        part = self._parts[partition]
+        try:
+            meta = read_meta(msg.headers())
+        except DecodeError as exc:
+            where_ = f"{self.topic}[{partition}]@{offset}"
+            raise ProtocolViolation(f"{where_}: unreadable fp.meta header: {exc}") from exc
+        if meta is None:
+            raise ProtocolViolation(f"{self.topic}[{partition}]@{offset}: no fp.meta header")
         raw = msg.value()
         value = self.serde.loads(raw) if raw is not None else None
-        self._items[partition].append(OutputItem(value, meta, msg.key(), partition, offset))
+        item = OutputItem(value, meta, msg.key(), partition, offset)
+        if part.syncing:  # held until the first header says where whole bundles start
+            part.items.append(item)
+            return
+        self._verify_item(part, item)
+        self._close(partition, part)
+
+    @staticmethod
+    def _verify_item(part: _Partition, item: OutputItem) -> None:
+        if part.floor is not None and item.meta.gt <= part.floor:
+            return  # an item of a bundle retention cut: never handed out
+        part.floor = None
+        part.verifier.take_item(item.meta, item.offset)
+        part.items.append(item)
+
+    def _close(self, partition: int, part: _Partition) -> None:
+        """Hand out every bundle of ``partition`` whose items have all arrived."""
+        while part.headers:
+            header, offset, _ = part.headers[0]
+            taken = part.verifier.header(header, offset)
+            if taken is None:
+                return
+            part.headers.popleft()
+            items, part.items = part.items[:taken], part.items[taken:]
+            end = max(item.offset for item in items) + 1 if items else None
+            items.sort(key=_meta_of)  # a bundle's wire order is no contract
+            self._ready.append(VerifiedBundle(partition, header, tuple(items), offset, end))
+
+    def _check_lost(self) -> None:
+        """A header waiting for items that the output partition, read to its end well
+        after the header arrived, does not have: an item is lost."""
+        for part in self._parts.values():
+            if part.headers:
+                header, offset, arrived = part.headers[0]
+                if part.eof_at > arrived + _LOST_AFTER_S:
+                    part.verifier.check_complete(header, offset)
 
     def close(self) -> None:
         """Acknowledge the last bundle handed out and disconnect."""

@@ -12,7 +12,6 @@ password, or without the CA is refused.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -36,11 +35,15 @@ from framework.kafka import security
 from framework.kafka.acls import grant, pipeline_acls
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.cache import ProcessCache
-from framework.kafka.clients import read_to_end
 from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.keys import install_keys
-from integration_tests.harness.runs import assert_running_counts, produce_lines, running
+from integration_tests.harness.runs import (
+    assert_running_counts,
+    produce_lines,
+    read_output,
+    running,
+)
 
 PASSWORD = 'alice-"secret"-1'  # quotes: the JAAS line for Spark's client must escape them
 
@@ -168,11 +171,7 @@ def test_a_pipeline_runs_exactly_once_through_a_secured_listener(
         with running(settings, spark, wordcount(app, source, sink)) as run:
             produce_lines(plain, source, lines, partitions=2)
             run.wait_released(time.time_ns() // 1_000_000, timeout_s=180)
-            items = [
-                json.loads(m.value() or b"null")
-                for m in read_to_end(settings.kafka_bootstrap, sink)
-                if "fp.bundle" not in dict(m.headers() or [])
-            ]
+            items = read_output(settings.kafka_bootstrap, sink)
     finally:
         security.install({})
         ProcessCache.clear_all()

@@ -32,7 +32,7 @@ from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.avro import encode_ack_batch, encode_bundle_header, encode_meta
-from framework.wire.bundles import BUNDLE_HEADER, META_HEADER, read_bundle_header
+from framework.wire.bundles import META_HEADER, bundles_topic, read_bundle_header
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
 from framework.wire.records import OutRecord
 from framework.wire.serde import Utf8
@@ -307,13 +307,9 @@ FIRST = [
 ]
 
 
-def read_output(
-    bootstrap: str, topic: str, isolation: str = "read_committed"
-) -> list[tuple[str | None, bool]]:
-    """Every committed record now: ``(value, is a bundle header)``; with ``isolation``
-    read_uncommitted, also what open transactions hold."""
+def _read(bootstrap: str, topic: str, isolation: str) -> list[Any]:
     consumer = new_consumer(bootstrap, config={"isolation.level": isolation})
-    out: list[tuple[str | None, bool]] = []
+    out: list[Any] = []
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + TIMEOUT
@@ -321,12 +317,30 @@ def read_output(
             for msg in consumer.consume(100, 0.05):
                 if is_eof(msg):
                     return out
-                raw = msg.value()
-                header = read_bundle_header(msg.headers()) is not None
-                out.append((raw.decode() if raw is not None else None, header))
+                out.append(msg)
         raise AssertionError("no end-of-partition event")
     finally:
         consumer.close()
+
+
+def read_output(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[str]:
+    """The values on the output topic now, in offset order (read_uncommitted: also what open
+    transactions hold). The output holds the user's records and nothing else."""
+    values = []
+    for msg in _read(bootstrap, topic, isolation):
+        raw = msg.value()
+        assert raw is not None, "a valueless record on the output topic"
+        values.append(raw.decode())
+    return values
+
+
+def read_headers(bootstrap: str, topic: str) -> list[tuple[int, int]]:
+    """``(seq, item_count)`` of the committed bundle headers of output ``topic``."""
+    headers = [
+        read_bundle_header(m.value())
+        for m in _read(bootstrap, bundles_topic(topic), "read_committed")
+    ]
+    return [(h.seq, h.item_count) for h in headers]
 
 
 def bundles(consumer: BundleConsumer, count: int) -> list[VerifiedBundle]:
@@ -359,13 +373,8 @@ def test_barrier_releases_bundles_past_min_time_in_meta_order(rig: Rig) -> None:
         assert (second.header.seq, values(second)) == (1, ["d"])
         wait_until(lambda: barrier.released_through() >= 12, "release through 12")
         assert barrier.stats.bundles == 2
-    assert read_output(rig.bootstrap, rig.sink.topic) == [
-        ("a", False),
-        ("b", False),
-        (None, True),
-        ("d", False),
-        (None, True),
-    ]
+    assert read_output(rig.bootstrap, rig.sink.topic) == ["a", "b", "d"]
+    assert read_headers(rig.bootstrap, rig.sink.topic) == [(0, 2), (1, 1)]
 
 
 def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
@@ -404,8 +413,7 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
         assert rig.view.min_time(SEGMENT) == 12
         assert barrier.stats.items_in == 5  # read again from P_rel = 0
         assert barrier.stats.records_in == 2  # as two frames
-    items = [value for value, header in read_output(rig.bootstrap, rig.sink.topic) if not header]
-    assert items == ["a", "b", "d"]
+    assert read_output(rig.bootstrap, rig.sink.topic) == ["a", "b", "d"]
 
 
 def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
@@ -436,7 +444,7 @@ def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig
         # a and b go ahead; c, in the latest slot so far (the frontier), waits for a later one
         wait_until(lambda: barrier.stats.ahead == 2, "two items written ahead")
         uncommitted = read_output(rig.bootstrap, rig.sink.topic, "read_uncommitted")
-        assert sorted(uncommitted) == [("a", False), ("b", False)]
+        assert sorted(uncommitted) == ["a", "b"]
         assert read_output(rig.bootstrap, rig.sink.topic) == []  # invisible until the commit
         rig.heartbeat(11)  # would release a, but the transaction holds b too: it waits
         wait_until(lambda: barrier.stats.holds == 1, "the release held")
@@ -445,9 +453,8 @@ def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig
         rig.heartbeat(13)
         wait_until(lambda: barrier.released_through() >= 13, "release through 13")
         assert (barrier.stats.bundles, barrier.stats.ahead, barrier.stats.aborts) == (1, 2, 0)
-    output = read_output(rig.bootstrap, rig.sink.topic)
-    assert sorted(output[:3]) == [("a", False), ("b", False), ("c", False)]
-    assert output[3:] == [(None, True)]
+    assert sorted(read_output(rig.bootstrap, rig.sink.topic)) == ["a", "b", "c"]
+    assert read_headers(rig.bootstrap, rig.sink.topic) == [(0, 3)]
     with BundleConsumer(rig.bootstrap, rig.sink.topic, f"{rig.app}.reader", Utf8()) as out:
         (bundle,) = bundles(out, 1)
         assert values(bundle) == ["a", "b", "c"]  # handed out in meta order
@@ -482,8 +489,7 @@ def test_a_long_hold_or_a_tombstone_aborts_and_the_release_goes_ahead(rig: Rig) 
         rig.heartbeat(16)
         (fourth,) = bundles(out, 1)
         assert values(fourth) == ["f"]
-    output = read_output(rig.bootstrap, rig.sink.topic)
-    assert [value for value, header in output if not header] == ["a", "b", "c", "d", "f"]
+    assert read_output(rig.bootstrap, rig.sink.topic) == ["a", "b", "c", "d", "f"]
 
 
 def test_a_barrier_can_run_its_own_min_time_view(rig: Rig) -> None:
@@ -535,14 +541,15 @@ def test_every_output_partition_gets_every_bundle(rig: Rig) -> None:
 
 def write_bundles(bootstrap: str, topic: str, bundles: list[tuple[int, int, list[int]]]) -> None:
     """Bundles ``(seq, gt_last slot, item slots)`` written as a barrier would."""
+    ensure_topics(bootstrap, [TopicSpec(bundles_topic(topic), 1)])
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for seq, last, slots in bundles:
         for i, slot in enumerate(slots):
             headers = ((META_HEADER, encode_meta(meta(slot, i))),)
             produce_record(producer, OutRecord(topic, 0, None, f"{seq}.{i}".encode(), headers))
         header = BundleHeader(seq, GlobalTime.slot_end(last), len(slots))
-        closing = ((BUNDLE_HEADER, encode_bundle_header(header)),)
-        produce_record(producer, OutRecord(topic, 0, None, None, closing))
+        closing = OutRecord(bundles_topic(topic), 0, None, encode_bundle_header(header))
+        produce_record(producer, closing)
     producer.flush(TIMEOUT)
 
 

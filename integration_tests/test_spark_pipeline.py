@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -256,3 +257,69 @@ def test_a_spark_stateful_query_runs_beside_a_pipeline_in_the_same_session(
     for word, n in items:
         highest[word] = max(highest.get(word, 0), n)
     assert Counter(highest) == word_counts(lines)
+
+
+def test_a_plain_consumer_sees_only_keyed_user_records_on_a_compacted_output(
+    stack: Settings, spark: Any
+) -> None:
+    """The output topic holds the user's records and nothing else (bundle headers are on
+    its bundle topic): a compacted output takes them (a keyless header record would be
+    refused), a consumer that knows nothing of flamepipe reads every record with the key
+    the sink set, and `BundleConsumer` still verifies every bundle."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from connectors import BundleConsumer, KafkaSink, KafkaSource
+    from framework import Pipeline
+    from framework.demos.wordcount import COUNT_WINDOW, running_count, strict_split
+    from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("plain")
+    source, sink = f"{app}-lines", f"{app}-counts"
+    ensure_topics(bootstrap, [compacted_spec(sink, 2), TopicSpec(f"{sink}.bundles", 2)])
+    p = Pipeline(app)
+    (
+        p.source(KafkaSource(source, partitions=2))
+        .flat_map(strict_split)
+        .key_by(lambda word: word)
+        .group(window=COUNT_WINDOW)
+        .map(running_count)
+        .sink(KafkaSink(sink, key=lambda pair: pair[0], partitions=2))
+    )
+    lines = generate_lines(300, words_per_line=5, vocabulary=40, seed=9)
+    with running(settings, spark, p) as run:
+        until = produce_lines(bootstrap, source, lines, partitions=2)
+        run.wait_released(until, timeout_s=120)
+    plain = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"plain-{app}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    records = []
+    try:
+        plain.assign([TopicPartition(sink, p, 0) for p in range(2)])
+        ended: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(ended) < 2 and time.monotonic() < deadline:
+            for msg in plain.consume(500, 0.2):
+                if msg.error() is not None:
+                    ended.add(msg.partition())
+                else:
+                    records.append((msg.key(), msg.value()))
+    finally:
+        plain.close()
+    oracle = word_counts(lines)
+    assert len(records) == sum(oracle.values())  # one record per occurrence, nothing else
+    last: dict[bytes, int] = {}
+    for key, value in records:
+        word, n = json.loads(value)
+        assert key == word.encode()  # keyed as the sink's key function says
+        last[key] = max(last.get(key, 0), n)
+    assert {k.decode(): n for k, n in last.items()} == dict(oracle)
+    with BundleConsumer(bootstrap, sink, f"verify-{app}") as consumer:
+        verified = [item.value for b in consumer.bundles(idle_s=3) for item in b.items]
+    assert sorted(map(tuple, verified)) == sorted(tuple(json.loads(v)) for _, v in records)

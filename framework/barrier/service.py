@@ -16,8 +16,8 @@ header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
 1. Start the writers: transactional producers (one for bundles, one for receipt acks and
    positions) fence any older barrier of this sink and abort its open transactions.
 2. Read the committed positions and their metadata.
-3. Read the last bundle header of every output partition (read_committed; FlameStream
-   fault tolerance: "the consumer returns the last bundle").
+3. Read the last bundle header of every partition of the sink's bundle topic
+   (read_committed; FlameStream fault tolerance: "the consumer returns the last bundle").
 4. Resume: ``GT_last`` is the later of the metadata's and the header's, the next bundle
    follows the header's ``seq``; the node time continues past the metadata's.
 5. Seek every pre-barrier partition to ``P_rel``; records below ``P_ack`` are buffered

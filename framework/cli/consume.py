@@ -23,7 +23,7 @@ from framework.errors import FlamepipeError, ProtocolViolation
 from framework.kafka import security
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import assign, close_quietly, is_record, new_consumer, where
-from framework.wire.bundles import read_bundle_header, read_meta
+from framework.wire.bundles import read_meta
 from framework.wire.positions import format_gt
 
 __all__ = ["consume_main"]
@@ -52,7 +52,8 @@ def _line(item: OutputItem, meta: bool) -> str:
 
 
 def _plain(bootstrap: str, args: argparse.Namespace, serde: Serde) -> int:
-    """Items of every partition as read_committed shows them, headers skipped, unchecked."""
+    """Items of every partition as read_committed shows them, unchecked (the output topic
+    holds only items: bundle headers are on its bundle topic)."""
     consumer = new_consumer(bootstrap, args.group)
     count = 0
     try:
@@ -61,7 +62,7 @@ def _plain(bootstrap: str, args: argparse.Namespace, serde: Serde) -> int:
         last = time.monotonic()
         while not args.idle or time.monotonic() - last < args.idle:
             for msg in consumer.consume(1000, 0.1):
-                if not is_record(msg, args.topic) or read_bundle_header(msg.headers()):
+                if not is_record(msg, args.topic):
                     continue
                 raw = msg.value()
                 value = serde.loads(raw) if raw is not None else None

@@ -5,8 +5,8 @@ With the broker's authorizer on, the principal a pipeline runs as needs:
 * topic, prefix ``<app>.``: ALL (its internal topics: shuffles, acks, changelogs, dead
   letters..., made by itself);
 * each source topic: READ, DESCRIBE, DESCRIBE_CONFIGS;
-* each sink topic: WRITE, READ, DESCRIBE, DESCRIBE_CONFIGS, CREATE (the barrier reads its
-  last bundle header back at start);
+* each sink topic and its bundle topic (``<sink>.bundles``): WRITE, READ, DESCRIBE,
+  DESCRIBE_CONFIGS, CREATE (the barrier reads its last bundle header back at start);
 * groups, prefixes ``<app>.`` (task commit markers, barrier positions), ``flamepipe-``
   (readers that never commit: acker, changelogs) and ``spark-kafka-source-`` (Spark's
   Kafka source): READ;
@@ -15,8 +15,9 @@ With the broker's authorizer on, the principal a pipeline runs as needs:
 * the cluster: IDEMPOTENT_WRITE (idempotent producers on brokers older than 2.8).
 
 Everyone else needs nothing of the pipeline; consumers of the output need READ on the sink
-and on their own group. `flamepipe acls jobs:p --principal User:NAME` prints the
-``kafka-acls.sh`` commands (or, with ``--apply``, creates them as the caller).
+(and on its bundle topic to verify bundles) and on their own group.
+`flamepipe acls jobs:p --principal User:NAME` prints the ``kafka-acls.sh`` commands (or,
+with ``--apply``, creates them as the caller).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from framework.errors import KafkaClientError
 from framework.kafka.admin import admin_client
+from framework.wire.bundles import bundles_topic
 
 __all__ = ["acl_commands", "grant", "pipeline_acls"]
 
@@ -67,6 +69,7 @@ def pipeline_acls(
     for topic in sinks:
         ops = [_O.WRITE, _O.READ, _O.DESCRIBE, _O.DESCRIBE_CONFIGS, _O.CREATE]
         bindings += _allow(principal, _TOPIC, topic, _LITERAL, ops)
+        bindings += _allow(principal, _TOPIC, bundles_topic(topic), _LITERAL, ops)
     for prefix in (f"{app}.", "flamepipe-", "spark-kafka-source-"):
         bindings += _allow(principal, _GROUP, prefix, _PREFIXED, [_O.READ])
     bindings += _allow(principal, _TXN, f"{app}.", _PREFIXED, [_O.WRITE, _O.DESCRIBE])

@@ -32,6 +32,7 @@ __all__ = [
     "QUICK_END",
     "OutRecordLike",
     "assign",
+    "assign_topics",
     "authentic_message",
     "close_quietly",
     "is_eof",
@@ -180,11 +181,17 @@ def assign(consumer: Consumer, topic: str, starts: Mapping[int, int | None]) -> 
     resolves a logical offset given before it knows the partition's leader only on a
     500 ms retry timer.
     """
+    assign_topics(consumer, {topic: starts})
+
+
+def assign_topics(consumer: Consumer, starts: Mapping[str, Mapping[int, int | None]]) -> None:
+    """`assign` for several topics at once (an assignment replaces the previous one)."""
     tps = [
         TopicPartition(topic, p, _first_offset(consumer, topic, p) if start is None else start)
-        for p, start in starts.items()
+        for topic, by_partition in starts.items()
+        for p, start in by_partition.items()
     ]
-    kafka_call(f"cannot read {topic}", lambda: consumer.assign(tps))
+    kafka_call(f"cannot read {', '.join(starts)}", lambda: consumer.assign(tps))
 
 
 def read_to_end(

@@ -21,6 +21,7 @@ from framework.kafka.admin import (
     partition_count,
     require_log_append_time,
 )
+from framework.wire.bundles import bundles_topic
 from framework.wire.serde import Json, Serde, Utf8
 
 __all__ = ["KafkaSink", "KafkaSource", "kafka_sources", "sink_nodes"]
@@ -150,9 +151,18 @@ class KafkaSink(Sink):
         return TopicSpec(self.topic, self.partitions)
 
     def prepare(self, bootstrap: str) -> int:
-        """Create the topic if missing; its partition count (`ConfigError` if too few)."""
+        """Create the topic and its bundle topic (`framework.wire.bundles`) if missing; the
+        partition count (`ConfigError` if the two differ)."""
         ensure_topics(bootstrap, [self.topic_spec()])
-        return partition_count(bootstrap, self.topic)
+        partitions = partition_count(bootstrap, self.topic)
+        control = bundles_topic(self.topic)
+        ensure_topics(bootstrap, [TopicSpec(control, partitions)])
+        if (found := partition_count(bootstrap, control)) != partitions:
+            raise ConfigError(
+                f"KafkaSink {self.topic}: its bundle topic {control} has {found} partitions, "
+                f"the topic {partitions}: give {control} {partitions} partitions"
+            )
+        return partitions
 
     def encode(self, payload: Any) -> tuple[bytes | None, bytes]:
         """``(key, value)`` bytes of a payload; `UserFunctionError` or `EncodeError` if either

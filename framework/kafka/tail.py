@@ -2,9 +2,10 @@
 
 FlameStream's fault tolerance has the consumer hand the last bundle back to the barrier.
 
-"The consumer returns the last bundle": here the output topic is the consumer's memory.
-Every bundle ends with a header on every partition, so the last committed header of a
-partition is normally among its last few records; the search looks further back if not.
+"The consumer returns the last bundle": here the output's bundle topic is the consumer's
+memory (`framework.wire.bundles`). Every bundle writes a header on every partition of it, so
+the last committed header of a partition is its last committed record; the search looks
+further back past transaction markers and aborted records if need be.
 """
 
 from __future__ import annotations
@@ -26,19 +27,19 @@ from framework.kafka.clients import (
     new_consumer,
     where,
 )
-from framework.wire.bundles import Headers, last_header
+from framework.wire.bundles import bundles_topic, read_bundle_header
 
 __all__ = ["last_bundle_header"]
 
 
 def _read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int
-) -> list[Headers | None]:
-    """Headers of the committed records of ``topic[partition]`` in ``[start, end)``."""
+) -> list[BundleHeader]:
+    """The headers of the committed records of ``topic[partition]`` in ``[start, end)``."""
     kafka_call(
         f"cannot read {topic}", lambda: consumer.assign([TopicPartition(topic, partition, start)])
     )
-    headers: list[Headers | None] = []
+    headers: list[BundleHeader] = []
     deadline = Deadline(DEFAULT_TIMEOUT_S)
     while not deadline.expired:
         for msg in consumer.consume(1000, 0.1):
@@ -48,7 +49,7 @@ def _read_range(
                 continue
             # A forged bundle header would set GT_last ahead and drop every later item.
             if authentic_message("output tail", msg):
-                headers.append(msg.headers())
+                headers.append(read_bundle_header(msg.value()))
             if where(msg)[1] >= end - 1:
                 return headers
     raise DeadlineExceeded(
@@ -65,26 +66,25 @@ def _last_in_partition(consumer: Consumer, topic: str, partition: int) -> Bundle
     window = 64
     while True:  # the header is normally among the last records: look back further if not
         start = max(low, end - window)
-        header = (
-            last_header(_read_range(consumer, topic, partition, start, end))
-            if end > start
-            else None
-        )
+        found = _read_range(consumer, topic, partition, start, end) if end > start else []
+        header = found[-1] if found else None
         if header is not None or start == low:
             return header
         window *= 8
 
 
 def last_bundle_header(bootstrap: str, topic: str) -> BundleHeader | None:
-    """The header of the last committed bundle on ``topic`` (None: no bundle yet).
+    """The header of the last committed bundle of output ``topic`` (None: no bundle yet).
 
-    Reads the tail of each partition with read_committed; every bundle closes every
-    partition, so the headers agree, and the highest ``seq`` is taken if they do not.
+    Reads the tail of each partition of its bundle topic with read_committed; every bundle
+    writes every partition, so the headers agree, and the highest ``seq`` is taken if not.
     """
+    control = bundles_topic(topic)
     consumer = new_consumer(bootstrap, config=QUICK_END)
     try:
         headers = [
-            _last_in_partition(consumer, topic, p) for p in range(partition_count(bootstrap, topic))
+            _last_in_partition(consumer, control, p)
+            for p in range(partition_count(bootstrap, control))
         ]
     finally:
         close_quietly(consumer)

@@ -1,20 +1,27 @@
-"""The output topic of a sink: bundles written by the barrier, verified by consumers.
+"""The output topic of a sink and its bundle topic: written by the barrier, verified by
+consumers.
 
 Wire format (FlameStream fault tolerance: output bundles). A bundle is written in one
-Kafka transaction; on every partition of the output topic it is:
+Kafka transaction over two topics with the same partition count:
 
-* the bundle's items routed to that partition, in no particular order (the exactly-once
-  barrier writes items into the bundle's transaction as they arrive, ahead of their
-  release; `connectors.BundleConsumer` hands a bundle out in meta order): key and value
-  from the `KafkaSink` (its key function and value serde), header ``fp.meta`` = Avro
-  ``Meta``;
-* then one header record: no key, no value, header ``fp.bundle`` = Avro
-  ``BundleHeader(seq, gt_last, item_count)`` where ``item_count`` counts the items of that
-  partition.
+* on the output topic (``<topic>``), only the user's records: the bundle's items routed to
+  each partition, in no particular order (the exactly-once barrier writes items into the
+  bundle's transaction as they arrive, ahead of their release; `connectors.BundleConsumer`
+  hands a bundle out in meta order): key and value from the `KafkaSink` (its key function
+  and value serde), header ``fp.meta`` = Avro ``Meta``. A consumer that knows nothing of
+  flamepipe (kcat, Kafka Connect, ksqlDB) sees the records it expects, keyed as the user
+  keyed them, so the topic can be compacted;
+* on the bundle topic (``<topic>.bundles``, `bundles_topic`), one record per partition:
+  no key, value = Avro ``BundleHeader(seq, gt_last, item_count)`` where ``item_count``
+  counts the bundle's items on that partition of the output topic.
 
-Every partition gets a header for every bundle (possibly with ``item_count`` 0), so each
-partition is a complete bundle sequence of its own: ``seq`` consecutive, ``gt_last``
-strictly increasing, every item after the previous ``gt_last`` and at or before its own.
+Every bundle-topic partition gets a header for every bundle (possibly with
+``item_count`` 0), so each output partition with its bundle partition is a complete
+bundle sequence of its own: ``seq`` consecutive, ``gt_last`` strictly increasing, every
+item after the previous ``gt_last`` and at or before its own. Bundles are transactions of
+one producer, so an output partition holds bundle ``n``'s items before bundle ``n + 1``'s:
+the first ``item_count`` items not yet in a bundle are the bundle's.
+
 A keyed item goes to ``crc32(key) % partitions`` (librdkafka's consistent partitioner), an
 unkeyed one to ``gt.front % partitions``: both deterministic, so a replay writes the same
 bytes to the same partitions. A bundle's order is no contract: its items become visible
@@ -24,7 +31,7 @@ together, and its header is the unit a reader acknowledges.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from framework.core.barrier import Bundle
 from framework.core.messages import BundleHeader
@@ -35,15 +42,15 @@ from framework.wire.avro import decode_bundle_header, decode_meta, encode_bundle
 from framework.wire.records import OutRecord
 
 __all__ = [
-    "BUNDLE_HEADER",
+    "BUNDLES_SUFFIX",
     "META_HEADER",
     "BundleVerifier",
     "Headers",
     "bundle_records",
+    "bundles_topic",
     "header_records",
     "header_value",
     "item_record",
-    "last_header",
     "output_partition",
     "read_bundle_header",
     "read_meta",
@@ -51,8 +58,14 @@ __all__ = [
 
 META_HEADER = "fp.meta"
 """Header of an output item: its Avro ``Meta``."""
-BUNDLE_HEADER = "fp.bundle"
-"""Header of the record that closes a bundle on a partition: Avro ``BundleHeader``."""
+BUNDLES_SUFFIX = ".bundles"
+"""The bundle topic of output topic ``t`` is ``t`` + this."""
+
+
+def bundles_topic(topic: str) -> str:
+    """The bundle topic of output topic ``topic`` (see the module docstring)."""
+    return topic + BUNDLES_SUFFIX
+
 
 _new = tuple.__new__  # an OutRecord without the Python-level NamedTuple __new__ call
 
@@ -90,17 +103,18 @@ def item_record(record: Record, topic: str, partitions: int) -> tuple[int, OutRe
 def header_records(
     seq: int, gt_last: GlobalTime, counts: Sequence[int], topic: str
 ) -> list[OutRecord]:
-    """The records that close bundle ``seq``: one per partition, ``counts`` its items."""
-    records = []
-    for partition, count in enumerate(counts):
-        header = BundleHeader(seq, gt_last, count)
-        headers = ((BUNDLE_HEADER, encode_bundle_header(header)),)
-        records.append(OutRecord(topic, partition, None, None, headers))
-    return records
+    """The records that close bundle ``seq`` of output ``topic``: one per partition of its
+    bundle topic, ``counts`` the items on each output partition."""
+    control = bundles_topic(topic)
+    return [
+        OutRecord(control, partition, None, encode_bundle_header(BundleHeader(seq, gt_last, n)))
+        for partition, n in enumerate(counts)
+    ]
 
 
 def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecord]:
-    """The records of ``bundle`` on ``topic``: items (`item_record`), then the headers."""
+    """The records of ``bundle`` on output ``topic``: items (`item_record`), then the headers
+    on its bundle topic."""
     counts = [0] * partitions
     records: list[OutRecord] = []
     for record in bundle.records:
@@ -120,10 +134,11 @@ def header_value(headers: Headers | None, name: str) -> bytes | None:
     return None
 
 
-def read_bundle_header(headers: Headers | None) -> BundleHeader | None:
-    """The bundle header of a record, None if it is an item (`DecodeError` if garbled)."""
-    raw = header_value(headers, BUNDLE_HEADER)
-    return None if raw is None else decode_bundle_header(raw)
+def read_bundle_header(value: bytes | None) -> BundleHeader:
+    """The header a bundle-topic record holds (`DecodeError` if garbled or empty)."""
+    if value is None:
+        raise DecodeError("a bundle-topic record without a value")
+    return decode_bundle_header(value)
 
 
 def read_meta(headers: Headers | None) -> Meta | None:
@@ -132,23 +147,17 @@ def read_meta(headers: Headers | None) -> Meta | None:
     return None if raw is None else decode_meta(raw)
 
 
-def last_header(records: Iterable[Headers | None]) -> BundleHeader | None:
-    """The last bundle header among the headers of ``records`` (oldest first)."""
-    last: BundleHeader | None = None
-    for headers in records:
-        header = read_bundle_header(headers)
-        if header is not None:
-            last = header
-    return last
-
-
 class BundleVerifier:
-    """Checks one partition's records against the bundle rules, one record at a time.
+    """Checks one output partition and its bundle partition against the bundle rules.
 
-    Rules: bundle ``seq`` is consecutive; ``gt_last`` strictly increases; every item has a
-    meta, is no tombstone, comes after the previous ``gt_last`` and at or before its own
-    bundle's; ``item_count`` is the number of items. A break raises
-    `ProtocolViolation` naming the partition, offset and rule.
+    Items (`item`) and headers (`header`) come from two topics, each in offset order; a
+    header closes the first ``item_count`` items not yet in a bundle, and waits (returns
+    None) until that many have arrived. Rules: bundle ``seq`` is consecutive;
+    ``gt_last`` strictly increases; every item has a meta, is no tombstone, and is after
+    the previous bundle's ``gt_last`` and at or before its own; a header whose items are
+    not all there once the output partition is read to its end is a lost item
+    (`check_complete`). A break raises `ProtocolViolation` naming the partition, offset
+    and rule.
     """
 
     def __init__(
@@ -165,7 +174,7 @@ class BundleVerifier:
 
     @property
     def pending(self) -> int:
-        """Items read since the last header."""
+        """Items read and not yet in a bundle."""
         return len(self._metas)
 
     def item(self, headers: Headers | None, offset: int) -> Meta:
@@ -176,19 +185,27 @@ class BundleVerifier:
         except DecodeError as exc:
             raise ProtocolViolation(f"{at}: unreadable {META_HEADER} header: {exc}") from exc
         if meta is None:
-            raise ProtocolViolation(f"{at}: record has neither {META_HEADER} nor {BUNDLE_HEADER}")
+            raise ProtocolViolation(f"{at}: an output record without {META_HEADER}")
+        self.take_item(meta, offset)
+        return meta
+
+    def take_item(self, meta: Meta, offset: int) -> None:
+        """Check the decoded meta of the item at ``offset``; it waits for its header."""
         if meta.tombstone:
-            raise ProtocolViolation(f"{at}: a tombstone left the barrier: {meta}")
+            raise ProtocolViolation(f"{self.where}@{offset}: a tombstone left the barrier: {meta}")
+        self._after_gt_last(meta, f"{self.where}@{offset}")
+        self._metas.append(meta)
+
+    def _after_gt_last(self, meta: Meta, at: str) -> None:
         if self.gt_last is not None and meta.gt <= self.gt_last:
             raise ProtocolViolation(
                 f"{at}: item at {meta.gt} is not after the previous bundle's gt_last "
                 f"{self.gt_last} (a duplicate or a replay leak)"
             )
-        self._metas.append(meta)
-        return meta
 
-    def header(self, header: BundleHeader, offset: int) -> None:
-        """Check the header that closes the items read since the last one."""
+    def header(self, header: BundleHeader, offset: int) -> int | None:
+        """Close the bundle ``header`` (read at ``offset`` of the bundle topic): the number of
+        pending items it takes, or None if fewer have arrived (call again after more)."""
         at = f"{self.where}@{offset}: bundle {header.seq}"
         if self.next_seq is not None and header.seq != self.next_seq:
             kind = "duplicate" if header.seq < self.next_seq else "gap"
@@ -197,13 +214,25 @@ class BundleVerifier:
             raise ProtocolViolation(
                 f"{at}: gt_last {header.gt_last} does not increase past {self.gt_last}"
             )
-        if header.item_count != len(self._metas):
-            raise ProtocolViolation(
-                f"{at}: header counts {header.item_count} item(s), {len(self._metas)} arrived"
-            )
-        late = [meta for meta in self._metas if meta.gt > header.gt_last]
-        if late:
-            raise ProtocolViolation(f"{at}: item at {late[0].gt} is after gt_last {header.gt_last}")
+        count = header.item_count
+        if len(self._metas) < count:
+            return None
+        taken, self._metas = self._metas[:count], self._metas[count:]
+        for meta in taken:
+            self._after_gt_last(meta, at)
+            if meta.gt > header.gt_last:
+                raise ProtocolViolation(
+                    f"{at}: item at {meta.gt} is after gt_last {header.gt_last}"
+                )
         self.next_seq = header.seq + 1
         self.gt_last = header.gt_last
-        self._metas = []
+        return count
+
+    def check_complete(self, header: BundleHeader, offset: int) -> None:
+        """`ProtocolViolation` if ``header`` still waits for items once the output partition
+        was read to its end: its items committed with it, so one is lost."""
+        if len(self._metas) < header.item_count:
+            raise ProtocolViolation(
+                f"{self.where}@{offset}: bundle {header.seq}: header counts "
+                f"{header.item_count} item(s), {len(self._metas)} arrived"
+            )

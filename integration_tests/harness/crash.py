@@ -59,7 +59,6 @@ from framework.errors import ProtocolViolation, StackError
 from framework.kafka.clients import read_to_end
 from framework.local.stack import LocalStack
 from framework.runners.assembly import source_fronts
-from framework.wire.bundles import read_bundle_header
 from integration_tests.harness.processes import (
     SETTLE_S,
     Clock,
@@ -358,7 +357,6 @@ class _Run:
         return Counter(
             pair_key(json.loads(m.value() or b"null"))
             for m in read_to_end(self.settings.kafka_bootstrap, self.sink, timeout_s=120)
-            if read_bundle_header(m.headers()) is None
         )
 
     def verified(self) -> tuple[Counter[str], str | None]:

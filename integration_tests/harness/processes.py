@@ -22,7 +22,7 @@ from framework.config import Settings
 from framework.core.time import GlobalTime
 from framework.kafka.admin import partition_count
 from framework.local.provision import free_port
-from framework.wire.bundles import read_bundle_header
+from framework.wire.bundles import bundles_topic, read_bundle_header
 from integration_tests.harness.report import ChaosEvent
 from integration_tests.harness.services import ROOT
 
@@ -288,7 +288,8 @@ class InputProducer(threading.Thread):
 
 
 class OutputTail(threading.Thread):
-    """Reads the output topic with read_committed as it grows: items and bundle headers.
+    """Reads the output topic and its bundle topic with read_committed as they grow: items
+    and bundle headers.
 
     For each bundle it keeps when it was produced (the record's CreateTime), when this
     reader saw it, and its GT_last.
@@ -316,7 +317,13 @@ class OutputTail(threading.Thread):
         )
         try:
             partitions = partition_count(self.bootstrap, self.topic)
-            consumer.assign([TopicPartition(self.topic, p, 0) for p in range(partitions)])
+            consumer.assign(
+                [
+                    TopicPartition(topic, p, 0)
+                    for topic in (self.topic, bundles_topic(self.topic))
+                    for p in range(partitions)
+                ]
+            )
             while not self._halt.is_set():
                 for msg in consumer.consume(1000, timeout=0.2):
                     if msg.error() is None:
@@ -325,11 +332,11 @@ class OutputTail(threading.Thread):
             consumer.close()
 
     def _take(self, msg: Message) -> None:
-        header = read_bundle_header(msg.headers())
         with self._lock:
-            if header is None:
+            if msg.topic() == self.topic:
                 self.items += 1
             else:
+                header = read_bundle_header(msg.value())
                 self.bundles.append((msg.timestamp()[1], now_ms(), header.gt_last))
 
     def stop(self) -> None:

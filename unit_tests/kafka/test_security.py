@@ -96,7 +96,8 @@ def test_bad_properties_fail_fast_naming_the_line(tmp_path: Path, text: str, say
 def test_the_acls_of_a_pipeline_and_their_commands() -> None:
     bindings = pipeline_acls("wc", "User:alice", ["lines"], ["counts"])
     commands = acl_commands(bindings, "k:9092")
-    assert len(commands) == len(bindings) == 1 + 3 + 5 + 3 + 2 + 1
+    assert len(commands) == len(bindings) == 1 + 3 + 5 + 5 + 3 + 2 + 1
+    assert any("--operation Write --topic 'counts.bundles'" in c for c in commands)
     assert (
         "kafka-acls.sh --bootstrap-server k:9092 --add --allow-principal 'User:alice' "
         "--operation All --topic 'wc.' --resource-pattern-type prefixed"

@@ -8,15 +8,14 @@ from framework.core.barrier import Bundle
 from framework.core.messages import BundleHeader
 from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
-from framework.errors import ProtocolViolation
+from framework.errors import DecodeError, ProtocolViolation
 from framework.wire.avro import decode_meta, encode_bundle_header, encode_meta
 from framework.wire.bundles import (
-    BUNDLE_HEADER,
     META_HEADER,
     BundleVerifier,
     bundle_records,
+    bundles_topic,
     header_value,
-    last_header,
     output_partition,
     read_bundle_header,
 )
@@ -31,23 +30,28 @@ def encode(payload: object) -> tuple[bytes | None, bytes]:
     return (text.encode() if text.startswith("k") else None), text.encode()
 
 
-def test_a_bundle_is_items_then_a_header_on_every_partition() -> None:
+def test_a_bundle_is_items_on_the_output_and_a_header_per_partition_on_its_bundle_topic() -> None:
     items_in = (Record(meta(8), encode("a")), Record(meta(9), encode("kb")))
     records = bundle_records(Bundle(3, GlobalTime.slot_end(9), items_in), "out", 3)
     items, headers = records[:2], records[2:]
-    assert [(r.topic, r.value) for r in items] == [("out", b"a"), ("out", b"kb")]
+    # The output topic holds only the user's records, keyed as the user keyed them.
+    assert [(r.topic, r.key, r.value) for r in items] == [
+        ("out", None, b"a"),
+        ("out", b"kb", b"kb"),
+    ]
     assert items[0].partition == output_partition(None, meta(8), 3) == 5 % 3
-    assert items[1].key == b"kb"
     assert [decode_meta(dict(r.headers)[META_HEADER]) for r in items] == [meta(8), meta(9)]
-    assert [r.partition for r in headers] == [0, 1, 2]
-    assert all(r.key is None and r.value is None for r in headers)
+    assert [(r.topic, r.partition, r.key) for r in headers] == [
+        ("out.bundles", p, None) for p in range(3)
+    ]
     counts = [0, 0, 0]
     for record in items:
         assert record.partition is not None
         counts[record.partition] += 1
-    assert [read_bundle_header(r.headers) for r in headers] == [
+    assert [read_bundle_header(r.value) for r in headers] == [
         BundleHeader(3, GlobalTime.slot_end(9), count) for count in counts
     ]
+    assert bundles_topic("out") == "out.bundles"
 
 
 @pytest.mark.parametrize("payload", ["a", ["k", b"v"], (b"k", "v"), (b"k", b"v", b"x")])
@@ -57,23 +61,22 @@ def test_a_payload_that_is_no_output_record_is_refused(payload: object) -> None:
         bundle_records(bundle, "out", 1)
 
 
-def test_headers_are_read_from_lists_and_dicts() -> None:
+def test_headers_are_values_and_header_values_are_read_from_lists_and_dicts() -> None:
     header = BundleHeader(1, GlobalTime(2, 3, 4), 0)
-    raw = encode_bundle_header(header)
-    assert read_bundle_header([("x", b"1"), (BUNDLE_HEADER, raw)]) == header
-    assert read_bundle_header({BUNDLE_HEADER: raw}) == header
+    assert read_bundle_header(encode_bundle_header(header)) == header
+    with pytest.raises(DecodeError):
+        read_bundle_header(None)
     assert header_value([("a", None)], "a") == b""
+    assert header_value({"a": b"x"}, "a") == b"x"
     assert header_value(None, "a") is None
-    assert last_header([None, [(BUNDLE_HEADER, raw)], [(META_HEADER, b"")]]) == header
-    assert last_header([]) is None
 
 
 def item(slot: int, offset: int = 0, *, tombstone: bool = False) -> list[tuple[str, bytes]]:
     return [(META_HEADER, encode_meta(Meta(GlobalTime(slot, 5, offset), (), 0, tombstone)))]
 
 
-def close(verifier: BundleVerifier, seq: int, last: int, count: int) -> None:
-    verifier.header(BundleHeader(seq, GlobalTime.slot_end(last), count), 99)
+def close(verifier: BundleVerifier, seq: int, last: int, count: int) -> int | None:
+    return verifier.header(BundleHeader(seq, GlobalTime.slot_end(last), count), 99)
 
 
 def test_consecutive_bundles_pass() -> None:
@@ -128,11 +131,33 @@ def test_items_must_be_within_their_bundle() -> None:
         close(verifier, 0, 4, 1)
 
 
-def test_item_count_must_match() -> None:
+def test_a_header_waits_for_its_items_and_takes_only_its_own() -> None:
     verifier = BundleVerifier("out[0]")
     verifier.item(item(1), 0)
+    assert close(verifier, 0, 1, 2) is None  # one of two items so far: wait
+    verifier.item(item(1, 1), 1)
+    verifier.item(item(3), 2)  # the next bundle's, read before the header closing this one
+    assert close(verifier, 0, 1, 2) == 2
+    assert verifier.pending == 1
+    assert close(verifier, 1, 3, 1) == 1
+
+
+def test_an_item_missing_once_the_partition_was_read_to_its_end_is_lost() -> None:
+    verifier = BundleVerifier("out[0]")
+    verifier.item(item(1), 0)
+    header = BundleHeader(0, GlobalTime.slot_end(1), 2)
+    assert verifier.header(header, 5) is None
     with pytest.raises(ProtocolViolation, match=r"header counts 2 item\(s\), 1 arrived"):
-        close(verifier, 0, 1, 2)
+        verifier.check_complete(header, 5)
+
+
+def test_an_extra_item_breaks_the_next_bundle() -> None:
+    verifier = BundleVerifier("out[0]")
+    verifier.item(item(1), 0)
+    verifier.item(item(1, 1), 1)  # one more than the header counts: a duplicate
+    assert close(verifier, 0, 1, 1) == 1
+    with pytest.raises(ProtocolViolation, match="not after the previous bundle's gt_last"):
+        close(verifier, 1, 3, 1)
 
 
 def test_items_of_a_bundle_may_come_in_any_order() -> None:
@@ -147,7 +172,7 @@ def test_no_tombstone_or_bare_record_leaves_the_barrier() -> None:
     verifier = BundleVerifier("out[0]")
     with pytest.raises(ProtocolViolation, match="a tombstone left the barrier"):
         verifier.item(item(1, tombstone=True), 0)
-    with pytest.raises(ProtocolViolation, match=r"neither fp\.meta nor fp\.bundle"):
+    with pytest.raises(ProtocolViolation, match=r"an output record without fp\.meta"):
         verifier.item([("other", b"")], 1)
     with pytest.raises(ProtocolViolation, match=r"unreadable fp\.meta header"):
         verifier.item([(META_HEADER, b"\xff")], 2)

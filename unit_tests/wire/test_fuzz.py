@@ -34,7 +34,7 @@ _BYTES: dict[str, Callable[[bytes], Any]] = {
     "epoch znode": lambda b: EpochRecord.from_json(b, "z"),
     "json serde": Json().loads,
     "utf-8 serde": Utf8().loads,
-    "bundle header in headers": lambda b: read_bundle_header([("fp.bundle", b)]),
+    "bundle-topic record": read_bundle_header,
     "meta in headers": lambda b: read_meta([("fp.meta", b)]),
 }
 _TEXT: dict[str, Callable[[str], Any]] = {
