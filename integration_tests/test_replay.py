@@ -24,7 +24,9 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError
+from framework.kafka.admin import list_topics
 from framework.runners.assembly import source_fronts
+from framework.runners.hygiene import epoch_topics
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.snapshots import restorer
 from integration_tests.harness.runs import produce_lines, read_output, running
@@ -70,6 +72,11 @@ def test_replaying_the_same_input_twice_adds_nothing(
         replayed = run.barriers()[0].stats
     assert replayed.records_in > 0, "the new epoch should have re-read the input"
     assert _pairs(read_output(bootstrap, sink)) == first
+    # Epoch 1's driver removed epoch 0's internal topics: nothing reads them again.
+    existing = set(list_topics(bootstrap))
+    assert epoch_topics(graph, 0) & existing == set()
+    assert epoch_topics(graph, 1) <= existing
+    assert {source, sink, f"{sink}.bundles", f"{app}.dlq"} <= existing
 
     # Replay 2, through the command line, with new input arriving during the replay.
     monkeypatch.setenv("FP_TEST_APP", app)
@@ -95,6 +102,7 @@ def test_replaying_the_same_input_twice_adds_nothing(
     output = _pairs(read_output(bootstrap, sink))
     assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
     assert _verified_items(bootstrap, sink) == output
+    assert epoch_topics(graph, 1) & set(list_topics(bootstrap)) == set()
 
 
 def test_replay_of_a_grouping_from_the_middle_needs_a_snapshot(stack: Settings) -> None:

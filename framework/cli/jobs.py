@@ -197,6 +197,41 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from framework.kafka.admin import delete_records
+    from framework.kafka.endpoints import sink_nodes
+    from framework.runners.assembly import current_epoch
+    from framework.runners.hygiene import acker_needs, barrier_needs, old_epoch_topics
+    from framework.wire.topics import Topics
+
+    graph = _graph(args)
+    settings = settings_of(args)
+    install_keys(settings)  # positions and checkpoints are verified before they are used
+    bootstrap = settings.kafka_bootstrap
+    epoch = current_epoch(settings, graph.name)
+    old = old_epoch_topics(bootstrap, graph, epoch)
+    topics = Topics(graph.name, epoch)
+    needs = {
+        **acker_needs(bootstrap, topics, settings.acker_shards),
+        **barrier_needs(bootstrap, topics, graph.name, sink_nodes(graph)),
+    }
+    for name in old:
+        print(f"{'would delete' if args.dry_run else 'delete'} topic {name}")
+    for (topic, partition), offset in sorted(needs.items()):
+        print(f"{'would trim' if args.dry_run else 'trim'} {topic}[{partition}] below {offset}")
+    if not args.dry_run:
+        from framework.kafka.admin import delete_topics
+
+        delete_topics(bootstrap, old)
+        delete_records(bootstrap, needs)
+    print(
+        f"{graph.name} (epoch {epoch}): {len(old)} old-epoch topics, {len(needs)} partitions "
+        f"trimmed{' (dry run: nothing changed)' if args.dry_run else ''}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _partitions(text: str | None, settings: Settings) -> list[int] | None:
     if text is None:
         return None
@@ -249,6 +284,12 @@ def add_parsers(
     )
     acls.add_argument("--principal", required=True, help="e.g. User:pipeline")
     acls.add_argument("--apply", action="store_true", help="create them (needs ALTER)")
+    gc = sub.add_parser(
+        "gc",
+        parents=[spec],
+        help="delete earlier epochs' internal topics, trim acks and pre-barrier topics",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="only say what would go")
     replay = sub.add_parser(
         "replay", parents=[spec], help="start the next epoch from chosen offsets, then run"
     )
@@ -267,4 +308,5 @@ COMMANDS = {
     "barrier": _cmd_barrier,
     "replay": _cmd_replay,
     "acls": _cmd_acls,
+    "gc": _cmd_gc,
 }

@@ -71,6 +71,8 @@ class Settings:
     WARNING, ERROR); ``log_json`` writes ``<state_dir>/logs/flamepipe.log`` as JSON lines;
     ``verbose`` also shows the client libraries' lines (librdkafka, kazoo) and Spark's
     warnings on the console, which otherwise go to the log files only (`framework.logs`).
+    ``trim_interval_ms``: how often the driver trims internal topics below what their
+    readers may still read (0: never; `framework.runners.hygiene`).
     ``ui``: every pipeline process (driver, ``flamepipe acker``, ``flamepipe barrier``)
     serves its live page and Prometheus metrics on ``ui_host:ui_port`` (0: a free port,
     logged at start; `framework.runners.observe`).
@@ -114,6 +116,7 @@ class Settings:
     log_json: bool = False
     verbose: bool = False
     ui: bool = True
+    trim_interval_ms: int = 30_000
     ui_host: str = "127.0.0.1"
     ui_port: int = 0
 
@@ -176,6 +179,8 @@ class Settings:
             raise ConfigError(
                 f"log_level={self.log_level!r} is not a level: use one of {', '.join(_LOG_LEVELS)}"
             )
+        if self.trim_interval_ms < 0:
+            raise ConfigError(f"trim_interval_ms={self.trim_interval_ms} must be >= 0 (0: never)")
         if not 0 <= self.ui_port <= 65535:
             raise ConfigError(f"ui_port={self.ui_port} is not a TCP port: use 1..65535, 0: any")
         if self.spark_workers < 0:

@@ -44,9 +44,12 @@ __all__ = [
     "check_reachable",
     "close_cached",
     "compacted_spec",
+    "delete_records",
+    "delete_topics",
     "end_offsets",
     "ensure_topics",
     "input_topic_spec",
+    "list_topics",
     "offsets_at",
     "partition_count",
     "require_log_append_time",
@@ -328,3 +331,56 @@ def offsets_at(bootstrap: str, topic: str, at_ms: int | None) -> dict[int, int]:
 
     found = _ask(bootstrap, what, ask)
     return {p: offset if offset >= 0 else ends[p] for p, offset in found.items()}
+
+
+def delete_records(
+    bootstrap: str, below: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Delete the records of each ``(topic, partition)`` before its offset (the broker's
+    DeleteRecords: the log start moves up, disk is freed at the next segment roll).
+
+    Returns the new log start of each partition. Offsets <= 0 are skipped; an offset past
+    the end is an error of the caller (`ConfigError`).
+    """
+    request = [TopicPartition(t, p, o) for (t, p), o in sorted(below.items()) if o > 0]
+    if not request:
+        return {}
+    what = f"delete records of {sorted({t for t, _ in below})}"
+
+    def ask() -> dict[tuple[str, int], int]:
+        futures = _admin(bootstrap).delete_records(request, request_timeout=DEFAULT_TIMEOUT_S)
+        out = {}
+        for tp, future in futures.items():
+            result = future.result(timeout=DEFAULT_TIMEOUT_S)
+            out[(tp.topic, tp.partition)] = int(result.low_watermark)
+        return out
+
+    return _ask(bootstrap, what, ask)
+
+
+def list_topics(bootstrap: str) -> list[str]:
+    """The names of every topic on the cluster (internal ones of Kafka's own excluded)."""
+
+    def ask() -> list[str]:
+        meta = _admin(bootstrap).list_topics(timeout=DEFAULT_TIMEOUT_S)
+        return sorted(name for name in meta.topics if not name.startswith("__"))
+
+    return _ask(bootstrap, "list topics", ask)
+
+
+def delete_topics(bootstrap: str, names: Iterable[str]) -> None:
+    """Delete ``names`` (a missing one is not an error: it is gone already)."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return
+
+    def ask() -> None:
+        futures = _admin(bootstrap).delete_topics(wanted, operation_timeout=DEFAULT_TIMEOUT_S)
+        for future in futures.values():
+            try:
+                future.result(timeout=DEFAULT_TIMEOUT_S)
+            except KafkaException as exc:
+                if _code(exc) != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+
+    _ask(bootstrap, f"delete topics {wanted}", ask)

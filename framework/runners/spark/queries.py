@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -218,6 +219,19 @@ class StageQuery:
     def progress(self) -> Any:
         """Spark's last progress report of the query (None before the first)."""
         return None if self.query is None else self.query.lastProgress
+
+    def completed_offsets(self) -> dict[int, int]:
+        """Per input partition, the end offset of the last completed micro-batch: Spark never
+        reads below it again (a restart re-runs at most the batch after it)."""
+        progress = self.progress()
+        if progress is None:
+            return {}
+        try:
+            end = progress["sources"][0]["endOffset"]
+            offsets = json.loads(end) if isinstance(end, str) else end
+            return {int(p): int(o) for p, o in offsets.get(self.spec.stage.topic, {}).items()}
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return {}  # no batch yet, or a report of another shape: trim nothing
 
     def failure(self) -> str | None:
         """Why the query died, or None while it is healthy."""

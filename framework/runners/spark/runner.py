@@ -13,8 +13,9 @@ Start-up protocol of `SparkRunner.start`:
 4. Start the min-time view the stages prune with and, with embedded services (the
    default), the acker service and one barrier service per sink; otherwise ``flamepipe
    acker`` and ``flamepipe barrier`` run them as processes of their own.
-5. Start one streaming query per stage, then the front heartbeats and the window ticks
-   of aggregate stages (`framework.runners.spark.ticks`).
+5. Start one streaming query per stage, then the front heartbeats, the window ticks of
+   aggregate stages (`framework.runners.spark.ticks`) and the topic janitor; in an epoch
+   after the first, delete the earlier epochs' internal topics (`framework.runners.hygiene`).
 6. Serve the live page and Prometheus metrics (``ui``; `framework.runners.observe`).
 """
 
@@ -46,6 +47,7 @@ from framework.runners.assembly import (
     pre_topic_spec,
     view_for,
 )
+from framework.runners.hygiene import TopicJanitor, acker_needs, barrier_needs, remove_old_epochs
 from framework.runners.keys import install_keys
 from framework.runners.observe.console import LiveConsole
 from framework.runners.observe.figures import Figures, run_figures
@@ -172,6 +174,7 @@ class PipelineRun:
         self._committed: CommittedSlot | None = None
         self.shipment: Shipment | None = None
         self.watch: WatchServer | None = None
+        self.janitor: TopicJanitor | None = None
 
     @property
     def stats(self) -> Mapping[str, StageStats]:
@@ -224,12 +227,31 @@ class PipelineRun:
                 self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
             )
             self.ticks.start()
+        if self.settings.trim_interval_ms > 0:
+            self.janitor = TopicJanitor(
+                self.bootstrap, self.trim_needs, interval_s=self.settings.trim_interval_ms / 1000
+            )
+            self.janitor.start()
+        if self.epoch > 0:  # nothing reads the internal topics of earlier epochs again
+            remove_old_epochs(self.bootstrap, self.graph, self.epoch)
         # Step 6
         if self.settings.ui:
             self.watch = WatchServer(
                 self.figures, host=self.settings.ui_host, port=self.settings.ui_port
             )
             self.watch.start()
+
+    def trim_needs(self) -> dict[tuple[str, int], int]:
+        """What each internal topic's reader may still read (`framework.runners.hygiene`)."""
+        needs = dict(acker_needs(self.bootstrap, self.topics, self.settings.acker_shards))
+        needs.update(
+            barrier_needs(self.bootstrap, self.topics, self.graph.name, sink_nodes(self.graph))
+        )
+        for query in self.queries.values():
+            if not query.spec.stage.is_source:
+                topic = query.spec.stage.topic
+                needs.update({(topic, p): o for p, o in query.completed_offsets().items()})
+        return needs
 
     def figures(self) -> Figures:
         """The run's figures now (`framework.runners.observe.figures`)."""
@@ -387,8 +409,8 @@ class PipelineRun:
         return self.services.barriers
 
     def _drivers(self) -> list[Service]:
-        """The driver's own services: front heartbeats and window ticks."""
-        return [s for s in (self.fronts, self.ticks) if s is not None]
+        """The driver's own services: front heartbeats, window ticks, the topic janitor."""
+        return [s for s in (self.fronts, self.ticks, self.janitor) if s is not None]
 
     def stop(self) -> None:
         """Stop heartbeats, queries, then services (each waits for its current work);
