@@ -21,15 +21,15 @@ from framework.coordination import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.core.time import front_id
 from framework.errors import FlamepipeError, PipelineError
-from framework.kafka.admin import TopicSpec, ensure_topics
+from framework.kafka.admin import ensure_topics
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.kafka.mintime import MinTimeView
+from framework.kafka.topics import pre_topic_spec
 from framework.runners.keys import install_keys
 from framework.runners.recovery import StallWatch
 from framework.service import Service
 from framework.snapshots.backends import open_backend
 from framework.snapshots.coordinator import SnapshotCoordinator
-from framework.wire.topics import Topics
 
 __all__ = [
     "ServiceSet",
@@ -40,7 +40,6 @@ __all__ = [
     "coordinator_for",
     "current_epoch",
     "embedded_services",
-    "pre_topic_spec",
     "source_fronts",
     "view_for",
 ]
@@ -53,11 +52,6 @@ def source_fronts(bootstrap: str, graph: Graph) -> list[int]:
         for source in kafka_sources(graph).values()
         for p in range(source.prepare(bootstrap))
     ]
-
-
-def pre_topic_spec(app: str, sink_node: str, epoch: int = 0) -> TopicSpec:
-    """The pre-barrier topic of ``sink_node``: one partition, so the barrier reads it whole."""
-    return TopicSpec(Topics(app, epoch).pre(sink_node), 1)
 
 
 def current_epoch(settings: Settings, app: str) -> int:

@@ -10,7 +10,7 @@ from framework.snapshots.acceptance import BarrierMarks, accepted_slot, accepts,
 from framework.snapshots.coordinator import KEEP, SnapshotCoordinator, SnapshotStats
 from framework.snapshots.copies import ChangelogCopies, UnitCopy
 from framework.snapshots.offsets import replay_offsets
-from framework.snapshots.restore import CHANGELOG_CONFIG, Restored, restore_epoch
+from framework.snapshots.restore import Restored, restore_epoch
 from framework.snapshots.units import (
     UNIT_FORMAT,
     changelog_records,
@@ -21,7 +21,6 @@ from framework.snapshots.units import (
 )
 
 __all__ = [
-    "CHANGELOG_CONFIG",
     "KEEP",
     "UNIT_FORMAT",
     "BarrierMarks",

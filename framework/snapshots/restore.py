@@ -17,8 +17,9 @@ from framework.errors import (
     KafkaClientError,
     SnapshotMissing,
 )
-from framework.kafka.admin import compacted_spec, ensure_topics, partition_count
+from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.clients import authentic_message, read_to_end
+from framework.kafka.topics import changelog_topic_spec
 from framework.kafka.transactions import TransactionalProducer
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.units import (
@@ -33,9 +34,8 @@ from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["CHANGELOG_CONFIG", "Restored", "restore_epoch"]
+__all__ = ["Restored", "restore_epoch"]
 
-CHANGELOG_CONFIG = {"max.message.bytes": str(16 * 1024 * 1024)}
 """Changelog topic configs, as the Spark runner creates them (a bucket is one record)."""
 
 _TIMEOUT_S = 60.0  # a seed may be large: one transaction of every bucket of the snapshot
@@ -81,7 +81,7 @@ def restore_epoch(
     windows = {node.id: node.window for node in graph.by_kind(Kind.GROUP)}
     # Step 2
     specs = [
-        compacted_spec(topics.state(n), count, CHANGELOG_CONFIG) for n, count in partitions.items()
+        changelog_topic_spec(topics.state(n), count) for n, count in partitions.items()
     ]
     ensure_topics(bootstrap, specs)
     for spec in specs:

@@ -36,15 +36,21 @@ from framework.core.graph import Graph, Kind
 from framework.core.time import GlobalTime
 from framework.deadline import Deadline
 from framework.errors import DeadlineExceeded, FlamepipeError, PipelineError, ServiceFailed
-from framework.kafka.admin import TopicSpec, compacted_spec, ensure_topics
+from framework.kafka.admin import ensure_topics
 from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
-from framework.kafka.topics import acks_topic_spec, mintime_topic_spec
+from framework.kafka.topics import (
+    acks_topic_spec,
+    changelog_topic_spec,
+    dlq_topic_spec,
+    mintime_topic_spec,
+    pre_topic_spec,
+    shuffle_topic_spec,
+)
 from framework.plan.records import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
 from framework.runners.assembly import (
     ServiceSet,
     embedded_services,
-    pre_topic_spec,
     view_for,
 )
 from framework.runners.hygiene import TopicJanitor, acker_needs, barrier_needs, remove_old_epochs
@@ -275,16 +281,14 @@ class PipelineRun:
             counts[sink.topic] = sink.prepare(self.bootstrap)
         topics, parallelism = self.topics, self.settings.parallelism
         specs = [
-            # Acks are kept forever (a restarted acker replays them); min times compacted.
             acks_topic_spec(self.graph.name, self.settings.acker_shards, self.epoch),
             mintime_topic_spec(self.graph.name, epoch=self.epoch),
-            TopicSpec(topics.dlq, 1),
+            dlq_topic_spec(self.graph.name),
         ]
         for stage in stages:
             if not stage.is_source:
-                specs.append(TopicSpec(stage.topic, parallelism))
-                changelog = {"max.message.bytes": str(16 * 1024 * 1024)}
-                specs.append(compacted_spec(topics.state(stage.id), parallelism, changelog))
+                specs.append(shuffle_topic_spec(stage.topic, parallelism))
+                specs.append(changelog_topic_spec(topics.state(stage.id), parallelism))
             for exit_ in stage.exits.values():
                 if exit_.kind is ExitKind.SINK:
                     specs.append(pre_topic_spec(self.graph.name, exit_.target, self.epoch))
