@@ -83,6 +83,15 @@ class _Stderr(logging.Handler):
             self.handleError(record)
 
 
+class _File(logging.FileHandler):
+    """A log file that stays closed once closed: a library logging from a finalizer at exit
+    (py4j does) must not reopen it, or fail when its directory is gone."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not getattr(self, "_closed", False):
+            super().emit(record)
+
+
 class _OwnLines(logging.Filter):
     """Lets flamepipe's lines through, and Kafka clients' only when ``verbose``."""
 
@@ -125,7 +134,7 @@ def configure(
     if state_dir is not None:
         path = log_dir(state_dir) / "flamepipe.log"
         path.parent.mkdir(parents=True, exist_ok=True)
-        file = logging.FileHandler(path, encoding="utf-8")
+        file = _File(path, encoding="utf-8")
         file.setFormatter(
             JsonLines()
             if json_lines
@@ -165,7 +174,7 @@ class WorkerLog:
             directory = Path(self.directory)
             directory.mkdir(parents=True, exist_ok=True)
             name = f"worker-{os.uname().nodename}-{os.getpid()}.log"
-            handlers.append(logging.FileHandler(directory / name, encoding="utf-8"))
+            handlers.append(_File(directory / name, encoding="utf-8"))
         except OSError:  # no writable log directory on this host: stderr it is
             pass
         if self.verbose or not handlers:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -13,6 +15,7 @@ from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_or
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import windowed_counts, word_pairs, wordcount
 from integration_tests.harness.runs import produce_lines, read_output, running
+from integration_tests.harness.services import ROOT, service_env
 
 
 def _app(prefix: str) -> str:
@@ -323,3 +326,46 @@ def test_a_plain_consumer_sees_only_keyed_user_records_on_a_compacted_output(
     with BundleConsumer(bootstrap, sink, f"verify-{app}") as consumer:
         verified = [item.value for b in consumer.bundles(idle_s=3) for item in b.items]
     assert sorted(map(tuple, verified)) == sorted(tuple(json.loads(v)) for _, v in records)
+
+
+_STOP_MID_BATCH = """
+import sys, time
+from framework.config import Settings
+from framework.demos.text import generate_lines
+from framework.demos.wordcount import word_pairs
+from framework.runners.spark import SparkRunner
+from integration_tests.harness.runs import produce_lines
+
+settings = Settings.load(parallelism=2, max_batch_records=2_000)  # stages stay busy
+app = sys.argv[1]
+run = SparkRunner(settings).start(word_pairs(app, app + "-lines", app + "-pairs").graph())
+try:
+    lines = [f"{i} {t}" for i, t in enumerate(generate_lines(20_000, seed=4))]
+    produce_lines(settings.kafka_bootstrap, app + "-lines", lines, partitions=2)
+    while min(s.batches for s in run.stats.values()) < 2:  # every stage is mid-flow
+        time.sleep(0.1)
+finally:
+    run.stop()
+time.sleep(2)  # the stream threads end after stop returns
+print("stopped", file=sys.stderr)
+"""
+
+
+def test_stopping_mid_batch_prints_no_jvm_stack_trace(stack: Settings, tmp_path: Any) -> None:
+    """A failed batch function's message once overflowed Spark's stream thread (a regex
+    over the whole Java trace): 1 024 frames of java.util.regex on stderr at a stop. The
+    driver runs in a process of its own: its JVM's stderr is what a person sees."""
+    env = service_env(stack, {}, FLAMEPIPE_STATE_DIR=str(tmp_path / "state"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _STOP_MID_BATCH, _app("stop")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stopped" in proc.stderr
+    assert "StackOverflowError" not in proc.stderr
+    assert "Exception in thread" not in proc.stderr

@@ -80,9 +80,7 @@ def restore_epoch(
     partitions = {node.id: _partitions(record, node.id) for node in graph.by_kind(Kind.GROUP)}
     windows = {node.id: node.window for node in graph.by_kind(Kind.GROUP)}
     # Step 2
-    specs = [
-        changelog_topic_spec(topics.state(n), count) for n, count in partitions.items()
-    ]
+    specs = [changelog_topic_spec(topics.state(n), count) for n, count in partitions.items()]
     ensure_topics(bootstrap, specs)
     for spec in specs:
         actual = partition_count(bootstrap, spec.name)

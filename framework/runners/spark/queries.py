@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -31,6 +32,28 @@ _COLUMNS = ("key", "value", "partition", "offset", "unix_millis(timestamp) AS ts
 # 12 s of JVM CPU per 100 000 records with it, 1.5 s without (docs/decisions/windowed-
 # aggregates.md), and a source stage reads one record per input record.
 _HEADERS = ("headers",)
+
+
+_ERROR_LINE = re.compile(
+    r"^[\s:]*(?:[\w.]+\.)?(\w+(?:Error|Exception|Violation|Failed|Exceeded)): (.+)$"
+)
+
+
+def essence(exc: BaseException, limit: int = 500) -> str:
+    """The line of a batch failure a person acts on: a flamepipe error raised in a task if
+    the (Java and Python) traceback holds one, else its first named error that is not the
+    py4j wrapper, else its first line."""
+    text = str(exc).strip()
+    found = [m for line in text.splitlines() if (m := _ERROR_LINE.match(line))]
+    ours = [m for m in found if "framework.errors" in m.string or "flamepipe" in m.string]
+    useful = [m for m in found if m.group(1) not in ("Py4JJavaError", "PythonException")]
+    for match in (*ours, *useful):
+        return f"{match.group(1)}: {match.group(2)}"[:limit]
+    return (text.splitlines() or [type(exc).__name__])[0][:limit]
+
+
+class StageInterrupted(Exception):  # noqa: N818 (what Spark sees, not a flamepipe error)
+    """A batch function's failure as Spark sees it: one short line (see `StageQuery._batch`)."""
 
 
 @dataclass
@@ -117,6 +140,7 @@ class StageQuery:
         self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
         self.run_id = ""  # read from the checkpoint when the query starts
         self.query: Any = None
+        self._stopping = False
         # Aggregate stages: per input partition the earliest window end still to emit
         # (-1: none; missing: unknown) and the ticks sent for it (framework.runners.spark.ticks).
         self._due: dict[int, int] = {}
@@ -176,6 +200,28 @@ class StageQuery:
         return max(1, self.max_batch_records // FRAME_ITEMS)
 
     def _batch(self, frame: Any, batch_id: int) -> None:
+        """Spark's foreachBatch function: `_run_batch`, its failure made short.
+
+        Spark matches the message of a failed Python batch function against a pattern
+        (``.+(\\r\\n|\\r|\\n): ...``, to tell a stop from a failure) whose backtracking
+        overflows the stream thread's stack on a long message, and a failed ``collect``
+        carries the whole Java stack trace: stopping mid-batch printed a
+        ``StackOverflowError`` of 1 024 frames. The full error goes to the log; Spark gets
+        one line, and the batch still fails (it is not committed, so it runs again).
+        """
+        try:
+            self._run_batch(frame, batch_id)
+        except Exception as exc:
+            stage = self.spec.stage.id
+            if self._stopping:
+                _log.debug("stage %s: batch %d ended by the stop: %s", stage, batch_id, exc)
+                raise StageInterrupted(f"stage {stage}: stopped during batch {batch_id}") from None
+            _log.error("stage %s: batch %d failed: %s", stage, batch_id, exc)
+            raise StageInterrupted(
+                f"stage {stage}: batch {batch_id} failed: {essence(exc)} (the log has the rest)"
+            ) from None
+
+    def _run_batch(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
         ctx = TaskContext(
             self.spec,
@@ -242,5 +288,6 @@ class StageQuery:
 
     def stop(self) -> None:
         """Stop the query, waiting for its current batch to end."""
+        self._stopping = True
         if self.query is not None and self.query.isActive:
             self.query.stop()
