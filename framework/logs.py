@@ -46,6 +46,9 @@ __all__ = [
 
 CLIENT_LOGGER = "flamepipe.kafka-client"
 """The logger librdkafka's lines go to (through the clients' ``logger`` setting)."""
+# An application that configures no logging hears nothing of the client library (as with
+# any library): without this, Python's last-resort handler would print its warnings.
+logging.getLogger(CLIENT_LOGGER).addHandler(logging.NullHandler())
 QUIET = (CLIENT_LOGGER, "kazoo", "py4j")
 """Client libraries whose lines go to the log file, and to the console only when verbose:
 a broker that is away makes librdkafka log every reconnect (1 168 lines in 30 s)."""
