@@ -40,25 +40,30 @@ def _rate(now: int, before: int | None, seconds: float) -> str:
     return f"{max(0, now - before) / seconds:,.0f}/s"
 
 
+def _pair_ms(p50: float | None, p99: float | None) -> str:
+    if p50 is None or p99 is None:
+        return "-"
+    return f"{p50 * 1000:.0f}/{p99 * 1000:.0f} ms"
+
+
 def render(f: Figures, previous: Figures | None) -> Group:
-    """The table of ``f`` (rates against ``previous``)."""
+    """The table of ``f`` (rates against ``previous``); fits 80 columns."""
     seconds = (f.at_ms - previous.at_ms) / 1000 if previous is not None else 0.0
     before_stage = {s.stage: s for s in previous.stages} if previous else {}
     before_sink = {b.sink: b for b in previous.barriers} if previous else {}
     table = Table(title=None, expand=False, box=None, padding=(0, 1))
-    for column in ("", "rate", "in", "out", "lag", "dead letters", "p50 / p99"):
-        table.add_column(column, justify="left" if not column else "right")
+    for column in ("", "rate", "in", "out", "lag", "dlq", "p50/p99"):
+        table.add_column(column, justify="left" if not column else "right", no_wrap=True)
     for s in f.stages:
         old = before_stage.get(s.stage)
-        lag = "-" if s.input_lag_ms is None else f"{s.input_lag_ms:,} ms"
         table.add_row(
             f"stage {s.stage}",
             _rate(s.items_in, old.items_in if old else None, seconds),
             f"{s.items_in:,}",
             f"{s.items_out:,}",
-            lag,
+            "-" if s.input_lag_ms is None else f"{s.input_lag_ms:,} ms",
             f"{s.dead_letters:,}",
-            f"{_ms(s.batch_p50_s)} / {_ms(s.batch_p99_s)} batch",
+            _pair_ms(s.batch_p50_s, s.batch_p99_s),
         )
     for b in f.barriers:
         old_b = before_sink.get(b.sink)
@@ -66,10 +71,10 @@ def render(f: Figures, previous: Figures | None) -> Group:
             f"barrier {b.sink}",
             _rate(b.items_released, old_b.items_released if old_b else None, seconds),
             f"{b.items_in:,}",
-            f"{b.items_released:,} in {b.bundles:,} bundles",
+            f"{b.items_released:,}",
+            f"{b.bundles:,} bundles",
             "",
-            "",
-            f"{_ms(b.latency_p50_s)} / {_ms(b.latency_p99_s)} latency",
+            _pair_ms(b.latency_p50_s, b.latency_p99_s),
         )
     head = Text(f"flamepipe {f.app}  ", style="bold")
     if f.min_time_ms is not None:
@@ -78,10 +83,11 @@ def render(f: Figures, previous: Figures | None) -> Group:
         head.append(f"{f.min_time_lag_ms:,} ms behind the clock")
     else:
         head.append("min time: not yet")
-    return Group(head, table)
+    foot = Text("p50/p99: a stage's micro-batch, a barrier's append-to-output latency", style="dim")
+    return Group(head, table, foot)
 
 
-def render_text(f: Figures, previous: Figures | None, width: int = 110) -> str:
+def render_text(f: Figures, previous: Figures | None, width: int = 80) -> str:
     """`render` as plain text (a final summary, a log)."""
     console = Console(width=width, file=None, force_terminal=False, color_system=None)
     with console.capture() as capture:

@@ -93,7 +93,8 @@ def test_console_table_shows_rates_lag_and_latency() -> None:
     assert "stage s0" in text and "barrier sink" in text
     assert "100/s" in text  # 200 - 100 items in over 1 s
     assert "200 ms behind the clock" in text
-    assert "300 ms / 900 ms latency" in text
+    assert "300/900 ms" in text and "20 bundles" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
 
 
 def test_live_console_off_a_terminal_draws_only_the_final_table() -> None:
