@@ -63,13 +63,7 @@ def _cmd_acker(args: argparse.Namespace) -> int:
         return current[0]
 
     def figures() -> Figures:
-        view = current[0].view if current else None
-        slot = view.min_time() if view is not None else 0
-        return service_figures(
-            graph.name,
-            acker=current[0].acker if current else None,
-            min_time_ms=slot * graph.delta_ms if slot > 0 else None,
-        )
+        return service_figures(graph.name, current[0] if current else None, graph.delta_ms)
 
     def describe(services: ServiceSet) -> str:
         acker, coordinator = services.acker, services.coordinator
@@ -112,13 +106,7 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
         return current[0]
 
     def figures() -> Figures:
-        view = current[0].view if current else None
-        slot = view.min_time() if view is not None else 0
-        return service_figures(
-            graph.name,
-            barriers=current[0].barriers if current else (),
-            min_time_ms=slot * graph.delta_ms if slot > 0 else None,
-        )
+        return service_figures(graph.name, current[0] if current else None, graph.delta_ms)
 
     def describe(services: ServiceSet) -> str:
         parts = [

@@ -15,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +23,7 @@ from framework.barrier.stats import quantiles
 if TYPE_CHECKING:
     from framework.acker.service import AckerService
     from framework.barrier.service import BarrierService
+    from framework.runners.assembly import ServiceSet
     from framework.runners.spark.queries import StageStats
     from framework.runners.spark.runner import PipelineRun
 
@@ -216,18 +216,17 @@ def run_figures(run: PipelineRun, now_ms: int | None = None) -> Figures:
     )
 
 
-def service_figures(
-    app: str,
-    *,
-    barriers: Iterable[BarrierService] = (),
-    acker: AckerService | None = None,
-    min_time_ms: int | None = None,
-) -> Figures:
-    """The figures of a standalone acker or barrier process."""
+def service_figures(app: str, services: ServiceSet | None, delta_ms: int) -> Figures:
+    """The figures of a standalone acker or barrier process: its current services (None
+    while it stands by or starts)."""
+    if services is None:
+        return Figures(app, _now_ms())
+    view = services.view
+    slot = view.min_time() if view is not None else 0
     return Figures(
         app,
         _now_ms(),
-        min_time_ms=min_time_ms,
-        barriers=tuple(barrier_figures(b) for b in barriers),
-        acker=acker_figures(acker) if acker is not None else None,
+        min_time_ms=slot * delta_ms if slot > 0 else None,
+        barriers=tuple(barrier_figures(b) for b in services.barriers),
+        acker=acker_figures(services.acker) if services.acker is not None else None,
     )

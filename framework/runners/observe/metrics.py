@@ -44,6 +44,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -89,6 +90,26 @@ class FiguresCollector(Collector):
         yield refused
 
 
+Row = TypeVar("Row", StageFigures, BarrierFigures)
+
+
+def _counter_families(
+    prefix: str,
+    counters: dict[str, tuple[str, Callable[[Row], int]]],
+    labels: list[str],
+    app: str,
+    rows: tuple[Row, ...],
+) -> Iterator[Metric]:
+    """One counter family per entry of ``counters``, a sample per row (labelled by its name)."""
+    for name, (doc, value) in counters.items():
+        family = _counter(f"{prefix}{name}", doc, labels)
+        for row in rows:
+            family.add_metric(
+                [app, row.stage if isinstance(row, StageFigures) else row.sink], value(row)
+            )
+        yield family
+
+
 def _stage_metrics(f: Figures) -> Iterator[Metric]:
     labels = ["app", "stage"]
     counters: dict[str, tuple[str, Callable[[StageFigures], int]]] = {
@@ -100,11 +121,7 @@ def _stage_metrics(f: Figures) -> Iterator[Metric]:
         "tombstones": ("Tombstones emitted (repairs)", lambda s: s.tombstones),
         "state_moves": ("Partitions whose task ran in another worker", lambda s: s.moves),
     }
-    for name, (doc, value) in counters.items():
-        family = _counter(f"flamepipe_stage_{name}", doc, labels)
-        for stage in f.stages:
-            family.add_metric([f.app, stage.stage], value(stage))
-        yield family
+    yield from _counter_families("flamepipe_stage_", counters, labels, f.app, f.stages)
     lag = _gauge("flamepipe_stage_input_lag_seconds", "Now - latest input timestamp", labels)
     batch = _gauge(
         "flamepipe_stage_batch_duration_seconds", "Micro-batch duration", [*labels, "quantile"]
@@ -121,7 +138,7 @@ def _stage_metrics(f: Figures) -> Iterator[Metric]:
 
 def _barrier_metrics(f: Figures) -> Iterator[Metric]:
     labels = ["app", "sink"]
-    counters: dict[str, tuple[str, Callable[[BarrierFigures], int]]] = {
+    barrier_counters: dict[str, tuple[str, Callable[[BarrierFigures], int]]] = {
         "barrier_bundles": ("Bundles committed", lambda b: b.bundles),
         "barrier_commits": ("Transactions committed", lambda b: b.commits),
         "barrier_items_released": ("Items in committed bundles", lambda b: b.items_released),
@@ -132,11 +149,7 @@ def _barrier_metrics(f: Figures) -> Iterator[Metric]:
         ),
         "barrier_aborts": ("Bundle transactions aborted", lambda b: b.aborts),
     }
-    for name, (doc, value) in counters.items():
-        family = _counter(f"flamepipe_{name}", doc, labels)
-        for b in f.barriers:
-            family.add_metric([f.app, b.sink], value(b))
-        yield family
+    yield from _counter_families("flamepipe_", barrier_counters, labels, f.app, f.barriers)
     size = _gauge("flamepipe_barrier_bundle_items", "Mean items per bundle", labels)
     for b in f.barriers:
         size.add_metric([f.app, b.sink], b.mean_bundle_items)
