@@ -56,6 +56,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The user-facing facades: what a pipeline author imports.
     "framework.pipeline": (*CORE, "framework.runners.spark.default"),
     "framework.testing": ("framework.runners.inprocess",),
+    "framework.spark": ("framework.runners.spark",),
     "framework": ("framework.core", "framework.errors", "framework.pipeline"),
     "connectors": (*KAFKA, "framework", "framework.config", "connectors"),
     # The command line and the demo sit on top of everything.
