@@ -56,14 +56,8 @@ def _cmd_acker(args: argparse.Namespace) -> int:
     # Instances owning the same shards are one role: one leads, the others stand by.
     role = "acker" if partitions is None else "acker-" + "-".join(map(str, sorted(partitions)))
 
-    current: list[ServiceSet] = []
-
     def build(epoch: int) -> ServiceSet:
-        current[:] = [acker_services(settings, graph, epoch, partitions)]
-        return current[0]
-
-    def figures() -> Figures:
-        return service_figures(graph.name, current[0] if current else None, graph.delta_ms)
+        return acker_services(settings, graph, epoch, partitions)
 
     def describe(services: ServiceSet) -> str:
         acker, coordinator = services.acker, services.coordinator
@@ -77,13 +71,7 @@ def _cmd_acker(args: argparse.Namespace) -> int:
             line += f", snapshots {snapshots} (slot {slot})"
         return line
 
-    with watching(settings, figures):
-        return serve(
-            build,
-            describe,
-            EpochWatch(settings, graph.name),
-            election_for(settings, graph.name, role),
-        )
+    return _serve_role(settings, graph, role, build, describe)
 
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
@@ -97,16 +85,8 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
     # Instances serving the same sinks are one role: one leads, the others stand by.
     role = "barrier" if not args.sink else "barrier-" + "-".join(sorted(sinks))
 
-    current: list[ServiceSet] = []
-
     def build(epoch: int) -> ServiceSet:
-        current[:] = [
-            barrier_services(settings, graph, epoch, sinks, exactly_once=not args.at_least_once)
-        ]
-        return current[0]
-
-    def figures() -> Figures:
-        return service_figures(graph.name, current[0] if current else None, graph.delta_ms)
+        return barrier_services(settings, graph, epoch, sinks, exactly_once=not args.at_least_once)
 
     def describe(services: ServiceSet) -> str:
         parts = [
@@ -117,9 +97,30 @@ def _cmd_barrier(args: argparse.Namespace) -> int:
         ]
         return f"barrier of {graph.name!r}: " + "; ".join(parts)
 
+    return _serve_role(settings, graph, role, build, describe)
+
+
+def _serve_role(
+    settings: Settings,
+    graph: Graph,
+    role: str,
+    build: Callable[[int], ServiceSet],
+    describe: Callable[[ServiceSet], str],
+) -> int:
+    """Serve ``role``'s services (`framework.cli.serve`), their figures on the page and
+    metrics of this process while they run."""
+    current: list[ServiceSet] = []
+
+    def tracked(epoch: int) -> ServiceSet:
+        current[:] = [build(epoch)]
+        return current[0]
+
+    def figures() -> Figures:
+        return service_figures(graph.name, current[0] if current else None, graph.delta_ms)
+
     with watching(settings, figures):
         return serve(
-            build,
+            tracked,
             describe,
             EpochWatch(settings, graph.name),
             election_for(settings, graph.name, role),
