@@ -152,6 +152,13 @@ class TransactionalProducer:
         self.timeout_s = timeout_s
         self._config = {
             "enable.idempotence": True,
+            # With sparse connections librdkafka connects to the broker that metadata names
+            # only once something needs it; init_transactions then often waited out its
+            # fixed 500 ms PID timer for that connection. Stage tasks start a producer
+            # whenever a partition moves to another Python worker (half the micro-batches
+            # on local[2]): init took 57 or 507 ms, now 5-8 ms
+            # (docs/latency.md, "Producers started by tasks").
+            "enable.sparse.connections": False,
             **(config or {}),
             "bootstrap.servers": bootstrap,
             "transactional.id": transactional_id,
