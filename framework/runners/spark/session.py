@@ -76,6 +76,11 @@ def spark_session(
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         ),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Executor JVM <-> Python worker over a Unix domain socket, not TCP: over TCP a
+        # mapInArrow task waited 40 ms for its first Arrow batch (Nagle against delayed
+        # ACKs), in every micro-batch of every stage; over the socket 0.1-5 ms
+        # (docs/latency.md, "The Python worker's socket").
+        "spark.python.unix.domain.socket.enabled": "true",
         # Checkpoints live on the driver's local disk (settings.state_dir), where a rename is
         # atomic: the FileSystem-based manager writes the offset and commit logs of every
         # micro-batch in 24 and 42 ms instead of the FileContext-based default's 89 and
