@@ -1,0 +1,409 @@
+"""flamepipe's side of the peer table (`../shared/peers`), without the peers.
+
+The same method as the peer benchmark's flamepipe system, in one process, with what the
+table does not show: every stage's micro-batch durations and the CPU of every process.
+
+1. **Throughput**: ``--lines`` lines of 8 Zipf(1) words (vocabulary 10 000) are written at
+   10 000 lines/s over a 2-partition LogAppendTime topic (a backlog spanning ~20 windows),
+   then the clock starts, the Spark session starts, and the windowed count runs
+   (``flat_map((w, 1))``, ``key_by``, ``aggregate(Tumbling(1000), combinable=True)``,
+   ``["word", start_ms, count]`` to a Kafka sink) until a read_committed reader has seen
+   the oracle's count for every (word, window), the oracle computed from the records as
+   Kafka stored them (LogAppendTime // 1000). Words/s from launch and from the pipeline's
+   start (session up).
+2. **Window latency**: ``--rate`` lines/s for 5 s warm-up + ``--seconds`` + 5 s tail; per
+   output of a window inside the measured span, receipt - window end. Checked too.
+3. **Stateless latency**: a second pipeline, ``"<id> words"`` -> upper case, at ``--rate``
+   lines/s; receipt - LogAppendTime of its line; every line checked, exactly once.
+
+Run: ``.venv/bin/python benchmarks/bench_peer_table.py [--lines 200000] [--rate 1000]
+[--seconds 30] [--runs 1] [--phases throughput,window,stateless]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import itertools
+import json
+import math
+import random
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+
+from connectors import KafkaSink, KafkaSource
+from framework import Pipeline, Tumbling
+from framework.config import Settings
+from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
+from framework.kafka.clients import read_to_end
+from framework.local.provision import provision
+from framework.runners.spark import SparkRunner, spark_session
+
+# A sibling module, not shipped to Spark's workers (which import this one by name when it
+# is not __main__): the workers never need it.
+with contextlib.suppress(ImportError):
+    from cpu import cpu_seconds, print_cpu
+
+WINDOW_MS = 1000
+_SYLLABLES = ("ka", "fla", "me", "pi", "pe", "stre", "am", "bar", "ri", "er", "to", "nu")
+
+
+class Text:
+    """Lines of 8 words from a Zipf(1) vocabulary of 10 000 (the peer benchmark's text)."""
+
+    def __init__(self, vocabulary: int = 10_000, per_line: int = 8, seed: int = 7) -> None:
+        rng = random.Random(seed)
+        words: set[str] = set()
+        while len(words) < vocabulary:
+            words.add("".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 4))))
+        self.vocab = sorted(words)
+        rng.shuffle(self.vocab)
+        self.cum = list(itertools.accumulate(1 / (r + 1) for r in range(vocabulary)))
+        self.per_line = per_line
+
+    def lines(self, count: int, seed: int) -> list[str]:
+        words = random.Random(seed).choices(self.vocab, cum_weights=self.cum, k=count * 8)
+        return [" ".join(words[i * 8 : (i + 1) * 8]) for i in range(count)]
+
+
+# The pipelines (module-level functions: Spark's workers import them by name).
+def word_ones(line: str) -> list[tuple[str, int]]:
+    return [(word, 1) for word in line.split()]
+
+
+def first(pair: tuple[str, int]) -> str:
+    return pair[0]
+
+
+def add_counts(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
+    return (a[0], a[1] + b[1])
+
+
+def window_count(result: Any) -> list[Any]:
+    return [result.key, result.start_ms, result.value[1]]
+
+
+def upper(line: str) -> str:
+    return line.upper()
+
+
+def windowed(app: str, source: str, sink: str) -> Pipeline:
+    p = Pipeline(app)
+    (
+        p.source(KafkaSource(source, partitions=2))
+        .flat_map(word_ones)
+        .key_by(first)
+        .aggregate(Tumbling(WINDOW_MS), reduce=add_counts, combinable=True)
+        .map(window_count)
+        .sink(KafkaSink(sink))
+    )
+    return p
+
+
+def stateless(app: str, source: str, sink: str) -> Pipeline:
+    p = Pipeline(app)
+    p.source(KafkaSource(source, partitions=2)).map(upper).sink(KafkaSink(sink))
+    return p
+
+
+class Reader:
+    """A read_committed reader of the output topic, stamping each record on receipt."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.got: list[tuple[float, bytes]] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(1000, 0.005):
+                if msg.error() is None:
+                    self.got.append((time.time(), msg.value() or b""))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()
+
+
+def produce(bootstrap: str, topic: str, lines: list[str], rate: float) -> dict[int, int]:
+    """Write ``lines`` over 2 partitions at ``rate`` lines/s; index -> LogAppendTime."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    stamps: dict[int, int] = {}
+
+    def delivered(index: int, error: Any, msg: Any) -> None:
+        kind, stamp = msg.timestamp()
+        if error is None and kind == TIMESTAMP_LOG_APPEND_TIME:  # ms
+            stamps[index] = stamp
+
+    started = time.monotonic()
+    step = max(1, int(rate / 50))  # 20 ms pacing steps
+    for i, line in enumerate(lines):
+        if i % step == 0:
+            ahead = started + i / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+            producer.poll(0)
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    line.encode(),
+                    partition=i % 2,
+                    on_delivery=functools.partial(delivered, i),
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+    return stamps
+
+
+def window_oracle(bootstrap: str, topic: str) -> Counter[tuple[str, int]]:
+    out: Counter[tuple[str, int]] = Counter()
+    for msg in read_to_end(bootstrap, topic):
+        start = msg.timestamp()[1] // WINDOW_MS * WINDOW_MS
+        for word in (msg.value() or b"").decode().split():
+            out[(word, start)] += 1
+    return out
+
+
+def wait(done: Callable[[], bool], run: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run.check()
+        if done():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
+
+
+def stage_report(run: Any, skip: dict[str, int]) -> None:
+    for stage, query in run.queries.items():
+        progress = [
+            p for p in query.query.recentProgress[skip.get(stage, 0) :] if p["numInputRows"]
+        ]
+        if not progress:
+            continue
+        parts = ("addBatch", "triggerExecution")
+        shown = "  ".join(
+            f"{k} {statistics.median(p['durationMs'].get(k, 0) for p in progress):.0f}"
+            for k in parts
+        )
+        rows = statistics.median(p["numInputRows"] for p in progress)
+        print(f"    stage {stage}: {len(progress)} batches with data, p50 rows {rows:.0f}; {shown}")
+
+
+def system_cpu(by_role: dict[str, float]) -> float:
+    """CPU seconds of the pipeline's processes: everything but the broker and ZooKeeper."""
+    return sum(v for role, v in by_role.items() if role not in ("kafka broker", "zookeeper"))
+
+
+def marks(run: Any) -> dict[str, int]:
+    return {stage: len(q.query.recentProgress) for stage, q in run.queries.items()}
+
+
+class Windows:
+    """The window counts the reader has received so far, and when each first arrived."""
+
+    def __init__(self, reader: Reader, since: int = 0) -> None:
+        self.reader = reader
+        self.taken = since
+        self.counts: dict[tuple[str, int], int] = {}
+        self.first_at: dict[tuple[str, int], float] = {}
+
+    def take(self) -> None:
+        new = self.reader.got[self.taken :]  # the reader appends meanwhile: count what was taken
+        self.taken += len(new)
+        for at, value in new:
+            word, start, count = json.loads(value)
+            self.first_at.setdefault((word, start), at)
+            self.counts[(word, start)] = count
+
+    def wrong(self, oracle: dict[tuple[str, int], int]) -> list[tuple[Any, int, int | None]]:
+        return [(k, c, self.counts.get(k)) for k, c in oracle.items() if self.counts.get(k) != c]
+
+
+def throughput_and_window(settings: Settings, text: Text, args: Any) -> dict[str, Any]:
+    tag = f"pt{uuid.uuid4().hex[:6]}"
+    source, sink = f"{tag}-in", f"{tag}-out"
+    bootstrap = settings.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    produce(bootstrap, source, text.lines(args.lines, seed=11), 10_000)
+    oracle = dict(window_oracle(bootstrap, source))
+    reader = Reader(bootstrap, sink)
+    cpu0 = cpu_seconds()
+    launched = time.monotonic()
+    spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
+    run = SparkRunner(settings, spark).start(windowed(tag, source, sink).graph())
+    ready = time.monotonic()
+    try:
+        windows = Windows(reader)
+
+        def complete() -> bool:
+            windows.take()
+            return len(windows.counts) >= len(oracle) and not windows.wrong(oracle)
+
+        ok = wait(complete, run, args.timeout)
+        done = time.monotonic()
+        cpu1 = cpu_seconds()
+        bad = windows.wrong(oracle)
+        words = args.lines * 8
+        cpu_per_m = (system_cpu(cpu1) - system_cpu(cpu0)) / (words / 1e6)
+        print(
+            f"  throughput: {'ok' if ok else 'INCOMPLETE'} {words / (done - launched):,.0f} "
+            f"words/s from launch, {words / (done - ready):,.0f} after ready "
+            f"({ready - launched:.1f} s); wrong or missing {len(bad)} {bad[:3]}; "
+            f"CPU per 1M words {cpu_per_m:.1f} s (without the broker)"
+        )
+        print_cpu(cpu0, cpu1, done - launched)
+        stage_report(run, {})
+        result = {
+            "throughput": {
+                "ok": ok,
+                "words_per_s": words / (done - launched),
+                "words_per_s_after_ready": words / (done - ready),
+                "cpu_s_per_1m_words": cpu_per_m,
+            }
+        }
+        if "window" in args.phases:
+            result["window"] = window_latency(run, reader, source, text, args)
+        return result
+    finally:
+        reader.close()
+        run.stop()
+        spark.stop()
+
+
+def window_latency(run: Any, reader: Reader, source: str, text: Text, args: Any) -> Any:
+    """Step 2 on the running pipeline: windows at a steady rate."""
+    bootstrap = run.bootstrap
+    skip = marks(run)
+    windows = Windows(reader, len(reader.got))
+    t0 = time.time()
+    cpu0 = cpu_seconds()
+    produce(bootstrap, source, text.lines(int(args.rate * (args.seconds + 10)), seed=23), args.rate)
+    lo = math.ceil((t0 + 5) * 1000 / WINDOW_MS) * WINDOW_MS
+    hi = math.floor((t0 + 5 + args.seconds) * 1000 / WINDOW_MS) * WINDOW_MS
+    oracle = {
+        k: c
+        for k, c in window_oracle(bootstrap, source).items()
+        if lo <= k[1] and k[1] + WINDOW_MS <= hi
+    }
+
+    def arrived() -> bool:
+        windows.take()
+        return all(k in windows.counts for k in oracle)
+
+    ok = wait(arrived, run, 120)
+    cpu1 = cpu_seconds()
+    lat = [windows.first_at[k] - (k[1] + WINDOW_MS) / 1000 for k in oracle if k in windows.first_at]
+    bad = windows.wrong(oracle)
+    print(
+        f"  window latency at {args.rate} lines/s: p50 {pct(lat, 0.5):.3f} s, p99 "
+        f"{pct(lat, 0.99):.3f} s over {len(lat)} windows; wrong or missing {len(bad)}"
+    )
+    print_cpu(cpu0, cpu1, time.time() - t0)
+    stage_report(run, skip)
+    return {"ok": ok and not bad, "p50_s": pct(lat, 0.5), "p99_s": pct(lat, 0.99)}
+
+
+def stateless_latency(settings: Settings, text: Text, args: Any) -> dict[str, Any]:
+    tag = f"ps{uuid.uuid4().hex[:6]}"
+    source, sink = f"{tag}-in", f"{tag}-out"
+    bootstrap = settings.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    reader = Reader(bootstrap, sink)
+    spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
+    run = SparkRunner(settings, spark).start(stateless(tag, source, sink).graph())
+    try:
+        produce(bootstrap, source, ["0 warm up"], 10)
+        wait(lambda: bool(reader.got), run, 120)
+        skip = marks(run)
+        total_s = 5 + args.seconds + 5
+        lines = [
+            f"{i} {line}" for i, line in enumerate(text.lines(int(args.rate * total_s), seed=31), 1)
+        ]
+        cpu0 = cpu_seconds()
+        t0 = time.monotonic()
+        stamps = produce(bootstrap, source, lines, args.rate)
+        wanted = {str(i).encode() for i in range(1, len(lines) + 1)}
+        wait(lambda: len(reader.got) >= len(lines) + 1, run, 120)
+        time.sleep(1)
+        cpu1 = cpu_seconds()
+        received: Counter[int] = Counter()
+        lat: list[float] = []
+        first = int(5 * args.rate)
+        last = int((5 + args.seconds) * args.rate)
+        for at, value in reader.got:
+            ident = value.split(b" ", 1)[0].strip(b'"')
+            if ident not in wanted:
+                continue
+            index = int(ident)
+            received[index] += 1
+            if first <= index <= last and index - 1 in stamps:
+                lat.append(at - stamps[index - 1] / 1000)
+        ok = all(received[i] == 1 for i in range(1, len(lines) + 1))
+        print(
+            f"  stateless latency at {args.rate} lines/s: p50 {pct(lat, 0.5):.3f} s, p99 "
+            f"{pct(lat, 0.99):.3f} s over {len(lat)} lines; exactly once: {ok}"
+        )
+        print_cpu(cpu0, cpu1, time.monotonic() - t0)
+        stage_report(run, skip)
+        return {"stateless": {"ok": ok, "p50_s": pct(lat, 0.5), "p99_s": pct(lat, 0.99)}}
+    finally:
+        reader.close()
+        run.stop()
+        spark.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lines", type=int, default=200_000)
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=300, help="give up after this long")
+    ap.add_argument("--phases", default="throughput,window,stateless")
+    args = ap.parse_args()
+    text = Text()
+    results = []
+    with provision() as stack:
+        settings = stack.with_(parallelism=2, spark_master="local[2]")
+        for n in range(args.runs):
+            print(f"run {n + 1} of {args.runs}", flush=True)
+            result: dict[str, Any] = {}
+            if "throughput" in args.phases:
+                result.update(throughput_and_window(settings, text, args))
+            if "stateless" in args.phases:
+                result.update(stateless_latency(settings, text, args))
+            results.append(result)
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
