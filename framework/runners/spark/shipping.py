@@ -22,6 +22,8 @@ Protocol of `ship`:
 3. Keep the user's: not ``__main__`` (by value already), not the standard library, not an
    installed distribution (site-packages), not flamepipe itself (installed beside pyspark
    on every worker, like pyspark). Map each to its top-level package directory or file.
+   Add the user's modules those import, until none is new: a function the tasks name by
+   reference runs on the executor in its own module, whose imports must resolve there.
 4. Zip them (Python sources only, stable order) into the run's directory and add the zip
    to the Spark context: executors put it on their path before running a task.
 """
@@ -41,7 +43,7 @@ from typing import Any
 from framework.core.graph import Graph
 from framework.errors import PipelineError
 
-__all__ = ["Shipment", "referenced_modules", "ship", "user_roots"]
+__all__ = ["Shipment", "referenced_modules", "ship", "user_roots", "with_imports"]
 
 _log = logging.getLogger(__name__)
 
@@ -158,9 +160,40 @@ def _write_zip(target: Path, roots: dict[str, Path]) -> None:
             _log.debug("shipping package %s from %s", name, root)
 
 
+def _imported_by(tops: Iterable[str]) -> set[str]:
+    """The modules that the loaded modules of packages ``tops`` hold (imported modules,
+    and the modules of imported functions and classes)."""
+    tops = set(tops)
+    found: set[str] = set()
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in tops or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, ModuleType):
+                found.add(value.__name__)
+                continue
+            try:
+                owner = getattr(value, "__module__", None)
+            except Exception:  # an object whose attribute lookup raises: not a reference
+                continue
+            if isinstance(owner, str):
+                found.add(owner)
+    return found
+
+
+def with_imports(roots: dict[str, Path]) -> dict[str, Path]:
+    """Step 3's closure: ``roots`` and every user module they import, transitively."""
+    roots = dict(roots)
+    while True:
+        more = {k: v for k, v in user_roots(_imported_by(roots)).items() if k not in roots}
+        if not more:
+            return roots
+        roots.update(more)
+
+
 def ship(spark: Any, graph: Graph, payload: object, run_dir: Path) -> Shipment:
     """Steps 1-4: send the user's modules that ``payload`` needs to ``spark``'s executors."""
-    roots = user_roots(referenced_modules(graph, payload))
+    roots = with_imports(user_roots(referenced_modules(graph, payload)))
     if not roots:
         return Shipment(None, roots)
     target = run_dir / f"{graph.name}-code.zip"

@@ -71,6 +71,50 @@ def test_the_user_modules_a_pipeline_names_are_shipped_whole(user_code: Path) ->
         assert sorted(zf.namelist()) == ["helpers/__init__.py", "helpers/words.py"]
 
 
+RUNNER_JOBS = """
+from framework import Pipeline
+from framework.testing import ListSink, ListSource
+import textops
+
+def shout(line):
+    return textops.loud(line)
+
+def pipeline():
+    p = Pipeline("indirect")
+    p.source(ListSource([], topic="lines")).map(shout).sink(ListSink())
+    return p
+"""
+
+
+TEXTOPS = """
+from helpers.words import split
+
+def loud(line):
+    return " ".join(split(line)).upper()
+"""
+
+
+def test_the_modules_a_shipped_module_imports_are_shipped_too(user_code: Path) -> None:
+    """``shout`` travels by reference to ``runner_jobs``, which calls ``textops`` (never
+    named by the pickle) on the executor: both go, and what ``textops`` imports too."""
+    (user_code / "runner_jobs.py").write_text(RUNNER_JOBS)
+    (user_code / "textops.py").write_text(TEXTOPS)
+    try:
+        graph = importlib.import_module("runner_jobs").pipeline().graph()
+        assert user_roots(referenced_modules(graph, graph)) == {
+            "runner_jobs": user_code / "runner_jobs.py"
+        }
+        spark = _Spark()
+        shipment = ship(spark, graph, graph, user_code / "run")
+        assert sorted(shipment.roots) == ["helpers", "runner_jobs", "textops"]
+        assert shipment.zip_path is not None
+        with zipfile.ZipFile(shipment.zip_path) as zf:
+            assert {"runner_jobs.py", "textops.py", "helpers/words.py"} <= set(zf.namelist())
+    finally:
+        for name in ("runner_jobs", "textops"):
+            sys.modules.pop(name, None)
+
+
 def test_installed_standard_and_own_modules_stay_home() -> None:
     assert user_roots(["json", "pytest", "framework.core.ops", "connectors", "__main__"]) == {}
 
