@@ -232,6 +232,8 @@ class PipelineRun:
             self.ticks = WindowTicks(
                 self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
             )
+            if self.services.view is not None:
+                self.services.view.subscribe(self.ticks.poke)
             self.ticks.start()
         if self.settings.trim_interval_ms > 0:
             self.janitor = TopicJanitor(

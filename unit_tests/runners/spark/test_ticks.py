@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from framework.config import Settings
@@ -9,6 +10,7 @@ from framework.core.graph import Kind
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec
 from framework.runners.spark.queries import StageQuery
+from framework.runners.spark.ticks import WindowTicks
 from unit_tests.plan.test_aggregate_task import counting
 
 
@@ -40,3 +42,31 @@ def test_reports_decide_which_partition_needs_a_tick(tmp_path: Path) -> None:
     assert q.ticks_due(400, now=3.0, retry_s=10) == [2]  # 0 outstanding, 1 has no window
     q.note_due([row(0, 200), row(2, -2)])  # 2's task was skipped: its state is unknown
     assert q.ticks_due(400, now=4.0, retry_s=10) == [0]  # 2 still outstanding
+
+
+class _Stage:
+    """An aggregate stage whose windows are never due: it only counts the rounds."""
+
+    topic = "shuffle"
+
+    def __init__(self) -> None:
+        self.rounds = threading.Event()
+
+    def min_slot(self) -> int:
+        return 0
+
+    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
+        self.rounds.set()
+        return []
+
+
+def test_a_poke_runs_a_round_at_once_not_at_the_next_interval() -> None:
+    stage = _Stage()
+    ticks = WindowTicks("127.0.0.1:1", [stage], interval_ms=60_000)
+    ticks.start()
+    try:
+        assert not stage.rounds.wait(0.3)  # the interval alone: no round for a minute
+        ticks.poke()
+        assert stage.rounds.wait(5)
+    finally:
+        ticks.stop(timeout=5)
