@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -50,6 +51,30 @@ def essence(exc: BaseException, limit: int = 500) -> str:
     for match in (*ours, *useful):
         return f"{match.group(1)}: {match.group(2)}"[:limit]
     return (text.splitlines() or [type(exc).__name__])[0][:limit]
+
+
+@functools.cache
+def _summary_type() -> Any:
+    """`SUMMARY_SCHEMA` as a Spark type, built once: as a DDL string, `mapInArrow` had it
+    parsed by the JVM in every micro-batch (a py4j round trip, 4 ms of the driver's 17-20;
+    docs/latency.md)."""
+    from pyspark.sql.types import (
+        BooleanType,
+        DoubleType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    types = {
+        "LONG": LongType(),
+        "BOOLEAN": BooleanType(),
+        "DOUBLE": DoubleType(),
+        "STRING": StringType(),
+    }
+    fields = (part.strip().split(" ") for part in SUMMARY_SCHEMA.split(","))
+    return StructType([StructField(name, types[kind]) for name, kind in fields])
 
 
 class StageInterrupted(Exception):  # noqa: N818 (what Spark sees, not a flamepipe error)
@@ -241,7 +266,7 @@ class StageQuery:
             self.front_lag_ms,
             self.worker_log,
         )
-        rows = frame.mapInArrow(stage_task(ctx), SUMMARY_SCHEMA).collect()
+        rows = frame.mapInArrow(stage_task(ctx), _summary_type()).collect()
         if self.on_rows is not None:
             self.on_rows(rows)
         self.stats.add(rows)

@@ -33,3 +33,13 @@ def test_a_partition_on_another_worker_counts_as_a_move_with_its_catch_up() -> N
     assert (stats.move_catchup_bytes, stats.move_catchup_ms) == (4000, 8.0)
     assert (stats.catchup_bytes, stats.catchup_ms) == (5500, 11.0)
     assert stats.workers == {0: "h:2", 1: "h:2"}
+
+
+def test_the_summary_type_is_the_summary_schema() -> None:
+    """Built once in Python, it must say what the DDL string says (the tasks' rows)."""
+    from framework.runners.spark.queries import _summary_type
+    from framework.runners.spark.tasks import SUMMARY_SCHEMA
+
+    spark_names = {"bigint": "LONG", "boolean": "BOOLEAN", "double": "DOUBLE", "string": "STRING"}
+    built = [(f.name, spark_names[f.dataType.simpleString()]) for f in _summary_type().fields]
+    assert built == [tuple(part.strip().split(" ")) for part in SUMMARY_SCHEMA.split(",")]
