@@ -6,8 +6,9 @@ table does not show: every stage's micro-batch durations and the CPU of every pr
 1. **Throughput**: ``--lines`` lines of 8 Zipf(1) words (vocabulary 10 000) are written at
    10 000 lines/s over a 2-partition LogAppendTime topic (a backlog spanning ~20 windows),
    then the clock starts, the Spark session starts, and the windowed count runs
-   (``flat_map((w, 1))``, ``key_by``, ``aggregate(Tumbling(1000), combinable=True)``,
-   ``["word", start_ms, count]`` to a Kafka sink) until a read_committed reader has seen
+   (`framework.demos.wordcount.windowed_counts`: ``flat_map((w, 1))``, ``key_by``,
+   ``aggregate(Tumbling(1000), combinable=True)``, ``["word", start_ms, count]`` to a
+   Kafka sink) until a read_committed reader has seen
    the oracle's count for every (word, window), the oracle computed from the records as
    Kafka stored them (LogAppendTime // 1000). Words/s from launch and from the pipeline's
    start (session up).
@@ -40,8 +41,9 @@ from typing import Any
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
 
 from connectors import KafkaSink, KafkaSource
-from framework import Pipeline, Tumbling
+from framework import Pipeline
 from framework.config import Settings
+from framework.demos.wordcount import windowed_counts
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
@@ -74,38 +76,9 @@ class Text:
         return [" ".join(words[i * 8 : (i + 1) * 8]) for i in range(count)]
 
 
-# The pipelines (module-level functions: Spark's workers import them by name).
-def word_ones(line: str) -> list[tuple[str, int]]:
-    return [(word, 1) for word in line.split()]
-
-
-def first(pair: tuple[str, int]) -> str:
-    return pair[0]
-
-
-def add_counts(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
-    return (a[0], a[1] + b[1])
-
-
-def window_count(result: Any) -> list[Any]:
-    return [result.key, result.start_ms, result.value[1]]
-
-
+# The stateless pipeline's function (module level: Spark's workers import it by name).
 def upper(line: str) -> str:
     return line.upper()
-
-
-def windowed(app: str, source: str, sink: str) -> Pipeline:
-    p = Pipeline(app)
-    (
-        p.source(KafkaSource(source, partitions=2))
-        .flat_map(word_ones)
-        .key_by(first)
-        .aggregate(Tumbling(WINDOW_MS), reduce=add_counts, combinable=True)
-        .map(window_count)
-        .sink(KafkaSink(sink))
-    )
-    return p
 
 
 def stateless(app: str, source: str, sink: str) -> Pipeline:
@@ -259,7 +232,8 @@ def throughput_and_window(settings: Settings, text: Text, args: Any) -> dict[str
     cpu0 = cpu_seconds()
     launched = time.monotonic()
     spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
-    run = SparkRunner(settings, spark).start(windowed(tag, source, sink).graph())
+    pipeline = windowed_counts(tag, source, sink, window_ms=WINDOW_MS)
+    run = SparkRunner(settings, spark).start(pipeline.graph())
     ready = time.monotonic()
     try:
         windows = Windows(reader)
