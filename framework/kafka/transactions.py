@@ -157,7 +157,7 @@ class TransactionalProducer:
             # fixed 500 ms PID timer for that connection. Stage tasks start a producer
             # whenever a partition moves to another Python worker (half the micro-batches
             # on local[2]): init took 57 or 507 ms, now 5-8 ms
-            # (docs/latency.md, "Producers started by tasks").
+            # (docs/latency.md, "Against the peers: the micro-batch's fixed costs").
             "enable.sparse.connections": False,
             **(config or {}),
             "bootstrap.servers": bootstrap,

@@ -79,7 +79,7 @@ def spark_session(
         # Executor JVM <-> Python worker over a Unix domain socket, not TCP: over TCP a
         # mapInArrow task waited 40 ms for its first Arrow batch (Nagle against delayed
         # ACKs), in every micro-batch of every stage; over the socket 0.1-5 ms
-        # (docs/latency.md, "The Python worker's socket").
+        # (docs/latency.md, "Against the peers: the micro-batch's fixed costs").
         "spark.python.unix.domain.socket.enabled": "true",
         # Checkpoints live on the driver's local disk (settings.state_dir), where a rename is
         # atomic: the FileSystem-based manager writes the offset and commit logs of every
