@@ -1,13 +1,14 @@
 """flamepipe: exactly-once stream pipelines on Kafka, with operators on Spark."""
 
 from framework.core import GlobalTime, Meta, Record
-from framework.core.windows import WindowResult
+from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import Count, KeyedStream, Pipeline, Sink, Sliding, Source, Stream, Tumbling
 
 __all__ = ["FlamepipeError", "GlobalTime", "Meta", "Record"]
 __all__ += [
     "Count",
+    "KeyValue",
     "KeyedStream",
     "Pipeline",
     "PipelineError",

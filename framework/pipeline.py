@@ -19,11 +19,12 @@ from typing import Any, Protocol
 
 from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
 from framework.core.time import DEFAULT_DELTA_MS
-from framework.core.windows import Aggregation, Count, Sliding, Tumbling, WindowSpec
+from framework.core.windows import Aggregation, Count, KeyValue, Sliding, Tumbling, WindowSpec
 from framework.errors import PipelineError
 
 __all__ = [
     "Count",
+    "KeyValue",
     "KeyedStream",
     "Pipeline",
     "Runner",
@@ -155,7 +156,8 @@ class Stream(_Handle):
 
 
 class KeyedStream(_Handle):
-    """A stream of payloads tagged with keys: feed it to `group` or `aggregate`."""
+    """A stream of payloads tagged with keys: feed it to `group`, `aggregate`, `reduce` or
+    `fold`."""
 
     __slots__ = ()
 
@@ -189,6 +191,73 @@ class KeyedStream(_Handle):
         if not isinstance(window, Tumbling | Sliding | Count):
             raise PipelineError(f"aggregate() needs Tumbling, Sliding or Count, got {window!r}")
         aggregation = Aggregation(window, reduce, fold, initial, combinable)
+        port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
+        return Stream(self.pipeline, port)
+
+    def reduce(
+        self,
+        fn: Callable[[Any, Any], Any],
+        *,
+        every_ms: int | None = None,
+        combinable: bool = False,
+        name: str = "",
+    ) -> Stream:
+        """A rolling aggregation: per key, its value so far, as `KeyValue(key, value)`.
+
+        The value is ``fn`` folded pairwise over the key's payloads in global-time order
+        (the first payload is the first value). Guarantee: exact and deterministic under
+        replay; state is one value per key (plus the items min time has not yet passed),
+        never the key's history. Emits, once min time passes an item, the key's value
+        after it: one update per item; with ``every_ms``, one update per key and pane of
+        ``every_ms`` of global time that had items (the value after the pane's last one),
+        which ``combinable=True`` (``fn`` associative and commutative) lets the Spark
+        runner pre-reduce before the shuffle.
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("highest")
+        >>> odd_even = p.source(ListSource([3, 1, 4, 1, 5])).key_by(lambda n: n % 2)
+        >>> _ = odd_even.reduce(max).sink(ListSink())
+        >>> run_local(p).values()
+        [KeyValue(key=1, value=3), KeyValue(key=1, value=3), KeyValue(key=0, value=4), \
+KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
+        """
+        return self._rolling(
+            Aggregation(self._pane(every_ms), fn, None, None, combinable, True), name
+        )
+
+    def fold(
+        self,
+        initial: Any,
+        fn: Callable[[Any, Any], Any],
+        *,
+        every_ms: int | None = None,
+        name: str = "",
+    ) -> Stream:
+        """A rolling aggregation from ``initial``: per key, ``fn(value so far, payload)``.
+
+        As `reduce`, with a start value (so the value may have another type than the
+        payloads), and no pre-reduction: a fold is not known to be associative.
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("counts")
+        >>> words = p.source(ListSource("a rose is a rose".split())).key_by(str)
+        >>> _ = words.fold(0, lambda n, _: n + 1).sink(ListSink())
+        >>> [(kv.key, kv.value) for kv in run_local(p).values()]
+        [('a', 1), ('rose', 1), ('is', 1), ('a', 2), ('rose', 2)]
+        """
+        return self._rolling(
+            Aggregation(self._pane(every_ms), None, fn, initial, False, True), name
+        )
+
+    @staticmethod
+    def _pane(every_ms: int | None) -> WindowSpec:
+        if every_ms is None:
+            return Count(1)
+        if every_ms <= 0:
+            raise PipelineError(f"every_ms must be a positive number of ms, got {every_ms}")
+        return Tumbling(every_ms)
+
+    def _rolling(self, aggregation: Aggregation, name: str) -> Stream:
         port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
         return Stream(self.pipeline, port)
 

@@ -13,7 +13,7 @@ from typing import Any
 from framework.config import Settings
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
-from framework.demos.wordcount import windowed_counts, word_pairs, wordcount
+from framework.demos.wordcount import rolling_counts, windowed_counts, word_pairs, wordcount
 from integration_tests.harness.runs import produce_lines, read_output, running
 from integration_tests.harness.services import ROOT, service_env
 
@@ -179,6 +179,58 @@ def test_windowed_count_equals_the_oracle_and_crosses_the_shuffle_pre_reduced(
     words = sum(len(line.split()) for line in lines)
     assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
     assert ticks > 0
+
+
+def test_rolling_counts_on_spark_hold_one_value_per_word_and_equal_the_oracle(
+    stack: Settings, spark: Any
+) -> None:
+    """The running count as a rolling fold: an update per occurrence, each count once."""
+    settings = stack.with_(parallelism=2)
+    app = _app("roll")
+    source, sink = f"{app}-lines", f"{app}-counts"
+    lines = generate_lines(400, words_per_line=6, vocabulary=60, seed=3)
+    with running(settings, spark, rolling_counts(app, source, sink)) as run:
+        until = produce_lines(settings.kafka_bootstrap, source, lines, partitions=2)
+        run.wait_released(until, timeout_s=120)
+        items = read_output(settings.kafka_bootstrap, sink)
+    seen: dict[str, list[int]] = {}
+    for word, n in items:
+        seen.setdefault(word, []).append(n)
+    assert {w: sorted(ns) for w, ns in seen.items()} == {
+        w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
+    }
+
+
+def test_rolling_counts_per_pane_on_spark_update_each_word_once_per_pane(
+    stack: Settings, spark: Any
+) -> None:
+    """With ``every_ms`` and a combinable reduce: per word and pane with the word, its
+    count after the pane, pre-reduced before the shuffle."""
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("pane")
+    source, sink = f"{app}-lines", f"{app}-counts"
+    pane_ms = 200
+    lines = generate_lines(600, words_per_line=6, vocabulary=40, seed=5)
+    with running(settings, spark, rolling_counts(app, source, sink, every_ms=pane_ms)) as run:
+        for burst in range(3):
+            until = produce_lines(bootstrap, source, lines[burst::3], partitions=2)
+            time.sleep(pane_ms / 1000)
+        run.wait_released(until + pane_ms, timeout_s=120)
+        items = read_output(bootstrap, sink)
+        aggregate = run.stats["3-aggregate"]
+    per_pane = window_counts_oracle(bootstrap, source, pane_ms)
+    expected: dict[str, list[int]] = {}
+    totals: Counter[str] = Counter()
+    for (word, _start), n in sorted(per_pane.items(), key=lambda item: item[0][1]):
+        totals[word] += n
+        expected.setdefault(word, []).append(totals[word])
+    got: dict[str, list[int]] = {}
+    for word, n in items:
+        got.setdefault(word, []).append(n)
+    assert got == expected  # in pane order per word: the sink releases in global time
+    words = sum(len(line.split()) for line in lines)
+    assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
 
 
 def test_count_windows_on_spark_release_every_full_run_once(stack: Settings, spark: Any) -> None:

@@ -19,6 +19,7 @@ from framework.core.time import DEFAULT_DELTA_MS, GlobalTime, front_id, slot_of
 from framework.core.windows import (
     Aggregation,
     Count,
+    KeyValue,
     Sliding,
     Tumbling,
     WindowAggregator,
@@ -31,6 +32,7 @@ __all__ += [
     "Count",
     "Graph",
     "Grouping",
+    "KeyValue",
     "Keyed",
     "Kind",
     "Node",

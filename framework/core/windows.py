@@ -16,6 +16,12 @@ the slot of the last item of its window, so it is never below a held slot.
 
 The result's meta is the last item's meta with a child id appended: the window's index
 for time windows (sliding windows can share their last item), 0 for count windows.
+
+A *rolling* aggregation (``KeyedStream.reduce`` / ``fold``) is the same machinery with a
+carry: per key, the value so far. It emits, per item (count windows of one) or per key
+and pane of ``every_ms`` (tumbling windows), a `KeyValue` with the key's value after
+them, in global-time order; its state is one value per key plus the items min time has
+not yet passed, never the key's history.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from framework.errors import PipelineError, UserFunctionError
 __all__ = [
     "Aggregation",
     "Count",
+    "KeyValue",
     "Sliding",
     "Tumbling",
     "WindowAggregator",
@@ -87,6 +94,17 @@ class WindowResult(NamedTuple):
     value: object
 
 
+class KeyValue(NamedTuple):
+    """The payload of a rolling aggregation's update: ``key``'s value after an item (or a
+    pane of items), as a table keyed by ``key`` would hold it."""
+
+    key: object
+    value: object
+
+
+_NO_VALUE: Any = object()  # a key without a carried value yet (None is a value)
+
+
 @dataclass(frozen=True, slots=True)
 class Aggregation:
     """How a window's payloads (in meta order) become its result value.
@@ -95,6 +113,10 @@ class Aggregation:
     the result is the tuple of payloads. ``combinable``: ``reduce`` is associative and
     commutative (exactly: a float sum is not), so a runner may pre-reduce the payloads of
     one key and window pane before the shuffle (map-side combining).
+
+    ``rolling``: the value carries over from window to window of a key (see the module
+    docstring); the window is ``Count(1)`` (an update per item) or ``Tumbling`` (an update
+    per key and pane).
     """
 
     window: WindowSpec
@@ -102,10 +124,15 @@ class Aggregation:
     fold: Callable[[Any, Any], Any] | None = None
     initial: Any = None
     combinable: bool = False
+    rolling: bool = False
 
     def __post_init__(self) -> None:
         if self.reduce is not None and self.fold is not None:
             raise PipelineError("aggregate takes reduce or fold, not both")
+        if self.rolling and self.reduce is None and self.fold is None:
+            raise PipelineError("a rolling aggregation needs reduce= or fold=")
+        if self.rolling and not isinstance(self.window, Tumbling) and self.window != Count(1):
+            raise PipelineError("a rolling aggregation updates per item or per Tumbling pane")
         if self.combinable and (self.reduce is None or isinstance(self.window, Count)):
             raise PipelineError(
                 "combinable=True needs reduce= (associative and commutative) and a Tumbling "
@@ -126,6 +153,19 @@ class Aggregation:
         if self.reduce is not None:
             return functools.reduce(self.reduce, values)
         return tuple(values)
+
+    def carry(self, acc: Any, values: Sequence[Any]) -> Any:
+        """A rolling value: ``acc`` (`_NO_VALUE`: none yet) updated by ``values`` in order."""
+        if self.fold is not None:
+            if acc is _NO_VALUE:
+                acc = self.initial
+            for value in values:
+                acc = self.fold(acc, value)
+            return acc
+        assert self.reduce is not None  # __post_init__: rolling needs reduce or fold
+        if acc is _NO_VALUE:
+            return functools.reduce(self.reduce, values)
+        return functools.reduce(self.reduce, values, acc)
 
     def pane_slots(self, delta_ms: int) -> int:
         """Slots of a pane: a run of slots that lies in the same set of windows (0: count)."""
@@ -169,6 +209,8 @@ class WindowAggregator:
         self._released: list[int] = []
         self._changed: dict[object, None] = {}  # keys whose bucket changed since take_changed
         self._min_time = 0
+        self._rolling = aggregation.rolling
+        self._carried: dict[object, Any] = {}  # rolling: key -> its value so far
 
     def push(self, record: Record) -> list[Record]:
         """Buffer an item or remove a tombstone's item; results come only on min time."""
@@ -205,7 +247,7 @@ class WindowAggregator:
         """Results of every window that min time ``slot`` completes, in window-end order."""
         self._min_time = max(self._min_time, slot)
         if self._count:
-            return self._emit_counts(slot)
+            return self._emit_rolling(slot) if self._rolling else self._emit_counts(slot)
         out: list[Record] = []
         touched: dict[object, None] = {}
         # Step 1
@@ -271,18 +313,30 @@ class WindowAggregator:
         self._changed.clear()
         return changed
 
-    def bucket_state(self, key: object) -> tuple[list[Any], list[Any], list[Any]] | None:
-        """One key's bucket as plain lists (metas, values, early tombstones), or None."""
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            return None
-        return (list(bucket.metas), list(bucket.values), list(bucket.early))
+    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+        """One key's bucket as plain lists (metas, values, early tombstones), or None.
 
-    def put_bucket(self, key: object, state: tuple[list[Any], list[Any], list[Any]] | None) -> None:
-        """Replace ``key``'s bucket by a changelog state.
+        A rolling aggregation adds the key's carried value: ``(metas, values, early,
+        value)``, None only once the key has neither items nor a value.
+        """
+        bucket = self._buckets.get(key)
+        carried = self._carried.get(key, _NO_VALUE)
+        if bucket is None:
+            if carried is _NO_VALUE:
+                return None
+            return ([], [], [], carried)
+        state = (list(bucket.metas), list(bucket.values), list(bucket.early))
+        return state if carried is _NO_VALUE else (*state, carried)
+
+    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+        """Replace ``key``'s bucket (and carried value) by a changelog state.
 
         Holds change silently: the state was written with the acks of its holds.
         """
+        self._carried.pop(key, None)
+        if state is not None and len(state) == 4:
+            *plain, self._carried[key] = state
+            state = tuple(plain) if plain[0] or plain[2] else None
         old = self._buckets.pop(key, None)
         if old is not None:
             for meta in old.metas[self._free.pop(key, 0) :]:
@@ -342,10 +396,44 @@ class WindowAggregator:
         lo, hi = bucket.below(start), bucket.below(end)
         if lo == hi:
             return None  # its items were all retracted
-        value = self.aggregation.combine(bucket.values[lo:hi])
         meta = bucket.metas[hi - 1].child(self.op_id, start // self._step)
+        if self._rolling:
+            value = self.aggregation.carry(self._carried.get(key, _NO_VALUE), bucket.values[lo:hi])
+            self._carried[key] = value
+            return Record(meta, KeyValue(key, value))
+        value = self.aggregation.combine(bucket.values[lo:hi])
         delta = self.delta_ms
         return Record(meta, WindowResult(key, start * delta, end * delta, value))
+
+    def _emit_rolling(self, slot: int) -> list[Record]:
+        """Per item below min time ``slot``, in meta order per key: the key's new value."""
+        out: list[Record] = []
+        keys = self._due.get(0, {})
+        fold, reduce = self.aggregation.fold, self.aggregation.reduce
+        op_id, append = self.op_id, out.append
+        for key in list(keys):
+            bucket = self._buckets[key]
+            # Step 1
+            ready = bucket.below(slot)
+            if not ready:
+                continue
+            # Step 2
+            acc = self._carried.get(key, _NO_VALUE)
+            if acc is _NO_VALUE and fold is not None:
+                acc = self.aggregation.initial
+            for meta, value in zip(bucket.metas[:ready], bucket.values[:ready], strict=True):
+                if fold is not None:
+                    acc = fold(acc, value)
+                else:
+                    assert reduce is not None
+                    acc = value if acc is _NO_VALUE else reduce(acc, value)
+                append(Record(meta.child(op_id, 0), KeyValue(key, acc)))
+            self._carried[key] = acc
+            # Step 3: every item left is at or above min time, so it keeps its hold
+            self._prune(key, ready)
+            if key not in self._buckets or not bucket.metas:
+                del keys[key]
+        return out
 
     def _emit_counts(self, slot: int) -> list[Record]:
         out: list[Record] = []
@@ -418,12 +506,13 @@ class WindowAggregator:
                 self._released.append(slot)
 
     def snapshot(self) -> dict[str, Any]:
-        """The state as plain data: buffered items per key and the last min time."""
+        """The state as plain data: buffered items per key, carried values, the min time."""
         buckets = [
             (key, list(zip(b.metas, b.values, strict=True)), list(b.early))
             for key, b in self._buckets.items()
         ]
-        return {"min_time": self._min_time, "buckets": buckets}
+        carried = list(self._carried.items())
+        return {"min_time": self._min_time, "buckets": buckets, "carried": carried}
 
     @classmethod
     def restore(
@@ -432,6 +521,7 @@ class WindowAggregator:
         """An aggregator holding a `snapshot`'s state; `take_holds` lists slots to re-hold."""
         agg = cls(op_id, aggregation, delta_ms)
         agg._min_time = int(state["min_time"])
+        agg._carried = dict(state.get("carried", ()))
         for key, items, early in state["buckets"]:
             for meta, value in early:
                 agg.push(Record(meta_from_plain(meta).as_tombstone(), Keyed(key, 0, value)))

@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from connectors import KafkaSink, KafkaSource
-from framework.core.windows import WindowResult
+from framework.core.windows import KeyValue, WindowResult
 from framework.pipeline import Pipeline, Tumbling
 
 __all__ = [
     "COUNT_WINDOW",
+    "count_row",
     "deployed",
     "first_letter",
     "letter_window",
     "pair",
+    "plus_one",
+    "rolling_counts",
     "running_count",
     "strict_split",
     "tagged_words",
@@ -144,4 +147,36 @@ def windowed_counts(
         .map(window_count)
         .sink(KafkaSink(sink))
     )
+    return p
+
+
+def plus_one(count: int, _: object) -> int:
+    """A count's fold step."""
+    return count + 1
+
+
+def count_row(update: KeyValue) -> list[Any]:
+    """``[word, count]`` of a rolling count's update (a pane's: ``(word, count)`` pairs)."""
+    value = update.value
+    return [update.key, value[1] if isinstance(value, tuple) else value]
+
+
+def rolling_counts(
+    name: str, source: str, sink: str, *, every_ms: int | None = None, partitions: int = 2
+) -> Pipeline:
+    """Per word, its count so far: the running word count as a rolling aggregation.
+
+    One value per word in state, whatever the backlog. Without ``every_ms`` an update per
+    occurrence (``[word, n]`` for n = 1, 2, ...; the same output as `wordcount`); with it,
+    one update per word and pane of ``every_ms`` that had the word, pre-reduced before the
+    shuffle.
+    """
+    p = Pipeline(name)
+    words = p.source(KafkaSource(source, partitions=partitions))
+    if every_ms is None:
+        counts = words.flat_map(strict_split).key_by(_word).fold(0, plus_one)
+    else:
+        pairs = words.flat_map(word_ones).key_by(_word)
+        counts = pairs.reduce(add_counts, every_ms=every_ms, combinable=True)
+    counts.map(count_row).sink(KafkaSink(sink))
     return p

@@ -12,7 +12,6 @@ from typing import Any
 
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
-from framework.core.meta import Meta
 from framework.core.windows import WindowAggregator
 from framework.wire.changelog import bucket_record, min_time_record, read_record
 
@@ -33,19 +32,21 @@ def changelog_records(state: StageState) -> list[tuple[bytes, bytes]]:
     return records
 
 
-def _plain_state(state: tuple[list[Meta], list[Any], list[Any]] | None) -> Any:
+def _plain_state(state: tuple[Any, ...] | None) -> Any:
     """A bucket state with its metas as plain tuples (`meta_from_plain` reads both).
 
     Pickling a NamedTuple costs a Python call per object: plain tuples make the changelog
-    3x cheaper to write (measured: 1.3 instead of 4.0 us per item).
+    3x cheaper to write (measured: 1.3 instead of 4.0 us per item). A rolling aggregate's
+    carried value, a fourth element, stays as it is.
     """
     if state is None:
         return None
-    metas, values, early = state
+    metas, values, early, *carried = state
     return (
         [(tuple(m[0]), m[1], m[2], m[3]) for m in metas],
         values,
         [((tuple(m[0]), m[1], m[2], m[3]), v) for m, v in early],
+        *carried,
     )
 
 
