@@ -74,6 +74,14 @@ def pair(window):
     return [window[-1][0], [tag for _, tag in window]]
 
 
+def plus_one(count, _):
+    return count + 1
+
+
+def count_row(update):
+    return [update.key, update.value]
+
+
 def first_letter(item):
     return item[0][0]
 
@@ -114,6 +122,14 @@ def running(app, source, sink):
     return p
 
 
+def rolling(app, source, sink):
+    p = Pipeline(app)
+    p.source(source).flat_map(t.tagged).key_by(t.word).fold(0, t.plus_one).map(
+        t.count_row
+    ).sink(sink)
+    return p
+
+
 def two_groupings(app, source, sink):
     p = Pipeline(app)
     (
@@ -150,6 +166,10 @@ def windowed_job():
 
 def running_job():
     return _job(running)
+
+
+def rolling_job():
+    return _job(rolling)
 
 
 def two_groupings_job():
@@ -195,7 +215,7 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
                resources={"metadata": {"path": "."}}).execute()
 """
 
-PIPELINES = ("windowed", "running", "two_groupings")
+PIPELINES = ("windowed", "running", "rolling", "two_groupings")
 LINES = 400
 _TIMEOUT_S = 240.0
 
