@@ -14,11 +14,17 @@ table does not show: every stage's micro-batch durations and the CPU of every pr
    start (session up).
 2. **Window latency**: ``--rate`` lines/s for 5 s warm-up + ``--seconds`` + 5 s tail; per
    output of a window inside the measured span, receipt - window end. Checked too.
-3. **Stateless latency**: a second pipeline, ``"<id> words"`` -> upper case, at ``--rate``
+3. **Running count** (``running``; ``running-pane``): the same backlog through
+   `framework.demos.wordcount.rolling_counts`, the rolling per-word count: an update per
+   word occurrence (``fold``); or per word and 1 s pane (``reduce(every_ms=1000,
+   combinable=True)``), until the reader has every update; checked: each word's updates
+   are its counts in order, the last one its total. Words/s from launch, against the
+   windowed count's.
+4. **Stateless latency**: a second pipeline, ``"<id> words"`` -> upper case, at ``--rate``
    lines/s; receipt - LogAppendTime of its line; every line checked, exactly once.
 
 Run: ``.venv/bin/python benchmarks/bench_peer_table.py [--lines 200000] [--rate 1000]
-[--seconds 30] [--runs 1] [--phases throughput,window,stateless]``
+[--seconds 30] [--runs 1] [--phases throughput,window,running,running-pane,stateless]``
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, Topic
 from connectors import KafkaSink, KafkaSource
 from framework import Pipeline
 from framework.config import Settings
-from framework.demos.wordcount import windowed_counts
+from framework.demos.wordcount import rolling_counts, windowed_counts
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
@@ -306,6 +312,59 @@ def window_latency(run: Any, reader: Reader, source: str, text: Text, args: Any)
     return {"ok": ok and not bad, "p50_s": pct(lat, 0.5), "p99_s": pct(lat, 0.99)}
 
 
+def running_count(settings: Settings, text: Text, args: Any, every_ms: int | None) -> Any:
+    """Step 3: the running count over the backlog, until every update is read."""
+    tag = f"pr{uuid.uuid4().hex[:6]}"
+    source, sink = f"{tag}-in", f"{tag}-out"
+    bootstrap = settings.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    produce(bootstrap, source, text.lines(args.lines, seed=11), 10_000)
+    panes = window_oracle(bootstrap, source)  # per word and 1 s pane: its occurrences
+    expected: dict[str, list[int]] = {}
+    totals: Counter[str] = Counter()
+    for (word, _), n in sorted(panes.items(), key=lambda item: item[0][1]):
+        if every_ms is None:
+            expected.setdefault(word, []).extend(range(totals[word] + 1, totals[word] + n + 1))
+        else:
+            expected.setdefault(word, []).append(totals[word] + n)
+        totals[word] += n
+    updates = sum(len(v) for v in expected.values())
+    reader = Reader(bootstrap, sink)
+    cpu0 = cpu_seconds()
+    launched = time.monotonic()
+    spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
+    run = SparkRunner(settings, spark).start(
+        rolling_counts(tag, source, sink, every_ms=every_ms).graph()
+    )
+    ready = time.monotonic()
+    try:
+        ok = wait(lambda: len(reader.got) >= updates, run, args.timeout)
+        done = time.monotonic()
+        cpu1 = cpu_seconds()
+        time.sleep(1)  # an update beyond the expected ones would show by now
+        got: dict[str, list[int]] = {}
+        for _, value in reader.got:
+            word, n = json.loads(value)
+            got.setdefault(word, []).append(n)
+        ok = ok and got == expected
+        words = args.lines * 8
+        cpu_per_m = (system_cpu(cpu1) - system_cpu(cpu0)) / (words / 1e6)
+        mode = "per word" if every_ms is None else f"per word and {every_ms} ms pane"
+        print(
+            f"  running count ({mode}): {'ok' if ok else 'WRONG OR INCOMPLETE'} "
+            f"{words / (done - launched):,.0f} words/s from launch, "
+            f"{words / (done - ready):,.0f} after ready; {len(reader.got):,} updates of "
+            f"{updates:,}; CPU per 1M words {cpu_per_m:.1f} s (without the broker)"
+        )
+        print_cpu(cpu0, cpu1, done - launched)
+        stage_report(run, {})
+        return {"ok": ok, "words_per_s": words / (done - launched), "cpu_s_per_1m_words": cpu_per_m}
+    finally:
+        reader.close()
+        run.stop()
+        spark.stop()
+
+
 def stateless_latency(settings: Settings, text: Text, args: Any) -> dict[str, Any]:
     tag = f"ps{uuid.uuid4().hex[:6]}"
     source, sink = f"{tag}-in", f"{tag}-out"
@@ -362,7 +421,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300, help="give up after this long")
-    ap.add_argument("--phases", default="throughput,window,stateless")
+    ap.add_argument("--phases", default="throughput,window,running,running-pane,stateless")
     args = ap.parse_args()
     text = Text()
     results = []
@@ -373,6 +432,9 @@ def main() -> None:
             result: dict[str, Any] = {}
             if "throughput" in args.phases:
                 result.update(throughput_and_window(settings, text, args))
+            for phase, every_ms in (("running", None), ("running-pane", WINDOW_MS)):
+                if phase in args.phases.split(","):
+                    result[phase] = running_count(settings, text, args, every_ms)
             if "stateless" in args.phases:
                 result.update(stateless_latency(settings, text, args))
             results.append(result)
