@@ -24,7 +24,8 @@ table does not show: every stage's micro-batch durations and the CPU of every pr
    lines/s; receipt - LogAppendTime of its line; every line checked, exactly once.
 
 Run: ``.venv/bin/python benchmarks/bench_peer_table.py [--lines 200000] [--rate 1000]
-[--seconds 30] [--runs 1] [--phases throughput,window,running,running-pane,stateless]``
+[--seconds 30] [--runs 1] [--phases throughput,window,running,running-pane,stateless]
+[--warm-lines 20000]``
 """
 
 from __future__ import annotations
@@ -422,11 +423,22 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300, help="give up after this long")
     ap.add_argument("--phases", default="throughput,window,running,running-pane,stateless")
+    ap.add_argument(
+        "--warm-lines",
+        type=int,
+        default=0,
+        help="first a windowed backlog of this many lines, not measured: the phases then "
+        "compare on a warm JVM (the first Spark session pays its start and JIT)",
+    )
     args = ap.parse_args()
     text = Text()
     results = []
     with provision() as stack:
         settings = stack.with_(parallelism=2, spark_master="local[2]")
+        if args.warm_lines:
+            print(f"warm-up, not measured ({args.warm_lines} lines):", flush=True)
+            warm = {**vars(args), "lines": args.warm_lines, "phases": "throughput"}
+            throughput_and_window(settings, text, argparse.Namespace(**warm))
         for n in range(args.runs):
             print(f"run {n + 1} of {args.runs}", flush=True)
             result: dict[str, Any] = {}
