@@ -11,11 +11,12 @@ Run: ``.venv/bin/python benchmarks/bench_snapshot_interval.py [seconds] [records
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 import threading
 import uuid
 
-from bench_latency import Input, Receipts, percentiles, read_output, wait_for
+from bench_latency import Input, Receipts, collect, percentiles, read_outputs, wait_for
 
 from framework.demos.wordcount import word_pairs
 from framework.local.provision import provision
@@ -33,21 +34,24 @@ def main() -> None:
         spark = spark_session(base, "bench-snapshots", {"spark.master": "local[2]"})
         tag = uuid.uuid4().hex[:6]
         source = f"snapint{tag}-in"
-        runs, receipts, readers = [], {}, []
-        stop = threading.Event()
+        runs, receipts, sinks = [], {}, []
         for name, interval in INTERVALS_MS.items():
             app = f"snap{name}{tag}"
             graph = word_pairs(app, source, f"{app}-out").graph()
             settings = base.with_(snapshot_interval_ms=interval)
             runs.append(SparkRunner(settings, spark).start(graph))
             receipts[name] = Receipts()
-            readers.append(
-                threading.Thread(
-                    target=read_output, args=(bootstrap, f"{app}-out", receipts[name], stop)
-                )
-            )
-        for reader in readers:
-            reader.start()
+            sinks.append(f"{app}-out")
+        # One reader process for both sinks (bench_latency's): stamps that do not wait for
+        # this process's interpreter lock, and both outputs read alike.
+        mp = multiprocessing.get_context("spawn")
+        stop, batches = mp.Event(), mp.Queue()
+        reader = mp.Process(
+            target=read_outputs, args=(bootstrap, tuple(sinks), batches, stop), daemon=True
+        )
+        reader.start()
+        collector = threading.Thread(target=collect, args=(batches, list(receipts.values())))
+        collector.start()
         source_input = Input(bootstrap, source)
         try:
             source_input.at_rate(rate, 5.0)  # warm-up
@@ -70,8 +74,8 @@ def main() -> None:
             print(f"  p99 ratio 100 ms / 5 s = {p99s['fast'] / p99s['slow']:.2f} (goal <= 1.10)")
         finally:
             stop.set()
-            for reader in readers:
-                reader.join()
+            reader.join()
+            collector.join()
             for run in runs:
                 run.stop()
             spark.stop()
