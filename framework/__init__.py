@@ -1,6 +1,7 @@
 """flamepipe: exactly-once stream pipelines on Kafka, with operators on Spark."""
 
 from framework.core import GlobalTime, Meta, Record
+from framework.core.context import Message
 from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import Count, KeyedStream, Pipeline, Sink, Sliding, Source, Stream, Tumbling
@@ -10,6 +11,7 @@ __all__ += [
     "Count",
     "KeyValue",
     "KeyedStream",
+    "Message",
     "Pipeline",
     "PipelineError",
     "Sink",

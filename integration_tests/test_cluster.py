@@ -82,6 +82,10 @@ def count_row(update):
     return [update.key, update.value]
 
 
+def located(message):
+    return [message.value, message.partition, message.offset, message.timestamp_ms, message.key]
+
+
 def first_letter(item):
     return item[0][0]
 
@@ -122,6 +126,12 @@ def running(app, source, sink):
     return p
 
 
+def whereabouts(app, source, sink):
+    p = Pipeline(app)
+    p.source(source).map(t.located).sink(sink)
+    return p
+
+
 def rolling(app, source, sink):
     p = Pipeline(app)
     p.source(source).flat_map(t.tagged).key_by(t.word).fold(0, t.plus_one).map(
@@ -154,9 +164,9 @@ def shouted(app, source, sink, shout):
     return p
 
 
-def _job(build):
+def _job(build, context=False):
     env = os.environ
-    source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2)
+    source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2, context=context)
     return build(env["FP_TEST_APP"], source, KafkaSink(env["FP_TEST_SINK"]))
 
 
@@ -166,6 +176,10 @@ def windowed_job():
 
 def running_job():
     return _job(running)
+
+
+def whereabouts_job():
+    return _job(whereabouts, context=True)
 
 
 def rolling_job():
@@ -215,7 +229,8 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
                resources={"metadata": {"path": "."}}).execute()
 """
 
-PIPELINES = ("windowed", "running", "rolling", "two_groupings")
+PIPELINES = ("windowed", "running", "rolling", "whereabouts", "two_groupings")
+CONTEXT = frozenset({"whereabouts"})  # pipelines whose source gives records' context
 LINES = 400
 _TIMEOUT_S = 240.0
 
@@ -281,7 +296,9 @@ def _oracle(
     try:
         jobs = importlib.import_module("jobs")
         ordered = sorted(stored, key=lambda m: (m.partition() or 0, m.offset() or 0))
-        source = ListSource.timed([], partitions=2, topic=ordered[0].topic())
+        source = ListSource.timed(
+            [], partitions=2, topic=ordered[0].topic(), context=pipeline in CONTEXT
+        )
         source.records = tuple(
             SourceRecord(
                 m.partition() or 0, m.offset() or 0, m.timestamp()[1], (m.value() or b"").decode()

@@ -233,6 +233,54 @@ def test_rolling_counts_per_pane_on_spark_update_each_word_once_per_pane(
     assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
 
 
+def test_a_source_with_context_gives_functions_every_records_key_headers_and_place(
+    stack: Settings, spark: Any
+) -> None:
+    from confluent_kafka import Producer
+
+    from connectors import KafkaSink, KafkaSource
+    from framework import Pipeline
+    from framework.kafka.admin import ensure_topics, input_topic_spec
+    from framework.kafka.clients import read_to_end
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("ctx")
+    source, sink = f"{app}-in", f"{app}-out"
+    ensure_topics(bootstrap, [input_topic_spec(source, 2)])
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        key = None if i % 5 == 0 else f"k{i}".encode()
+        headers = [("n", str(i).encode()), ("empty", b"")] if i % 2 else []
+        producer.produce(source, value=f"v{i}".encode(), key=key, partition=i % 2, headers=headers)
+    producer.flush(30)
+    p = Pipeline(app)
+    p.source(KafkaSource(source, partitions=2, context=True)).map(_described).sink(KafkaSink(sink))
+    with running(settings, spark, p) as run:
+        run.wait_released(time.time_ns() // 1_000_000, timeout_s=120)
+        items = read_output(bootstrap, sink)
+    expected = [
+        [
+            (m.value() or b"").decode(),
+            None if m.key() is None else m.key().decode(),
+            [[name, value.decode()] for name, value in m.headers() or []],
+            m.timestamp()[1],
+            "LogAppendTime",
+            m.topic(),
+            m.partition(),
+            m.offset(),
+        ]
+        for m in read_to_end(bootstrap, source)
+    ]
+    assert sorted(items) == sorted(expected) and len(items) == 40
+
+
+def _described(message: Any) -> list[Any]:
+    key = None if message.key is None else message.key.decode()
+    headers = [[name, value.decode()] for name, value in message.headers]
+    return [message.value, key, headers, *message[3:]]
+
+
 def test_count_windows_on_spark_release_every_full_run_once(stack: Settings, spark: Any) -> None:
     from connectors import KafkaSink, KafkaSource
     from framework import Count, Pipeline

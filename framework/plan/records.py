@@ -8,16 +8,22 @@ from typing import Any, Protocol
 
 from framework.core.graph import Graph
 from framework.plan.stages import Stage
-from framework.wire.records import OutRecord
+from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
 
 __all__ = ["SourceDecoder", "StageSpec", "TaskResult"]
 
 
 class SourceDecoder(Protocol):
-    """Turns an input record's key and value into a payload (`DecodeError` if it can't)."""
+    """Turns an input record into a payload (`DecodeError` if it can't).
 
-    def decode(self, key: bytes | None, value: bytes | None) -> Any: ...
+    ``context``: the payload needs the record's headers (the source query reads them).
+    """
+
+    @property
+    def context(self) -> bool: ...
+
+    def payload(self, record: InRecord) -> Any: ...
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,7 @@ class _TaskRun:
                 record.topic, record.partition
             )
         gt = GlobalTime(slot_of(record.timestamp_ms, spec.graph.delta_ms), front, record.offset)
-        return Record(Meta(gt), spec.source.decode(record.key, record.value))
+        return Record(Meta(gt), spec.source.payload(record))
 
     def _decode_frame(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
         # Step 1

@@ -6,9 +6,11 @@ import pytest
 
 import connectors
 from connectors import AvroSerde, Bytes, Json, KafkaSink, KafkaSource, Utf8
+from framework.core.context import LOG_APPEND_TIME, Message
 from framework.core.graph import Kind, Sink, Source
 from framework.errors import DecodeError, EncodeError, PipelineError, UserFunctionError
 from framework.pipeline import Pipeline
+from framework.wire.records import InRecord
 
 
 def test_exports() -> None:
@@ -103,3 +105,27 @@ def test_avro_source() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}
     serde = AvroSerde(schema)
     assert KafkaSource("t", value=serde).decode(None, serde.dumps({"n": 5})) == {"n": 5}
+
+
+def test_a_source_with_context_gives_messages_with_the_records_coordinates() -> None:
+    record = InRecord("t", 1, 42, 1_700, b"user", b'{"n":1}', (("trace", b"x"),))
+    message = KafkaSource("t", value=Json(), context=True).payload(record)
+    assert message == Message(
+        {"n": 1}, b"user", (("trace", b"x"),), 1_700, LOG_APPEND_TIME, "t", 1, 42
+    )
+    keyed = KafkaSource("t", value=Json(), key=Utf8(), context=True).payload(record)
+    assert (keyed.key, keyed.value, keyed.offset) == ("user", {"n": 1}, 42)
+    assert KafkaSource("t", value=Json()).payload(record) == {"n": 1}  # no context: the value
+    with pytest.raises(DecodeError, match="no value"):
+        KafkaSource("t", context=True).payload(record._replace(value=None))
+    with pytest.raises(DecodeError, match="no key"):
+        KafkaSource("t", key=Utf8(), context=True).payload(record._replace(key=None))
+
+
+def test_the_source_docstring_example_runs() -> None:
+    import doctest
+
+    import framework.kafka.endpoints
+
+    failed, tried = doctest.testmod(framework.kafka.endpoints)
+    assert tried >= 3 and failed == 0

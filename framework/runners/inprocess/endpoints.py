@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from framework.core.barrier import Bundle
+from framework.core.context import LOG_APPEND_TIME, Message
 from framework.core.graph import Sink, Source
 from framework.core.meta import Record
 from framework.errors import PipelineError
@@ -26,7 +27,8 @@ class ListSource(Source):
     """Records from a list, spread round-robin over ``partitions`` of topic ``topic``.
 
     Payloads get timestamps ``start_ms, start_ms + step_ms, ...``; use `timed` to give
-    them explicitly. Offsets count up per partition from 0.
+    them explicitly. Offsets count up per partition from 0. ``context=True``: payloads are
+    `framework.core.context.Message` (key None, no headers), as `KafkaSource` gives them.
     """
 
     def __init__(
@@ -37,20 +39,44 @@ class ListSource(Source):
         topic: str = "input",
         start_ms: int = 0,
         step_ms: int = 1,
+        context: bool = False,
     ) -> None:
         stamped = [(start_ms + i * step_ms, v) for i, v in enumerate(values)]
-        self._init(stamped, partitions, topic)
+        self._init(stamped, partitions, topic, context)
 
     @classmethod
     def timed(
-        cls, records: Iterable[tuple[int, object]], *, partitions: int = 1, topic: str = "input"
+        cls,
+        records: Iterable[tuple[int, object]],
+        *,
+        partitions: int = 1,
+        topic: str = "input",
+        context: bool = False,
     ) -> ListSource:
         """A source of ``(timestamp_ms, payload)`` pairs, in list order per partition."""
         source = cls.__new__(cls)
-        source._init(list(records), partitions, topic)
+        source._init(list(records), partitions, topic, context)
         return source
 
-    def _init(self, stamped: list[tuple[int, object]], partitions: int, topic: str) -> None:
+    def payload(self, record: SourceRecord) -> object:
+        """What the pipeline sees of ``record``: its value, or a `Message` with context."""
+        if not self.context:
+            return record.value
+        return Message(
+            record.value,
+            None,
+            (),
+            record.timestamp_ms,
+            LOG_APPEND_TIME,
+            self.topic,
+            record.partition,
+            record.offset,
+        )
+
+    def _init(
+        self, stamped: list[tuple[int, object]], partitions: int, topic: str, context: bool
+    ) -> None:
+        self.context = context
         if partitions < 1:
             raise PipelineError(f"a ListSource needs >= 1 partition, got {partitions}")
         if not topic:

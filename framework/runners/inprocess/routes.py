@@ -92,7 +92,7 @@ class Plan:
                         GlobalTime.of_record(
                             r.timestamp_ms, source.topic, partition, r.offset, self.graph.delta_ms
                         ),
-                        r.value,
+                        source.payload(r),
                     )
                     for r in source.partition(partition)
                 ]

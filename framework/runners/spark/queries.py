@@ -200,7 +200,7 @@ class StageQuery:
             .option("kafka.bootstrap.servers", self.bootstrap)
             .option("subscribe", self.spec.stage.topic)
             .option("startingOffsets", self.starting_offsets)
-            .option("includeHeaders", str(not self.spec.stage.is_source).lower())
+            .option("includeHeaders", str(self._headers()).lower())
             # Internal topics are written in transactions; never read an aborted one.
             .option("kafka.isolation.level", "read_committed")
             # The executor's consumer keeps a fetch open after a task (the Java client
@@ -213,7 +213,7 @@ class StageQuery:
             .option("maxOffsetsPerTrigger", str(self._max_offsets()))
             .options(**security.spark_options())
             .load()
-            .selectExpr(*_COLUMNS, *(() if self.spec.stage.is_source else _HEADERS))
+            .selectExpr(*_COLUMNS, *(_HEADERS if self._headers() else ()))
         )
         self.query = (
             frame.writeStream.foreachBatch(self._batch)
@@ -222,6 +222,12 @@ class StageQuery:
             .trigger(processingTime=f"{self.trigger_ms} milliseconds")
             .start()
         )
+
+    def _headers(self) -> bool:
+        """Whether the stage reads record headers: an internal topic's frames, or a source
+        whose payloads carry them (``KafkaSource(context=True)``)."""
+        source = self.spec.source
+        return not self.spec.stage.is_source or (source is not None and source.context)
 
     def _max_offsets(self) -> int:
         """Spark counts Kafka records; an internal topic's record is a frame of up to

@@ -223,3 +223,19 @@ def test_two_sources_on_one_topic_are_rejected() -> None:
     p.source(ListSource([1])).merge(p.source(ListSource([2]))).sink(ListSink())
     with pytest.raises(PipelineError, match="share a topic"):
         p.run(InProcessRunner())
+
+
+def test_a_list_source_with_context_gives_each_function_its_records_coordinates() -> None:
+    from framework import Message
+
+    def where(message: Message) -> tuple[object, ...]:
+        return (message.value, message.partition, message.offset, message.timestamp_ms)
+
+    p = Pipeline("ctx")
+    source = ListSource(["a", "b", "c"], partitions=2, start_ms=100, step_ms=10, context=True)
+    p.source(source).map(where).sink(ListSink())
+    assert sorted(p.run(InProcessRunner()).values()) == [  # type: ignore[union-attr]
+        ("a", 0, 0, 100),
+        ("b", 1, 0, 110),
+        ("c", 0, 1, 120),
+    ]
