@@ -200,6 +200,7 @@ class KeyedStream(_Handle):
         *,
         every_ms: int | None = None,
         combinable: bool = False,
+        ttl_ms: int | None = None,
         name: str = "",
     ) -> Stream:
         """A rolling aggregation: per key, its value so far, as `KeyValue(key, value)`.
@@ -211,7 +212,8 @@ class KeyedStream(_Handle):
         after it: one update per item; with ``every_ms``, one update per key and pane of
         ``every_ms`` of global time that had items (the value after the pane's last one),
         which ``combinable=True`` (``fn`` associative and commutative) lets the Spark
-        runner pre-reduce before the shuffle.
+        runner pre-reduce before the shuffle. ``ttl_ms``: a key's value is forgotten once
+        min time is ``ttl_ms`` past its last item (the next item starts afresh).
 
         >>> from framework.testing import ListSink, ListSource, run_local
         >>> p = Pipeline("highest")
@@ -221,9 +223,8 @@ class KeyedStream(_Handle):
         [KeyValue(key=1, value=3), KeyValue(key=1, value=3), KeyValue(key=0, value=4), \
 KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         """
-        return self._rolling(
-            Aggregation(self._pane(every_ms), fn, None, None, combinable, True), name
-        )
+        aggregation = Aggregation(self._pane(every_ms), fn, None, None, combinable, True, ttl_ms)
+        return self._rolling(aggregation, name)
 
     def fold(
         self,
@@ -231,6 +232,7 @@ KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         fn: Callable[[Any, Any], Any],
         *,
         every_ms: int | None = None,
+        ttl_ms: int | None = None,
         name: str = "",
     ) -> Stream:
         """A rolling aggregation from ``initial``: per key, ``fn(value so far, payload)``.
@@ -245,9 +247,24 @@ KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         >>> [(kv.key, kv.value) for kv in run_local(p).values()]
         [('a', 1), ('rose', 1), ('is', 1), ('a', 2), ('rose', 2)]
         """
-        return self._rolling(
-            Aggregation(self._pane(every_ms), None, fn, initial, False, True), name
-        )
+        aggregation = Aggregation(self._pane(every_ms), None, fn, initial, False, True, ttl_ms)
+        return self._rolling(aggregation, name)
+
+    def dedup(self, *, ttl_ms: int | None = None, name: str = "") -> Stream:
+        """Per key, its first payload only (in global-time order), the others dropped by
+        design; with ``ttl_ms``, again once min time is ``ttl_ms`` past the key's last
+        payload. Exact and deterministic under replay: a payload is passed or dropped once
+        min time passes it, whatever the arrival order. State: one flag per key.
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("first")
+        >>> clicks = p.source(ListSource(["a1", "b1", "a2", "c1", "b2"])).key_by(lambda c: c[0])
+        >>> _ = clicks.dedup().sink(ListSink())
+        >>> run_local(p).values()
+        ['a1', 'b1', 'c1']
+        """
+        aggregation = Aggregation(Count(1), rolling=True, ttl_ms=ttl_ms, distinct=True)
+        return self._rolling(aggregation, name)
 
     @staticmethod
     def _pane(every_ms: int | None) -> WindowSpec:

@@ -233,6 +233,39 @@ def test_rolling_counts_per_pane_on_spark_update_each_word_once_per_pane(
     assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
 
 
+def test_dedup_on_spark_passes_each_words_first_occurrence_as_the_harness_does(
+    stack: Settings, spark: Any
+) -> None:
+    from connectors import KafkaSink, KafkaSource
+    from framework import Pipeline
+    from framework.demos.wordcount import tagged_words
+    from framework.kafka.clients import read_to_end
+    from framework.testing import InProcessRunner, ListSink, ListSource
+
+    def first_lines(app: str, source: Any, sink: Any) -> Pipeline:
+        p = Pipeline(app)
+        p.source(source).flat_map(tagged_words).key_by(_first).dedup().sink(sink)
+        return p
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("dedup")
+    source, sink = f"{app}-lines", f"{app}-out"
+    lines = [f"{i} {t}" for i, t in enumerate(generate_lines(300, 5, 80, seed=4))]
+    with running(
+        settings, spark, first_lines(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    ) as run:
+        until = produce_lines(bootstrap, source, lines, partitions=2)
+        run.wait_released(until, timeout_s=120)
+        items = read_output(bootstrap, sink)
+    stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
+    stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
+    harness = first_lines(app, ListSource.timed(stamped, partitions=2, topic=source), ListSink())
+    expected = harness.run(InProcessRunner()).values()
+    assert sorted(map(tuple, items)) == sorted(map(tuple, expected))  # type: ignore[arg-type]
+    assert len(items) == len({w for line in lines for w in line.split()[1:]}), "each word once"
+
+
 def test_a_source_with_context_gives_functions_every_records_key_headers_and_place(
     stack: Settings, spark: Any
 ) -> None:

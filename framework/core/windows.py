@@ -17,11 +17,8 @@ the slot of the last item of its window, so it is never below a held slot.
 The result's meta is the last item's meta with a child id appended: the window's index
 for time windows (sliding windows can share their last item), 0 for count windows.
 
-A *rolling* aggregation (``KeyedStream.reduce`` / ``fold``) is the same machinery with a
-carry: per key, the value so far. It emits, per item (count windows of one) or per key
-and pane of ``every_ms`` (tumbling windows), a `KeyValue` with the key's value after
-them, in global-time order; its state is one value per key plus the items min time has
-not yet passed, never the key's history.
+A *rolling* aggregation (``KeyedStream.reduce`` / ``fold`` / ``dedup``) is this machinery
+with a value carried per key: `framework.core.rolling`.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ from framework.core.ops import Keyed
 from framework.errors import PipelineError, UserFunctionError
 
 __all__ = [
+    "NO_VALUE",
     "Aggregation",
     "Count",
     "KeyValue",
@@ -102,7 +100,8 @@ class KeyValue(NamedTuple):
     value: object
 
 
-_NO_VALUE: Any = object()  # a key without a carried value yet (None is a value)
+NO_VALUE: Any = object()
+"""A rolling aggregation's value of a key that has none yet (None is a value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +113,11 @@ class Aggregation:
     commutative (exactly: a float sum is not), so a runner may pre-reduce the payloads of
     one key and window pane before the shuffle (map-side combining).
 
-    ``rolling``: the value carries over from window to window of a key (see the module
-    docstring); the window is ``Count(1)`` (an update per item) or ``Tumbling`` (an update
-    per key and pane).
+    ``rolling``: the value carries over from window to window of a key
+    (`framework.core.rolling`); the window is ``Count(1)`` (an update per item) or
+    ``Tumbling`` (an update per key and pane). ``ttl_ms``: a rolling key's value is
+    forgotten once min time is ``ttl_ms`` past its last item. ``distinct``: per item, the
+    payload itself, only if its key has no value yet (dedup).
     """
 
     window: WindowSpec
@@ -125,12 +126,20 @@ class Aggregation:
     initial: Any = None
     combinable: bool = False
     rolling: bool = False
+    ttl_ms: int | None = None
+    distinct: bool = False
 
     def __post_init__(self) -> None:
         if self.reduce is not None and self.fold is not None:
             raise PipelineError("aggregate takes reduce or fold, not both")
-        if self.rolling and self.reduce is None and self.fold is None:
+        if self.rolling and self.reduce is None and self.fold is None and not self.distinct:
             raise PipelineError("a rolling aggregation needs reduce= or fold=")
+        if (self.ttl_ms is not None or self.distinct) and not self.rolling:
+            raise PipelineError("ttl_ms and distinct are for rolling aggregations")
+        if self.distinct and (self.window != Count(1) or self.reduce or self.fold):
+            raise PipelineError("distinct (dedup) passes payloads per item: no window or fold")
+        if self.ttl_ms is not None and self.ttl_ms <= 0:
+            raise PipelineError(f"ttl_ms must be a positive number of ms, got {self.ttl_ms}")
         if self.rolling and not isinstance(self.window, Tumbling) and self.window != Count(1):
             raise PipelineError("a rolling aggregation updates per item or per Tumbling pane")
         if self.combinable and (self.reduce is None or isinstance(self.window, Count)):
@@ -155,15 +164,15 @@ class Aggregation:
         return tuple(values)
 
     def carry(self, acc: Any, values: Sequence[Any]) -> Any:
-        """A rolling value: ``acc`` (`_NO_VALUE`: none yet) updated by ``values`` in order."""
+        """A rolling value: ``acc`` (`NO_VALUE`: none yet) updated by ``values`` in order."""
         if self.fold is not None:
-            if acc is _NO_VALUE:
+            if acc is NO_VALUE:
                 acc = self.initial
             for value in values:
                 acc = self.fold(acc, value)
             return acc
         assert self.reduce is not None  # __post_init__: rolling needs reduce or fold
-        if acc is _NO_VALUE:
+        if acc is NO_VALUE:
             return functools.reduce(self.reduce, values)
         return functools.reduce(self.reduce, values, acc)
 
@@ -209,8 +218,6 @@ class WindowAggregator:
         self._released: list[int] = []
         self._changed: dict[object, None] = {}  # keys whose bucket changed since take_changed
         self._min_time = 0
-        self._rolling = aggregation.rolling
-        self._carried: dict[object, Any] = {}  # rolling: key -> its value so far
 
     def push(self, record: Record) -> list[Record]:
         """Buffer an item or remove a tombstone's item; results come only on min time."""
@@ -247,7 +254,7 @@ class WindowAggregator:
         """Results of every window that min time ``slot`` completes, in window-end order."""
         self._min_time = max(self._min_time, slot)
         if self._count:
-            return self._emit_rolling(slot) if self._rolling else self._emit_counts(slot)
+            return self._emit_counts(slot)
         out: list[Record] = []
         touched: dict[object, None] = {}
         # Step 1
@@ -314,29 +321,17 @@ class WindowAggregator:
         return changed
 
     def bucket_state(self, key: object) -> tuple[Any, ...] | None:
-        """One key's bucket as plain lists (metas, values, early tombstones), or None.
-
-        A rolling aggregation adds the key's carried value: ``(metas, values, early,
-        value)``, None only once the key has neither items nor a value.
-        """
+        """One key's bucket as plain lists (metas, values, early tombstones), or None."""
         bucket = self._buckets.get(key)
-        carried = self._carried.get(key, _NO_VALUE)
         if bucket is None:
-            if carried is _NO_VALUE:
-                return None
-            return ([], [], [], carried)
-        state = (list(bucket.metas), list(bucket.values), list(bucket.early))
-        return state if carried is _NO_VALUE else (*state, carried)
+            return None
+        return (list(bucket.metas), list(bucket.values), list(bucket.early))
 
     def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
-        """Replace ``key``'s bucket (and carried value) by a changelog state.
+        """Replace ``key``'s bucket by a changelog state.
 
         Holds change silently: the state was written with the acks of its holds.
         """
-        self._carried.pop(key, None)
-        if state is not None and len(state) == 4:
-            *plain, self._carried[key] = state
-            state = tuple(plain) if plain[0] or plain[2] else None
         old = self._buckets.pop(key, None)
         if old is not None:
             for meta in old.metas[self._free.pop(key, 0) :]:
@@ -397,43 +392,12 @@ class WindowAggregator:
         if lo == hi:
             return None  # its items were all retracted
         meta = bucket.metas[hi - 1].child(self.op_id, start // self._step)
-        if self._rolling:
-            value = self.aggregation.carry(self._carried.get(key, _NO_VALUE), bucket.values[lo:hi])
-            self._carried[key] = value
-            return Record(meta, KeyValue(key, value))
-        value = self.aggregation.combine(bucket.values[lo:hi])
-        delta = self.delta_ms
-        return Record(meta, WindowResult(key, start * delta, end * delta, value))
+        return Record(meta, self._window_payload(key, start, end, bucket.values[lo:hi]))
 
-    def _emit_rolling(self, slot: int) -> list[Record]:
-        """Per item below min time ``slot``, in meta order per key: the key's new value."""
-        out: list[Record] = []
-        keys = self._due.get(0, {})
-        fold, reduce = self.aggregation.fold, self.aggregation.reduce
-        op_id, append = self.op_id, out.append
-        for key in list(keys):
-            bucket = self._buckets[key]
-            # Step 1
-            ready = bucket.below(slot)
-            if not ready:
-                continue
-            # Step 2
-            acc = self._carried.get(key, _NO_VALUE)
-            if acc is _NO_VALUE and fold is not None:
-                acc = self.aggregation.initial
-            for meta, value in zip(bucket.metas[:ready], bucket.values[:ready], strict=True):
-                if fold is not None:
-                    acc = fold(acc, value)
-                else:
-                    assert reduce is not None
-                    acc = value if acc is _NO_VALUE else reduce(acc, value)
-                append(Record(meta.child(op_id, 0), KeyValue(key, acc)))
-            self._carried[key] = acc
-            # Step 3: every item left is at or above min time, so it keeps its hold
-            self._prune(key, ready)
-            if key not in self._buckets or not bucket.metas:
-                del keys[key]
-        return out
+    def _window_payload(self, key: object, start: int, end: int, values: list[Any]) -> object:
+        """The payload of a time window's result (the rolling subclass carries instead)."""
+        value = self.aggregation.combine(values)
+        return WindowResult(key, start * self.delta_ms, end * self.delta_ms, value)
 
     def _emit_counts(self, slot: int) -> list[Record]:
         out: list[Record] = []
@@ -506,13 +470,12 @@ class WindowAggregator:
                 self._released.append(slot)
 
     def snapshot(self) -> dict[str, Any]:
-        """The state as plain data: buffered items per key, carried values, the min time."""
+        """The state as plain data: buffered items per key and the last min time."""
         buckets = [
             (key, list(zip(b.metas, b.values, strict=True)), list(b.early))
             for key, b in self._buckets.items()
         ]
-        carried = list(self._carried.items())
-        return {"min_time": self._min_time, "buckets": buckets, "carried": carried}
+        return {"min_time": self._min_time, "buckets": buckets}
 
     @classmethod
     def restore(
@@ -521,7 +484,6 @@ class WindowAggregator:
         """An aggregator holding a `snapshot`'s state; `take_holds` lists slots to re-hold."""
         agg = cls(op_id, aggregation, delta_ms)
         agg._min_time = int(state["min_time"])
-        agg._carried = dict(state.get("carried", ()))
         for key, items, early in state["buckets"]:
             for meta, value in early:
                 agg.push(Record(meta_from_plain(meta).as_tombstone(), Keyed(key, 0, value)))

@@ -47,6 +47,7 @@ from framework.core.messages import Ack
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
 from framework.core.physical import stateless_operation
+from framework.core.rolling import aggregator
 from framework.core.time import GlobalTime, front_id, slot_of
 from framework.core.windows import Aggregation, WindowAggregator
 from framework.errors import (
@@ -143,7 +144,7 @@ class StageProgram:
         if self.window:
             return Grouping(self.entry_op_id, self.window)
         if self.aggregation is not None:
-            return WindowAggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
+            return aggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
         return None
 
     def run(
@@ -381,16 +382,16 @@ class _TaskRun:
         assert isinstance(self.state, WindowAggregator)
         return self.state.push(record)
 
-    def emit_windows(self, aggregator: WindowAggregator, min_slot: int) -> None:
+    def emit_windows(self, state: WindowAggregator, min_slot: int) -> None:
         """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
         entry = self.spec.stage.entry
-        results = aggregator.on_min_time(min_slot)
+        results = state.on_min_time(min_slot)
         try:
             self._forward(entry, results)
         except RECORD_ERRORS as exc:
             # A window's result is no input record: nothing to send to the dead letters.
             raise UserFunctionError(f"after {entry}: {exc}") from exc
-        acquired, released = aggregator.take_holds()
+        acquired, released = state.take_holds()
         segment, ack = self.program.hold_segment, self.acker.ack
         for slot in acquired + released:
             ack(segment, slot, hold_value(self.program.entry_op_id, self.partition, slot))

@@ -4,8 +4,8 @@ Layout (topic ``<app>.<node>.state``, compacted):
 
 * a key's record: Kafka key = the key's canonical bytes (`key_bytes`: equal keys compact
   together), value = pickle of ``(key, bucket)``; ``bucket`` is ``(metas, values, early
-  tombstones)`` with every meta as a plain tuple, plus the key's carried value for a
-  rolling aggregate, or None once the key has neither;
+  tombstones)`` with every meta as a plain tuple, plus ``(value, slot of its last item)``
+  for a rolling aggregate (`framework.core.rolling`), or None once the key has neither;
 * an aggregate's min time: Kafka key `MIN_TIME_KEY`, value = pickle of ``(None, min_time)``.
 
 Written by a stage task (`framework.plan.state`) and, byte for byte the same, by a restore

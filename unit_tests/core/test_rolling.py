@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 import framework.pipeline
 from framework.core.meta import Record
+from framework.core.rolling import RollingAggregator, aggregator
 from framework.core.windows import (
     Aggregation,
     Count,
     KeyValue,
     Sliding,
     Tumbling,
-    WindowAggregator,
     WindowSpec,
 )
 from framework.errors import PipelineError
@@ -26,12 +26,12 @@ from framework.plan.state import apply_changelog, changelog_records
 from unit_tests.core.test_windows import DELTA, OP, item
 
 
-def rolling(window: WindowSpec | None = None, **kwargs: Any) -> WindowAggregator:
-    return WindowAggregator(OP, Aggregation(window or Count(1), rolling=True, **kwargs), DELTA)
+def rolling(window: WindowSpec | None = None, **kwargs: Any) -> RollingAggregator:
+    return RollingAggregator(OP, Aggregation(window or Count(1), rolling=True, **kwargs), DELTA)
 
 
-def counter() -> WindowAggregator:
-    return rolling(fold=lambda n, _: n + 1, initial=0)
+def counter(**kwargs: Any) -> RollingAggregator:
+    return rolling(fold=lambda n, _: n + 1, initial=0, **kwargs)
 
 
 def values(records: list[Record]) -> list[tuple[object, object]]:
@@ -62,7 +62,7 @@ def test_a_tombstone_removes_its_buffered_item_and_the_state_stays_one_value() -
     for offset in range(100):
         a.push(item(5 + offset, "w", offset=10 + offset))
     assert values(a.on_min_time(500))[-1] == ("k", 101)
-    assert a.bucket_state("k") == ([], [], [], 101)  # no history: the count alone
+    assert a.bucket_state("k") == ([], [], [], (101, 104))  # the count and its last slot
 
 
 def test_every_ms_updates_once_per_key_and_pane_and_carries_across_panes() -> None:
@@ -92,7 +92,7 @@ def test_snapshot_and_restore_keep_the_carried_values() -> None:
     a.push(item(1, None, "a", offset=1))
     a.on_min_time(2)
     a.push(item(4, None, "a", offset=4))
-    restored = WindowAggregator.restore(OP, a.aggregation, DELTA, a.snapshot())
+    restored = aggregator(OP, a.aggregation, DELTA).restore(OP, a.aggregation, DELTA, a.snapshot())
     assert values(restored.on_min_time(9)) == [("a", 2)]
 
 
@@ -157,3 +157,42 @@ def test_updates_equal_in_order_processing_whatever_the_arrival_order(
 def test_the_builder_examples_run() -> None:
     failed, tried = doctest.testmod(framework.pipeline)
     assert tried >= 10 and failed == 0
+
+
+def test_a_ttl_forgets_a_keys_value_once_min_time_is_that_far_past_its_last_item() -> None:
+    a = counter(ttl_ms=50)  # 5 slots
+    a.push(item(1, None, "k", offset=1))
+    a.push(item(4, None, "k", offset=4))
+    assert values(a.on_min_time(5)) == [("k", 1), ("k", 2)]
+    a.take_changed()
+    assert a.on_min_time(8) == [] and a.bucket_state("k") is not None  # 8 < 4 + 5
+    a.on_min_time(9)
+    assert a.bucket_state("k") is None and a.expired == 1
+    assert a.take_changed() == ["k"]  # the changelog deletes it too
+    a.push(item(12, None, "k", offset=12))
+    assert values(a.on_min_time(13)) == [("k", 1)]  # afresh
+
+
+def test_a_ttl_is_decided_at_the_items_own_time_whatever_the_min_time_steps() -> None:
+    slots = [1, 3, 9, 10, 30, 31]  # gaps of 6 and 20 slots exceed the TTL of 5
+    outputs = []
+    for steps in ([40], [2, 4, 9, 11, 31, 40], list(range(1, 41))):
+        a = counter(ttl_ms=50)
+        for slot in slots:
+            a.push(item(slot, None, "k", offset=slot))
+        outputs.append([v for step in steps for v in values(a.on_min_time(step))])
+        assert a.expired == 3  # twice before an item, once idle at min time 40
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert [n for _, n in outputs[0]] == [1, 2, 1, 2, 1, 2]
+
+
+def test_dedup_passes_each_keys_first_payload_in_global_time_order() -> None:
+    a = rolling(distinct=True, ttl_ms=100)
+    a.push(item(3, "late-first", "k", offset=3))
+    a.push(item(2, "first", "k", offset=2))
+    a.push(item(2, "other", "j", offset=5))
+    out = a.on_min_time(4)
+    assert sorted(r.value for r in out) == ["first", "other"]
+    a.push(item(20, "again", "k", offset=20))  # 20 >= 3 + 10: the key was forgotten
+    a.on_min_time(14)
+    assert [r.value for r in a.on_min_time(21)] == ["again"]

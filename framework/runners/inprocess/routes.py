@@ -9,6 +9,7 @@ from framework.core.graph import Graph, Kind, Node, Port, Segments
 from framework.core.grouping import Grouping
 from framework.core.ops import Operation, op_id_of
 from framework.core.physical import stateless_operation
+from framework.core.rolling import aggregator
 from framework.core.time import GlobalTime, front_id
 from framework.core.windows import Count, WindowAggregator
 from framework.errors import PipelineError
@@ -71,7 +72,7 @@ class Plan:
             self.groupings[node.id] = Grouping(op_id_of(graph.name, node.id), node.window)
         elif node.kind is Kind.AGGREGATE and node.aggregation is not None:
             op_id = op_id_of(graph.name, node.id)
-            self.aggregates[node.id] = WindowAggregator(op_id, node.aggregation, graph.delta_ms)
+            self.aggregates[node.id] = aggregator(op_id, node.aggregation, graph.delta_ms)
         elif node.kind is Kind.SINK:
             if not isinstance(node.endpoint, ListSink):
                 raise PipelineError(f"the in-process runner needs a ListSink at {node.id}")

@@ -1,0 +1,168 @@
+"""Rolling aggregations: per key, the value so far, one value of state per key.
+
+`RollingAggregator` is the windowed aggregate's machinery (`framework.core.windows`) with a
+value carried per key from window to window: per item it is a count window of one, per
+pane of ``every_ms`` a tumbling window. Items wait in the key's bucket, holding their
+slots, until min time passes them; then they are folded into the carried value in
+global-time order, so the output equals in-order processing whatever the arrival order.
+What it emits (a `KeyValue` per item or per key and pane; with ``distinct`` the payload
+of a key's first item only) depends on the input alone: a replay writes the same.
+
+Protocol on a min time ``m``:
+
+1. Pop the due items (per item: below ``m``) or panes (end at or below ``m``).
+2. Fold them into their key's carried value and emit (see above).
+3. Drop the folded items, releasing their holds; the carried value stays.
+4. With ``ttl_ms``: a key's value is gone for an item (pane) ``ttl_ms`` or more after the
+   key's last one, decided at the item's own slot, so the step of min time does not
+   matter; the value of a key without items waiting is dropped from memory once min time
+   is that far past its last item (counted in ``expired``).
+
+A changelog state of a key is its bucket plus ``(value, slot of its last item)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from typing import Any
+
+from framework.core.meta import Record
+from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, _slots
+
+__all__ = ["RollingAggregator", "aggregator"]
+
+
+def aggregator(op_id: int, aggregation: Aggregation, delta_ms: int) -> WindowAggregator:
+    """The physical operation of an ``aggregate`` node: rolling or windowed."""
+    if aggregation.rolling:
+        return RollingAggregator(op_id, aggregation, delta_ms)
+    return WindowAggregator(op_id, aggregation, delta_ms)
+
+
+class RollingAggregator(WindowAggregator):
+    """The physical ``reduce`` / ``fold`` / ``dedup``: see the module docstring."""
+
+    def __init__(self, op_id: int, aggregation: Aggregation, delta_ms: int) -> None:
+        super().__init__(op_id, aggregation, delta_ms)
+        self._values: dict[object, Any] = {}  # key -> its value so far
+        self._last: dict[object, int] = {}  # key -> slot of its last folded item
+        ttl = aggregation.ttl_ms
+        self._ttl = _slots(ttl, delta_ms, "ttl_ms") if ttl is not None else 0
+        self._expiries: list[tuple[int, int, object]] = []  # heap: (slot, tiebreak, key)
+        self._tiebreak = itertools.count()
+        self.expired = 0  # keys forgotten by their TTL
+
+    def on_min_time(self, slot: int) -> list[Record]:
+        """Updates of every item (pane) min time ``slot`` passes; then TTL expiry."""
+        out = super().on_min_time(slot)
+        if self._ttl:
+            self._expire(slot)
+        return out
+
+    def _emit_counts(self, slot: int) -> list[Record]:
+        """Per item below min time ``slot``, in meta order per key: its update."""
+        out: list[Record] = []
+        keys = self._due.get(0, {})
+        op_id, append, distinct = self.op_id, out.append, self.aggregation.distinct
+        for key in list(keys):
+            bucket = self._buckets[key]
+            # Step 1
+            ready = bucket.below(slot)
+            if not ready:
+                continue
+            # Step 2
+            acc = self._values.get(key, NO_VALUE)
+            last = self._last.get(key)
+            for meta, value in zip(bucket.metas[:ready], bucket.values[:ready], strict=True):
+                at = meta.gt.slot
+                if self._ttl and last is not None and last + self._ttl <= at:
+                    acc = NO_VALUE  # Step 4, at the item's own time
+                    self.expired += 1
+                if distinct:
+                    if acc is NO_VALUE:
+                        append(Record(meta.child(op_id, 0), value))
+                    acc = True
+                else:
+                    acc = self.aggregation.carry(acc, (value,))
+                    append(Record(meta.child(op_id, 0), KeyValue(key, acc)))
+                last = at
+            self._values[key] = acc
+            assert last is not None
+            self._touch(key, last)
+            # Step 3: every item left is at or above min time, so it keeps its hold
+            self._prune(key, ready)
+            if key not in self._buckets or not bucket.metas:
+                del keys[key]
+        return out
+
+    def _window_payload(self, key: object, start: int, end: int, values: list[Any]) -> object:
+        # Step 2 for a pane: the key's value after the pane's last item.
+        acc, last = self._values.get(key, NO_VALUE), self._last.get(key)
+        if self._ttl and last is not None and last + self._ttl <= start:
+            acc = NO_VALUE  # Step 4, at the pane's time
+            self.expired += 1
+        value = self.aggregation.carry(acc, values)
+        self._values[key] = value
+        self._touch(key, end - 1)
+        return KeyValue(key, value)
+
+    def _touch(self, key: object, slot: int) -> None:
+        self._last[key] = slot
+        if self._ttl:
+            heapq.heappush(self._expiries, (slot + self._ttl, next(self._tiebreak), key))
+
+    def _expire(self, slot: int) -> None:
+        # Step 4: an entry is stale if the key had a later item since (or is gone).
+        waiting: list[object] = []
+        while self._expiries and self._expiries[0][0] <= slot:
+            _, _, key = heapq.heappop(self._expiries)
+            last = self._last.get(key)
+            if last is None or last + self._ttl > slot:
+                continue
+            if key in self._buckets:  # items wait (or only early tombstones): ask again
+                waiting.append(key)
+                continue
+            del self._values[key], self._last[key]
+            self._changed[key] = None
+            self.expired += 1
+        for key in waiting:
+            heapq.heappush(self._expiries, (slot + 1, next(self._tiebreak), key))
+
+    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+        """``(metas, values, early, (value, last slot))``; None once the key has neither
+        items nor a value."""
+        bucket = super().bucket_state(key)
+        if key not in self._values:
+            return bucket
+        carried = (self._values[key], self._last[key])
+        return (*(bucket or ([], [], [])), carried)
+
+    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+        """Replace ``key``'s bucket and value by a changelog state."""
+        self._values.pop(key, None)
+        self._last.pop(key, None)
+        if state is not None and len(state) == 4:
+            metas, values, early, (value, last) = state
+            self._values[key] = value
+            self._touch(key, last)
+            state = (metas, values, early) if metas or early else None
+        super().put_bucket(key, state)
+
+    def snapshot(self) -> dict[str, Any]:
+        """`WindowAggregator.snapshot` plus every key's value and last slot."""
+        state = super().snapshot()
+        state["values"] = [(key, value, self._last[key]) for key, value in self._values.items()]
+        return state
+
+    @classmethod
+    def restore(
+        cls, op_id: int, aggregation: Aggregation, delta_ms: int, state: dict[str, Any]
+    ) -> WindowAggregator:
+        """A rolling aggregator holding a `snapshot`'s state."""
+        agg = super().restore(op_id, aggregation, delta_ms, state)
+        assert isinstance(agg, RollingAggregator)
+        for key, value, last in state.get("values", ()):
+            agg._values[key] = value
+            agg._touch(key, last)
+        return agg
