@@ -2,6 +2,7 @@
 
 from framework.core import GlobalTime, Meta, Record
 from framework.core.context import Message
+from framework.core.joins import Joined
 from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import Count, KeyedStream, Pipeline, Sink, Sliding, Source, Stream, Tumbling
@@ -9,6 +10,7 @@ from framework.pipeline import Count, KeyedStream, Pipeline, Sink, Sliding, Sour
 __all__ = ["FlamepipeError", "GlobalTime", "Meta", "Record"]
 __all__ += [
     "Count",
+    "Joined",
     "KeyValue",
     "KeyedStream",
     "Message",

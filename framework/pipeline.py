@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
+from framework.core.joins import LEFT, RIGHT, SideKey, TableLookup, Tag, WindowPairs, check_how
+from framework.core.rolling import First
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.core.windows import Aggregation, Count, KeyValue, Sliding, Tumbling, WindowSpec
 from framework.errors import PipelineError
@@ -147,6 +149,89 @@ class Stream(_Handle):
         node = self.pipeline._add(Kind.BROADCAST, [self.port], ports=copies, label=name)
         return tuple(Stream(self.pipeline, Port(node.node, i)) for i in range(copies))
 
+    def join_window(
+        self,
+        other: Stream,
+        window: Tumbling,
+        *,
+        key: Callable[[Any], Any],
+        other_key: Callable[[Any], Any] | None = None,
+        how: str = "inner",
+        name: str = "",
+    ) -> Stream:
+        """Per key and tumbling ``window``, every payload of this stream paired with every
+        payload of ``other`` in the same window, as `Joined(key, left, right)` (``how=
+        "left"``: a left payload without a right one once, with None). ``key`` keys this
+        stream (and ``other`` unless ``other_key``). Final once min time passes the
+        window's end, in global-time order, the same under replay; a side that never
+        arrives does not stall it.
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("pairs")
+        >>> clicks = p.source(ListSource(["a:x", "b:y"], topic="clicks"))
+        >>> views = p.source(ListSource(["a:1", "a:2"], topic="views"))
+        >>> first = lambda s: s.split(":")[0]
+        >>> joined = clicks.join_window(views, Tumbling(1000), key=first, how="left")
+        >>> _ = joined.sink(ListSink())
+        >>> [(j.key, j.left, j.right) for j in run_local(p).values()]
+        [('a', 'a:x', 'a:1'), ('a', 'a:x', 'a:2'), ('b', 'b:y', None)]
+        """
+        check_how(how)
+        if not isinstance(window, Tumbling):
+            raise PipelineError(f"join_window() needs a Tumbling window, got {window!r}")
+        merged = self._sides(other, key, other_key, name)
+        windows = merged.aggregate(window, name=f"{name or 'join'}-window")
+        return windows.flat_map(WindowPairs(how), name=f"{name or 'join'}-pairs")  # type: ignore[arg-type]
+
+    def join_table(
+        self,
+        table: Stream,
+        *,
+        key: Callable[[Any], Any],
+        table_key: Callable[[Any], Any] | None = None,
+        how: str = "inner",
+        ttl_ms: int | None = None,
+        name: str = "",
+    ) -> Stream:
+        """Each payload joined with ``table``'s latest payload of its key as of the
+        payload's own global time (a temporal join), as `Joined(key, payload, row)`.
+
+        ``table`` is a stream of rows (for example a compacted topic's records), keyed by
+        ``table_key`` (``key`` if None); a None row deletes the key. ``how="left"``
+        passes a payload without a row with None; ``"inner"`` drops it (counted). The
+        output depends on the input alone, not on which side Spark read first. State: one
+        row per key (``ttl_ms``: forgotten after that long without either side's items).
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("enrich")
+        >>> prices = p.source(ListSource.timed([(0, ("a", 1)), (20, ("a", 2))], topic="p"))
+        >>> orders = p.source(ListSource.timed([(10, "a"), (30, "a"), (30, "b")], topic="o"))
+        >>> joined = orders.join_table(prices, key=str, table_key=lambda row: row[0])
+        >>> _ = joined.sink(ListSink())
+        >>> [(j.left, j.right) for j in run_local(p).values()]
+        [('a', ('a', 1)), ('a', ('a', 2))]
+        """
+        check_how(how)
+        merged = self._sides(table, key, table_key, name)
+        lookup = TableLookup(how)  # type: ignore[arg-type]
+        aggregation = Aggregation(Count(1), rolling=True, ttl_ms=ttl_ms, step=lookup)
+        return merged._rolling(aggregation, f"{name or 'join'}-lookup")
+
+    def _sides(
+        self,
+        other: Stream,
+        key: Callable[[Any], Any],
+        other_key: Callable[[Any], Any] | None,
+        name: str,
+    ) -> KeyedStream:
+        """Both streams tagged with their side, keyed by the payload inside, merged."""
+        if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
+            raise PipelineError("a join needs another stream of the same pipeline")
+        prefix = name or "join"
+        left = self.map(Tag(LEFT), name=f"{prefix}-left").key_by(SideKey(key))
+        right = other.map(Tag(RIGHT), name=f"{prefix}-right")
+        return left.merge(right.key_by(SideKey(other_key or key)), name=prefix)
+
     def sink(self, sink: Sink, *, name: str = "") -> Pipeline:
         """Send the stream through a barrier to ``sink``; returns the pipeline."""
         if not isinstance(sink, Sink):
@@ -263,7 +348,7 @@ KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         >>> run_local(p).values()
         ['a1', 'b1', 'c1']
         """
-        aggregation = Aggregation(Count(1), rolling=True, ttl_ms=ttl_ms, distinct=True)
+        aggregation = Aggregation(Count(1), rolling=True, ttl_ms=ttl_ms, step=First())
         return self._rolling(aggregation, name)
 
     @staticmethod

@@ -5,8 +5,9 @@ value carried per key from window to window: per item it is a count window of on
 pane of ``every_ms`` a tumbling window. Items wait in the key's bucket, holding their
 slots, until min time passes them; then they are folded into the carried value in
 global-time order, so the output equals in-order processing whatever the arrival order.
-What it emits (a `KeyValue` per item or per key and pane; with ``distinct`` the payload
-of a key's first item only) depends on the input alone: a replay writes the same.
+What it emits (a `KeyValue` per item or per key and pane; with a `Step`, what the step
+returns: `First` for dedup, `framework.core.joins` for table lookups) depends on the input
+alone: a replay writes the same.
 
 Protocol on a min time ``m``:
 
@@ -25,12 +26,27 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 from framework.core.meta import Record
 from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, _slots
 
-__all__ = ["RollingAggregator", "aggregator"]
+__all__ = ["First", "RollingAggregator", "aggregator"]
+
+
+class First:
+    """The `Step` of ``dedup``: a key's first payload passes, the others do not."""
+
+    def __call__(self, key: object, acc: Any, payload: Any) -> tuple[Any, Sequence[Any]]:
+        """``payload`` alone if ``acc`` is `NO_VALUE`; the value is then True."""
+        return True, (payload,) if acc is NO_VALUE else ()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, First)
+
+    def __hash__(self) -> int:
+        return hash(First)
 
 
 def aggregator(op_id: int, aggregation: Aggregation, delta_ms: int) -> WindowAggregator:
@@ -52,6 +68,9 @@ class RollingAggregator(WindowAggregator):
         self._expiries: list[tuple[int, int, object]] = []  # heap: (slot, tiebreak, key)
         self._tiebreak = itertools.count()
         self.expired = 0  # keys forgotten by their TTL
+        # Items a step passed without output, by design (a dedup's repeats, an inner
+        # join's stream items without a table value): counted, never silent.
+        self.without_output = 0
 
     def on_min_time(self, slot: int) -> list[Record]:
         """Updates of every item (pane) min time ``slot`` passes; then TTL expiry."""
@@ -64,7 +83,7 @@ class RollingAggregator(WindowAggregator):
         """Per item below min time ``slot``, in meta order per key: its update."""
         out: list[Record] = []
         keys = self._due.get(0, {})
-        op_id, append, distinct = self.op_id, out.append, self.aggregation.distinct
+        op_id, append, step = self.op_id, out.append, self.aggregation.step
         for key in list(keys):
             bucket = self._buckets[key]
             # Step 1
@@ -79,17 +98,23 @@ class RollingAggregator(WindowAggregator):
                 if self._ttl and last is not None and last + self._ttl <= at:
                     acc = NO_VALUE  # Step 4, at the item's own time
                     self.expired += 1
-                if distinct:
-                    if acc is NO_VALUE:
-                        append(Record(meta.child(op_id, 0), value))
-                    acc = True
+                if step is not None:
+                    acc, outputs = step(key, acc, value)
+                    for index, output in enumerate(outputs):
+                        append(Record(meta.child(op_id, index), output))
+                    if not outputs:
+                        self.without_output += 1
                 else:
                     acc = self.aggregation.carry(acc, (value,))
                     append(Record(meta.child(op_id, 0), KeyValue(key, acc)))
                 last = at
-            self._values[key] = acc
             assert last is not None
-            self._touch(key, last)
+            if acc is NO_VALUE:  # a step deleted the key's value (a table's None)
+                self._values.pop(key, None)
+                self._last.pop(key, None)
+            else:
+                self._values[key] = acc
+                self._touch(key, last)
             # Step 3: every item left is at or above min time, so it keeps its hold
             self._prune(key, ready)
             if key not in self._buckets or not bucket.metas:

@@ -28,7 +28,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from framework.core.grouping import Bucket, meta_from_plain
 from framework.core.meta import Record
@@ -41,6 +41,7 @@ __all__ = [
     "Count",
     "KeyValue",
     "Sliding",
+    "Step",
     "Tumbling",
     "WindowAggregator",
     "WindowResult",
@@ -104,6 +105,13 @@ NO_VALUE: Any = object()
 """A rolling aggregation's value of a key that has none yet (None is a value)."""
 
 
+class Step(Protocol):
+    """A per-item rolling operation: ``(key, value so far or NO_VALUE, payload)`` -> the
+    key's new value and the outputs (payloads), in order. Deterministic and picklable."""
+
+    def __call__(self, key: object, acc: Any, payload: Any) -> tuple[Any, Sequence[Any]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Aggregation:
     """How a window's payloads (in meta order) become its result value.
@@ -116,8 +124,9 @@ class Aggregation:
     ``rolling``: the value carries over from window to window of a key
     (`framework.core.rolling`); the window is ``Count(1)`` (an update per item) or
     ``Tumbling`` (an update per key and pane). ``ttl_ms``: a rolling key's value is
-    forgotten once min time is ``ttl_ms`` past its last item. ``distinct``: per item, the
-    payload itself, only if its key has no value yet (dedup).
+    forgotten once min time is ``ttl_ms`` past its last item. ``step``: per item, a `Step`
+    instead of ``reduce``/``fold``: it gives the key's new value and the outputs (dedup,
+    a table lookup).
     """
 
     window: WindowSpec
@@ -127,17 +136,17 @@ class Aggregation:
     combinable: bool = False
     rolling: bool = False
     ttl_ms: int | None = None
-    distinct: bool = False
+    step: Step | None = None
 
     def __post_init__(self) -> None:
         if self.reduce is not None and self.fold is not None:
             raise PipelineError("aggregate takes reduce or fold, not both")
-        if self.rolling and self.reduce is None and self.fold is None and not self.distinct:
+        if self.rolling and self.reduce is None and self.fold is None and self.step is None:
             raise PipelineError("a rolling aggregation needs reduce= or fold=")
-        if (self.ttl_ms is not None or self.distinct) and not self.rolling:
-            raise PipelineError("ttl_ms and distinct are for rolling aggregations")
-        if self.distinct and (self.window != Count(1) or self.reduce or self.fold):
-            raise PipelineError("distinct (dedup) passes payloads per item: no window or fold")
+        if (self.ttl_ms is not None or self.step is not None) and not self.rolling:
+            raise PipelineError("ttl_ms and step are for rolling aggregations")
+        if self.step is not None and (self.window != Count(1) or self.reduce or self.fold):
+            raise PipelineError("a step works per item: no window, reduce or fold")
         if self.ttl_ms is not None and self.ttl_ms <= 0:
             raise PipelineError(f"ttl_ms must be a positive number of ms, got {self.ttl_ms}")
         if self.rolling and not isinstance(self.window, Tumbling) and self.window != Count(1):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import framework.pipeline
 from framework.core.meta import Record
-from framework.core.rolling import RollingAggregator, aggregator
+from framework.core.rolling import First, RollingAggregator, aggregator
 from framework.core.windows import (
     Aggregation,
     Count,
@@ -187,7 +187,7 @@ def test_a_ttl_is_decided_at_the_items_own_time_whatever_the_min_time_steps() ->
 
 
 def test_dedup_passes_each_keys_first_payload_in_global_time_order() -> None:
-    a = rolling(distinct=True, ttl_ms=100)
+    a = rolling(step=First(), ttl_ms=100)
     a.push(item(3, "late-first", "k", offset=3))
     a.push(item(2, "first", "k", offset=2))
     a.push(item(2, "other", "j", offset=5))
