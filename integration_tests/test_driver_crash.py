@@ -173,6 +173,53 @@ def test_driver_killed_mid_run_windowed_counts_are_exactly_once(
     assert released == oracle
 
 
+def test_driver_killed_mid_run_a_temporal_join_is_exactly_once(
+    stack: Settings, tmp_path: Path
+) -> None:
+    """A table join's state (each item's price as of each order) survives kill -9: every
+    order priced once, exactly as the in-process harness prices what Kafka stored."""
+    from framework.demos.orders import order_lines, priced_orders
+    from framework.kafka.clients import read_to_end
+    from framework.testing import InProcessRunner, ListSink, ListSource
+
+    app = f"jcrash{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-priced"
+    bootstrap = stack.kafka_bootstrap
+    lines = order_lines(3000, items=30, seed=9)
+    driver = _driver(stack, tmp_path, app, source, sink, "joined")
+    kills = 0
+    try:
+        _await_running(driver)
+        for burst in range(3):
+            produce_lines(bootstrap, source, lines[burst::3], partitions=2)
+            start = _ack_records(bootstrap, Topics(app).acks)
+            deadline = time.monotonic() + 120
+            while _ack_records(bootstrap, Topics(app).acks) == start:
+                assert time.monotonic() < deadline, "no progress before the kill"
+                time.sleep(0.05)
+            if burst < 2:
+                _kill(driver)
+                kills += 1
+                driver = _driver(stack, tmp_path, app, source, sink, "joined")
+                _await_running(driver)
+        orders = sum(1 for line in lines if line.startswith("order"))
+        deadline = time.monotonic() + 240
+        items: list[list[object]] = []
+        while time.monotonic() < deadline and len(items) < orders:
+            time.sleep(2)
+            items = read_output(bootstrap, sink)
+        time.sleep(3)  # a duplicate would show by now
+        items = read_output(bootstrap, sink)
+    finally:
+        _kill(driver)
+    assert kills == 2
+    stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
+    stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
+    harness = priced_orders(app, ListSource.timed(stamped, partitions=2, topic=source), ListSink())
+    expected = harness.run(InProcessRunner()).values()
+    assert Counter(map(str, items)) == Counter(map(str, expected))
+
+
 def _checkpoint_state(shared: Path) -> tuple[set[str], set[str]]:
     """The run ids and the micro-batch offset files of every query checkpointed there."""
     root = shared / "checkpoints"

@@ -266,6 +266,53 @@ def test_dedup_on_spark_passes_each_words_first_occurrence_as_the_harness_does(
     assert len(items) == len({w for line in lines for w in line.split()[1:]}), "each word once"
 
 
+def _harness_of(bootstrap: str, source: str) -> Any:
+    """A `ListSource` holding exactly what Kafka stored (produced round-robin over 2)."""
+    from framework.kafka.clients import read_to_end
+    from framework.testing import ListSource
+
+    stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
+    stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
+    return ListSource.timed(stamped, partitions=2, topic=source)
+
+
+def test_joins_on_spark_equal_the_in_process_harness_on_what_kafka_stored(
+    stack: Settings, spark: Any
+) -> None:
+    """A temporal table join and a windowed join over one input: the same output as the
+    harness, whatever order Spark's tasks read the two sides in."""
+    from connectors import KafkaSink, KafkaSource
+    from framework.demos.orders import order_lines, paired_in_windows, priced_orders
+    from framework.testing import InProcessRunner, ListSink
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("join")
+    source = f"{app}-in"
+    builds = {"table": priced_orders, "window": paired_in_windows}
+    lines = order_lines(600, items=12, seed=6)
+    outputs = {}
+    for kind, build in builds.items():
+        pipeline = build(
+            f"{app}{kind}", KafkaSource(source, partitions=2), KafkaSink(f"{app}-{kind}")
+        )
+        with running(settings, spark, pipeline) as run:
+            if kind == "table":
+                for burst in range(3):  # windows and table versions span batches
+                    until = produce_lines(bootstrap, source, lines[burst::3], partitions=2)
+                    time.sleep(0.2)
+            run.wait_released(until + 200, timeout_s=120)
+            outputs[kind] = read_output(bootstrap, f"{app}-{kind}")
+    for kind, build in builds.items():
+        harness = build(f"{app}{kind}", _harness_of(bootstrap, source), ListSink())
+        expected = harness.run(InProcessRunner()).values()
+        assert sorted(map(tuple, outputs[kind])) == sorted(map(tuple, expected)), kind  # type: ignore[arg-type]
+    orders = sum(1 for line in lines if line.startswith("order"))
+    assert len(outputs["table"]) == orders, "a left join passes every order once"
+    assert any(price is None for _, _, price in outputs["table"])
+    assert outputs["window"], "some windows hold an order and a price"
+
+
 def test_a_source_with_context_gives_functions_every_records_key_headers_and_place(
     stack: Settings, spark: Any
 ) -> None:

@@ -1,8 +1,9 @@
 """A pipeline driver as its own process, for tests that kill it (``kill -9``) and restart it.
 
 Usage: ``python -m integration_tests.harness.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP
-SOURCE SINK [windowed]``. It runs `wordcount` (or, with ``windowed``, `windowed_counts` over 200 ms
-windows) on Spark until killed; it prints ``running`` once every part started.
+SOURCE SINK [windowed|joined]``. It runs `wordcount` (or, with ``windowed``, `windowed_counts`
+over 200 ms windows; with ``joined``, `framework.demos.orders.priced_orders`) on Spark until
+killed; it prints ``running`` once every part started.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import sys
 import time
 
+from connectors import KafkaSink, KafkaSource
 from framework.config import Settings
+from framework.demos.orders import priced_orders
 from framework.demos.wordcount import windowed_counts, wordcount
 from framework.runners.spark import SparkRunner, spark_session
 
@@ -19,7 +22,7 @@ WINDOW_MS = 200
 
 def main(argv: list[str]) -> None:
     bootstrap, zookeeper, state_dir, app, source, sink = argv[:6]
-    windowed = argv[6:] == ["windowed"]
+    kind = argv[6] if len(argv) > 6 else ""
     settings = Settings.load(
         bootstrap_servers=bootstrap,
         zookeeper_connect=zookeeper,  # the epoch is read from ZooKeeper at start
@@ -28,11 +31,12 @@ def main(argv: list[str]) -> None:
         spark_master="local[2]",
     )
     spark = spark_session(settings, f"driver-{app}")
-    pipeline = (
-        windowed_counts(app, source, sink, window_ms=WINDOW_MS)
-        if windowed
-        else wordcount(app, source, sink)
-    )
+    if kind == "windowed":
+        pipeline = windowed_counts(app, source, sink, window_ms=WINDOW_MS)
+    elif kind == "joined":
+        pipeline = priced_orders(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    else:
+        pipeline = wordcount(app, source, sink)
     run = SparkRunner(settings, spark).start(pipeline.graph())
     print("running", flush=True)
     reported = time.monotonic()
