@@ -5,7 +5,17 @@ from framework.core.context import Message
 from framework.core.joins import Joined
 from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
-from framework.pipeline import Count, KeyedStream, Pipeline, Sink, Sliding, Source, Stream, Tumbling
+from framework.pipeline import (
+    Count,
+    KeyedStream,
+    Pipeline,
+    Session,
+    Sink,
+    Sliding,
+    Source,
+    Stream,
+    Tumbling,
+)
 
 __all__ = ["FlamepipeError", "GlobalTime", "Meta", "Record"]
 __all__ += [
@@ -16,6 +26,7 @@ __all__ += [
     "Message",
     "Pipeline",
     "PipelineError",
+    "Session",
     "Sink",
     "Sliding",
     "Source",

@@ -21,7 +21,15 @@ from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
 from framework.core.joins import LEFT, RIGHT, SideKey, TableLookup, Tag, WindowPairs, check_how
 from framework.core.rolling import First
 from framework.core.time import DEFAULT_DELTA_MS
-from framework.core.windows import Aggregation, Count, KeyValue, Sliding, Tumbling, WindowSpec
+from framework.core.windows import (
+    Aggregation,
+    Count,
+    KeyValue,
+    Session,
+    Sliding,
+    Tumbling,
+    WindowSpec,
+)
 from framework.errors import PipelineError
 
 __all__ = [
@@ -30,6 +38,7 @@ __all__ = [
     "KeyedStream",
     "Pipeline",
     "Runner",
+    "Session",
     "Sink",
     "Sliding",
     "Source",
@@ -273,8 +282,10 @@ class KeyedStream(_Handle):
         runner then pre-reduces each task's payloads per key and window pane before the
         shuffle, so one item per key crosses it instead of one per payload.
         """
-        if not isinstance(window, Tumbling | Sliding | Count):
-            raise PipelineError(f"aggregate() needs Tumbling, Sliding or Count, got {window!r}")
+        if not isinstance(window, Tumbling | Sliding | Count | Session):
+            raise PipelineError(
+                f"aggregate() needs Tumbling, Sliding, Count or Session, got {window!r}"
+            )
         aggregation = Aggregation(window, reduce, fold, initial, combinable)
         port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
         return Stream(self.pipeline, port)

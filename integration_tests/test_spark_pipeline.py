@@ -313,6 +313,38 @@ def test_joins_on_spark_equal_the_in_process_harness_on_what_kafka_stored(
     assert outputs["window"], "some windows hold an order and a price"
 
 
+def test_session_windows_on_spark_equal_the_harness_on_what_kafka_stored(
+    stack: Settings, spark: Any
+) -> None:
+    from connectors import KafkaSink, KafkaSource
+    from framework import Pipeline, Session
+    from framework.demos.wordcount import add_counts, window_count, word_ones
+    from framework.testing import InProcessRunner, ListSink
+
+    def sessions(app: str, source: Any, sink: Any) -> Pipeline:
+        p = Pipeline(app)
+        words = p.source(source).flat_map(word_ones).key_by(_first)
+        words.aggregate(Session(300), reduce=add_counts).map(window_count).sink(sink)
+        return p
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("sess")
+    source, sink = f"{app}-lines", f"{app}-out"
+    lines = generate_lines(240, words_per_line=4, vocabulary=30, seed=12)
+    with running(
+        settings, spark, sessions(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    ) as run:
+        for burst in range(4):  # a pause longer than the gap between bursts ends sessions
+            until = produce_lines(bootstrap, source, lines[burst::4], partitions=2)
+            time.sleep(0.2 if burst == 1 else 0.6)
+        run.wait_released(until + 300, timeout_s=120)
+        items = read_output(bootstrap, sink)
+    expected = sessions(app, _harness_of(bootstrap, source), ListSink()).run(InProcessRunner())
+    assert sorted(map(tuple, items)) == sorted(map(tuple, expected.values()))  # type: ignore[arg-type]
+    assert sum(n for _, _, n in items) == 240 * 4, "every word in exactly one session"
+
+
 def test_a_source_with_context_gives_functions_every_records_key_headers_and_place(
     stack: Settings, spark: Any
 ) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from framework.core.meta import Record
 from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, _slots
 
-__all__ = ["First", "RollingAggregator", "aggregator"]
+__all__ = ["First", "RollingAggregator"]
 
 
 class First:
@@ -47,13 +47,6 @@ class First:
 
     def __hash__(self) -> int:
         return hash(First)
-
-
-def aggregator(op_id: int, aggregation: Aggregation, delta_ms: int) -> WindowAggregator:
-    """The physical operation of an ``aggregate`` node: rolling or windowed."""
-    if aggregation.rolling:
-        return RollingAggregator(op_id, aggregation, delta_ms)
-    return WindowAggregator(op_id, aggregation, delta_ms)
 
 
 class RollingAggregator(WindowAggregator):

@@ -40,6 +40,7 @@ __all__ = [
     "Aggregation",
     "Count",
     "KeyValue",
+    "Session",
     "Sliding",
     "Step",
     "Tumbling",
@@ -77,7 +78,15 @@ class Count:
     size: int
 
 
-WindowSpec = Tumbling | Sliding | Count
+@dataclass(frozen=True, slots=True)
+class Session:
+    """Per key, maximal runs of items less than ``gap_ms`` apart; a session ends ``gap_ms``
+    after its last item (`framework.core.sessions`)."""
+
+    gap_ms: int
+
+
+WindowSpec = Tumbling | Sliding | Count | Session
 
 
 class WindowResult(NamedTuple):
@@ -151,7 +160,7 @@ class Aggregation:
             raise PipelineError(f"ttl_ms must be a positive number of ms, got {self.ttl_ms}")
         if self.rolling and not isinstance(self.window, Tumbling) and self.window != Count(1):
             raise PipelineError("a rolling aggregation updates per item or per Tumbling pane")
-        if self.combinable and (self.reduce is None or isinstance(self.window, Count)):
+        if self.combinable and (self.reduce is None or isinstance(self.window, Count | Session)):
             raise PipelineError(
                 "combinable=True needs reduce= (associative and commutative) and a Tumbling "
                 "or Sliding window: a fold, a tuple of payloads or a count cannot be pre-reduced"

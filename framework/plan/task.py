@@ -41,13 +41,13 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from framework.core.acker.local import LocalAcker
+from framework.core.aggregate import aggregator
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
 from framework.core.physical import stateless_operation
-from framework.core.rolling import aggregator
 from framework.core.time import GlobalTime, front_id, slot_of
 from framework.core.windows import Aggregation, WindowAggregator
 from framework.errors import (

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import framework.pipeline
+from framework.core.aggregate import aggregator
 from framework.core.meta import Record
-from framework.core.rolling import First, RollingAggregator, aggregator
+from framework.core.rolling import First, RollingAggregator
 from framework.core.windows import (
     Aggregation,
     Count,

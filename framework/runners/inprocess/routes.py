@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from framework.core.aggregate import aggregator
 from framework.core.barrier import Barrier
 from framework.core.graph import Graph, Kind, Node, Port, Segments
 from framework.core.grouping import Grouping
 from framework.core.ops import Operation, op_id_of
 from framework.core.physical import stateless_operation
-from framework.core.rolling import aggregator
 from framework.core.time import GlobalTime, front_id
-from framework.core.windows import Count, WindowAggregator
+from framework.core.windows import Count, Session, WindowAggregator
 from framework.errors import PipelineError
 from framework.runners.inprocess.endpoints import ListSink, ListSource
 
@@ -110,7 +110,9 @@ class Plan:
         span = 0
         for node in self.graph.by_kind(Kind.AGGREGATE):
             window = node.aggregation.window if node.aggregation else Count(1)
-            if not isinstance(window, Count):
+            if isinstance(window, Session):
+                span = max(span, window.gap_ms // self.graph.delta_ms)
+            elif not isinstance(window, Count):
                 span = max(span, window.size_ms // self.graph.delta_ms)
         return last + 1 + span
 

@@ -1,0 +1,19 @@
+"""The physical operation of an ``aggregate`` node, by what the node declares."""
+
+from __future__ import annotations
+
+from framework.core.rolling import RollingAggregator
+from framework.core.sessions import SessionAggregator
+from framework.core.windows import Aggregation, Session, WindowAggregator
+
+__all__ = ["aggregator"]
+
+
+def aggregator(op_id: int, aggregation: Aggregation, delta_ms: int) -> WindowAggregator:
+    """Rolling (`framework.core.rolling`), session (`framework.core.sessions`) or time
+    and count windows (`framework.core.windows`)."""
+    if aggregation.rolling:
+        return RollingAggregator(op_id, aggregation, delta_ms)
+    if isinstance(aggregation.window, Session):
+        return SessionAggregator(op_id, aggregation, delta_ms)
+    return WindowAggregator(op_id, aggregation, delta_ms)
