@@ -117,7 +117,7 @@ def test_builder_errors() -> None:
         p.source("topic")  # type: ignore[arg-type]
     with pytest.raises(PipelineError, match="needs a Sink"):
         p.source(ListSource([1])).sink([])  # type: ignore[arg-type]
-    with pytest.raises(PipelineError, match="Tumbling, Sliding or Count"):
+    with pytest.raises(PipelineError, match="Tumbling, Sliding, Count or Session"):
         p.source(ListSource([1])).key_by(str).aggregate(5)  # type: ignore[arg-type]
 
 
