@@ -206,7 +206,9 @@ class Stream(_Handle):
         payload's own global time (a temporal join), as `Joined(key, payload, row)`.
 
         ``table`` is a stream of rows (for example a compacted topic's records), keyed by
-        ``table_key`` (``key`` if None); a None row deletes the key. ``how="left"``
+        ``table_key`` (``key`` if None); a None row deletes the key, as does ``(key,
+        None)``: a compacted topic's tombstone read by ``KafkaSource(key=...,
+        tombstones=True)``. ``how="left"``
         passes a payload without a row with None; ``"inner"`` drops it (counted). The
         output depends on the input alone, not on which side Spark read first. State: one
         row per key (``ttl_ms``: forgotten after that long without either side's items).

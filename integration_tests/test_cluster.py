@@ -86,6 +86,16 @@ def located(message):
     return [message.value, message.partition, message.offset, message.timestamp_ms, message.key]
 
 
+def opening(line):
+    line_id, first, *_ = line.split()
+    return [first, line_id]
+
+
+def joined_row(joined):
+    right = None if joined.right is None else joined.right[1]
+    return [joined.key, joined.left[1], right]
+
+
 def first_letter(item):
     return item[0][0]
 
@@ -129,6 +139,14 @@ def running(app, source, sink):
 def whereabouts(app, source, sink):
     p = Pipeline(app)
     p.source(source).map(t.located).sink(sink)
+    return p
+
+
+def joined(app, source, sink):
+    p = Pipeline(app)
+    lines, copy = p.source(source).broadcast(2)
+    words, openings = lines.flat_map(t.tagged), copy.map(t.opening)
+    words.join_table(openings, key=t.word, how="left").map(t.joined_row).sink(sink)
     return p
 
 
@@ -182,6 +200,10 @@ def whereabouts_job():
     return _job(whereabouts, context=True)
 
 
+def joined_job():
+    return _job(joined)
+
+
 def rolling_job():
     return _job(rolling)
 
@@ -229,7 +251,7 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
                resources={"metadata": {"path": "."}}).execute()
 """
 
-PIPELINES = ("windowed", "running", "rolling", "whereabouts", "two_groupings")
+PIPELINES = ("windowed", "running", "rolling", "joined", "whereabouts", "two_groupings")
 CONTEXT = frozenset({"whereabouts"})  # pipelines whose source gives records' context
 LINES = 400
 _TIMEOUT_S = 240.0

@@ -10,8 +10,8 @@ merged, and fed to one stateful operation:
   (left). Final once min time passes the window's end: a side that never arrives does not
   stall anything, the window closes on min time.
 * **Temporal table join** (``Stream.join_table``): a rolling operation (`TableLookup`)
-  per key in global-time order: a table item replaces the key's value (a None payload
-  deletes it), a stream item is joined with the value as of its own global time. The
+  per key in global-time order: a table item replaces the key's value (`deletes` says
+  which rows delete it), a stream item is joined with the value as of its own global time. The
   same input gives the same output whatever the timing; a key never in the table answers
   "absent" (left: None; inner: no output, counted as an item without output).
 """
@@ -25,7 +25,16 @@ from typing import Any, Literal, NamedTuple
 from framework.core.windows import NO_VALUE, WindowResult
 from framework.errors import PipelineError
 
-__all__ = ["Joined", "Side", "SideKey", "TableLookup", "Tag", "WindowPairs", "check_how"]
+__all__ = [
+    "Joined",
+    "Side",
+    "SideKey",
+    "TableLookup",
+    "Tag",
+    "WindowPairs",
+    "check_how",
+    "deletes",
+]
 
 LEFT, RIGHT = 0, 1
 How = Literal["inner", "left"]
@@ -88,6 +97,12 @@ class WindowPairs:
         return [Joined(result.key, left, right) for left in lefts for right in rights]
 
 
+def deletes(row: object) -> bool:
+    """Whether a table row deletes its key: None, or ``(key, None)`` (a tombstone read by
+    ``KafkaSource(key=..., tombstones=True)``)."""
+    return row is None or (type(row) is tuple and len(row) == 2 and row[1] is None)
+
+
 @dataclass(frozen=True, slots=True)
 class TableLookup:
     """The `framework.core.windows.Step` of a temporal table join."""
@@ -96,7 +111,7 @@ class TableLookup:
 
     def __call__(self, key: object, acc: Any, payload: Side) -> tuple[Any, Sequence[Any]]:
         if payload.side == RIGHT:
-            return (NO_VALUE if payload.value is None else payload.value), ()
+            return (NO_VALUE if deletes(payload.value) else payload.value), ()
         if acc is NO_VALUE:
             return acc, (Joined(key, payload.value, None),) if self.how == "left" else ()
         return acc, (Joined(key, payload.value, acc),)

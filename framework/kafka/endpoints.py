@@ -62,7 +62,9 @@ class KafkaSource(Source):
     ``context=True``: the payload is a `framework.core.context.Message` instead, the value
     with the record's key (decoded by ``key`` if set), headers, timestamp, topic,
     partition and offset (reading headers costs the Spark source ~8x its JVM CPU per
-    record, so it is opt-in).
+    record, so it is opt-in). ``tombstones=True``: a record without a value (a compacted
+    topic's delete) is the payload None (``(key, None)`` with a key serde), which a
+    table join takes as deleting the key, instead of a dead letter.
 
     >>> from framework import Message
     >>> def where(message: Message) -> str:
@@ -76,6 +78,7 @@ class KafkaSource(Source):
     partitions: int | None = None
     create: bool = True
     context: bool = False
+    tombstones: bool = False
 
     def __post_init__(self) -> None:
         _check_topic("KafkaSource", self.topic)
@@ -117,10 +120,14 @@ class KafkaSource(Source):
         return count
 
     def decode(self, key: bytes | None, value: bytes | None) -> Any:
-        """The payload of a record; `DecodeError` if it has no value or bad bytes."""
-        if value is None:
-            raise DecodeError(f"record of {self.topic} has no value (a Kafka tombstone)")
-        payload = self.value.loads(value)
+        """The payload of a record; `DecodeError` if it has no value (unless
+        ``tombstones``) or bad bytes."""
+        if value is None and not self.tombstones:
+            raise DecodeError(
+                f"record of {self.topic} has no value (a Kafka tombstone; "
+                "KafkaSource(tombstones=True) reads it as None)"
+            )
+        payload = None if value is None else self.value.loads(value)
         if self.key is None:
             return payload
         if key is None:
@@ -131,15 +138,10 @@ class KafkaSource(Source):
         """The payload of an input record: `decode`, or a `Message` with ``context``."""
         if not self.context:
             return self.decode(record.key, record.value)
-        if record.value is None:
-            raise DecodeError(f"record of {self.topic} has no value (a Kafka tombstone)")
-        key: Any = record.key
-        if self.key is not None:
-            if key is None:
-                raise DecodeError(f"record of {self.topic} has no key, but a key serde is set")
-            key = self.key.loads(key)
+        decoded = self.decode(record.key, record.value)
+        key, value = decoded if self.key is not None else (record.key, decoded)
         return Message(
-            self.value.loads(record.value),
+            value,
             key,
             record.headers,
             record.timestamp_ms,

@@ -96,3 +96,10 @@ def test_join_declarations_that_cannot_work_are_refused() -> None:
     other = Pipeline("other").source(ListSource([], topic="c"))
     with pytest.raises(PipelineError, match="same pipeline"):
         a.join_window(other, Tumbling(100), key=str)
+
+
+def test_a_tombstone_pair_deletes_a_table_key() -> None:
+    from framework.core.joins import deletes
+
+    assert deletes(None) and deletes(("k", None))
+    assert not deletes(("k", 0)) and not deletes(("k", None, 1)) and not deletes(["k", None])

@@ -129,3 +129,11 @@ def test_the_source_docstring_example_runs() -> None:
 
     failed, tried = doctest.testmod(framework.kafka.endpoints)
     assert tried >= 3 and failed == 0
+
+
+def test_a_source_reading_tombstones_gives_none_for_a_record_without_value() -> None:
+    assert KafkaSource("t", tombstones=True).decode(b"k", None) is None
+    assert KafkaSource("t", key=Utf8(), tombstones=True).decode(b"k", None) == ("k", None)
+    record = InRecord("t", 0, 1, 5, b"k", None)
+    message = KafkaSource("t", key=Utf8(), tombstones=True, context=True).payload(record)
+    assert (message.key, message.value) == ("k", None)
