@@ -274,6 +274,8 @@ class KeyedStream(_Handle):
         fold: Callable[[Any, Any], Any] | None = None,
         initial: Any = None,
         combinable: bool = False,
+        event_time: Callable[[Any], int] | None = None,
+        lateness_ms: int = 0,
         name: str = "",
     ) -> Stream:
         """Per key and window, one final `framework.core.windows.WindowResult`.
@@ -283,12 +285,36 @@ class KeyedStream(_Handle):
         ``combinable=True`` declares ``reduce`` associative and commutative: the Spark
         runner then pre-reduces each task's payloads per key and window pane before the
         shuffle, so one item per key crosses it instead of one per payload.
+
+        ``event_time`` (payload -> ms since the epoch): Tumbling or Sliding windows over
+        that timestamp instead of ingestion time, each final once min time is
+        ``lateness_ms`` past its end. An item ingested after all its windows were final
+        goes to the dead-letter topic with reason ``late``; so does one whose extractor
+        raises or returns no int (`framework.core.eventtime` states what is exact).
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("sensors")  # (event ms, reading), ingested 0, 10, ... ms
+        >>> readings = p.source(ListSource([(5, 1), (130, 2), (40, 3), (7, 4)], step_ms=10))
+        >>> per_100ms = readings.key_by(lambda r: "s").aggregate(
+        ...     Tumbling(100), fold=lambda n, r: n + r[1], initial=0,
+        ...     event_time=lambda r: r[0], lateness_ms=20)
+        >>> _ = per_100ms.sink(ListSink())
+        >>> sorted((w.start_ms, w.value) for w in run_local(p).values())
+        [(0, 8), (100, 2)]
         """
         if not isinstance(window, Tumbling | Sliding | Count | Session):
             raise PipelineError(
                 f"aggregate() needs Tumbling, Sliding, Count or Session, got {window!r}"
             )
-        aggregation = Aggregation(window, reduce, fold, initial, combinable)
+        aggregation = Aggregation(
+            window,
+            reduce,
+            fold,
+            initial,
+            combinable,
+            event_time=event_time,
+            lateness_ms=lateness_ms,
+        )
         port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
         return Stream(self.pipeline, port)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from framework.core.eventtime import EventTimeAggregator
 from framework.core.rolling import RollingAggregator
 from framework.core.sessions import SessionAggregator
 from framework.core.windows import Aggregation, Session, WindowAggregator
@@ -10,10 +11,13 @@ __all__ = ["aggregator"]
 
 
 def aggregator(op_id: int, aggregation: Aggregation, delta_ms: int) -> WindowAggregator:
-    """Rolling (`framework.core.rolling`), session (`framework.core.sessions`) or time
-    and count windows (`framework.core.windows`)."""
+    """Rolling (`framework.core.rolling`), event-time (`framework.core.eventtime`),
+    session (`framework.core.sessions`) or time and count windows
+    (`framework.core.windows`)."""
     if aggregation.rolling:
         return RollingAggregator(op_id, aggregation, delta_ms)
+    if aggregation.event_time is not None:
+        return EventTimeAggregator(op_id, aggregation, delta_ms)
     if isinstance(aggregation.window, Session):
         return SessionAggregator(op_id, aggregation, delta_ms)
     return WindowAggregator(op_id, aggregation, delta_ms)

@@ -135,7 +135,8 @@ class Aggregation:
     ``Tumbling`` (an update per key and pane). ``ttl_ms``: a rolling key's value is
     forgotten once min time is ``ttl_ms`` past its last item. ``step``: per item, a `Step`
     instead of ``reduce``/``fold``: it gives the key's new value and the outputs (dedup,
-    a table lookup).
+    a table lookup). ``event_time``: windows over the payload's timestamp (ms), final
+    ``lateness_ms`` after their end (`framework.core.eventtime`).
     """
 
     window: WindowSpec
@@ -146,6 +147,8 @@ class Aggregation:
     rolling: bool = False
     ttl_ms: int | None = None
     step: Step | None = None
+    event_time: Callable[[Any], int] | None = None
+    lateness_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.reduce is not None and self.fold is not None:
@@ -154,6 +157,15 @@ class Aggregation:
             raise PipelineError("a rolling aggregation needs reduce= or fold=")
         if (self.ttl_ms is not None or self.step is not None) and not self.rolling:
             raise PipelineError("ttl_ms and step are for rolling aggregations")
+        if self.event_time is not None and (
+            not isinstance(self.window, Tumbling | Sliding) or self.rolling or self.combinable
+        ):
+            raise PipelineError(
+                "event_time windows are Tumbling or Sliding, without combinable= (panes of "
+                "event time are not known before the shuffle)"
+            )
+        if self.lateness_ms < 0 or (self.lateness_ms and self.event_time is None):
+            raise PipelineError("lateness_ms is a non-negative number of ms, with event_time=")
         if self.step is not None and (self.window != Count(1) or self.reduce or self.fold):
             raise PipelineError("a step works per item: no window, reduce or fold")
         if self.ttl_ms is not None and self.ttl_ms <= 0:

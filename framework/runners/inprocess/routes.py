@@ -17,6 +17,9 @@ from framework.runners.inprocess.endpoints import ListSink, ListSource
 
 __all__ = ["Front", "Plan"]
 
+_NO_END = 1 << 40
+"""A last heartbeat past any window: slots of ~350 years of 10 ms."""
+
 
 @dataclass(slots=True)
 class Front:
@@ -110,6 +113,8 @@ class Plan:
         span = 0
         for node in self.graph.by_kind(Kind.AGGREGATE):
             window = node.aggregation.window if node.aggregation else Count(1)
+            if node.aggregation is not None and node.aggregation.event_time is not None:
+                return _NO_END  # event times are known only to the extractor, at run time
             if isinstance(window, Session):
                 span = max(span, window.gap_ms // self.graph.delta_ms)
             elif not isinstance(window, Count):
