@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from framework.runners.inprocess.delivery import Delivery, InOrder, Late, Shuffled
 from framework.runners.inprocess.endpoints import ListSink, ListSource, SourceRecord
-from framework.runners.inprocess.runner import InProcessRunner, RunResult, run_local
+from framework.runners.inprocess.runner import DeadLetter, InProcessRunner, RunResult, run_local
 
 __all__ = [
+    "DeadLetter",
     "Delivery",
     "InOrder",
     "InProcessRunner",

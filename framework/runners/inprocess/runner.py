@@ -25,11 +25,12 @@ from framework.core.barrier import Bundle
 from framework.core.graph import Graph, Kind
 from framework.core.messages import MinTimeNotification
 from framework.core.meta import Meta, Record
-from framework.errors import PipelineError, ProtocolViolation
+from framework.core.ops import Keyed
+from framework.errors import EncodeError, PipelineError, ProtocolViolation, UserFunctionError
 from framework.runners.inprocess.delivery import Delivery, InOrder, Late, Shuffled
 from framework.runners.inprocess.routes import Front, Plan
 
-__all__ = ["InProcessRunner", "RunResult", "run_local"]
+__all__ = ["DeadLetter", "InProcessRunner", "RunResult", "run_local"]
 
 
 class _Message(NamedTuple):
@@ -39,6 +40,16 @@ class _Message(NamedTuple):
     ack: int
 
 
+class DeadLetter(NamedTuple):
+    """An item a node could not process (its function raised, it was late): what a
+    runner on Kafka would send to the dead-letter topic, with the reason. ``payload``:
+    the item's payload (without its key, after a ``key_by``)."""
+
+    node: str
+    reason: str
+    payload: object
+
+
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """What a run released per sink (by sink name), and how much repair it took."""
@@ -46,6 +57,7 @@ class RunResult:
     bundles: Mapping[str, tuple[Bundle, ...]]
     repairs: int  # tombstones emitted by groupings
     steps: int
+    dead_letters: tuple[DeadLetter, ...] = ()  # as the dead-letter topic would hold them
 
     def records(self, sink: str | None = None) -> list[Record]:
         """Released records of ``sink`` (may be omitted when there is one) in order."""
@@ -73,6 +85,7 @@ class _Run:
         self.acker.subscribe(self.notes.append)
         self.inflight: list[_Message] = []
         self.holds: dict[tuple[str, int], int] = {}
+        self.dead_letters: list[DeadLetter] = []
         late = delivery.fronts if isinstance(delivery, Late) else 0
         split = len(plan.fronts) - min(late, len(plan.fronts))
         self.active, self.waiting = plan.fronts[:split], plan.fronts[split:]
@@ -102,18 +115,25 @@ class _Run:
         plan, node, record = self.plan, message.node, message.record
         kind = plan.kinds[node]
         acks: list[tuple[str, int, int]] = []
-        if kind is Kind.SINK:
-            plan.barriers[node].push(record)
-        elif kind is Kind.AGGREGATE:
-            plan.aggregates[node].push(record)
-            self.move_holds(node, acks)
-        else:
-            if kind is Kind.GROUP:
-                outputs = plan.groupings[node].push(record)
-                self.repairs += sum(1 for out in outputs if out.meta.tombstone)
+        try:
+            if kind is Kind.SINK:
+                plan.barriers[node].push(record)
+            elif kind is Kind.AGGREGATE:
+                plan.aggregates[node].push(record)
+                self.move_holds(node, acks)
             else:
-                outputs = plan.ops[node].apply(record)
-            self.send(node, outputs, acks)
+                if kind is Kind.GROUP:
+                    outputs = plan.groupings[node].push(record)
+                    self.repairs += sum(1 for out in outputs if out.meta.tombstone)
+                else:
+                    outputs = plan.ops[node].apply(record)
+                self.send(node, outputs, acks)
+        except (UserFunctionError, EncodeError) as exc:
+            # The item is received (acked) and goes nowhere else, as on Kafka.
+            payload = record.value
+            if isinstance(payload, Keyed):
+                payload = payload.value
+            self.dead_letters.append(DeadLetter(node, str(exc), payload))
         acks.append((message.segment, record.meta.gt.slot, message.ack))
         self.acker.ack_many(acks)
 
@@ -169,7 +189,7 @@ class _Run:
             self.plan.sinks[node].name: tuple(self.plan.sinks[node].bundles)
             for node in self.plan.barriers
         }
-        return RunResult(bundles, self.repairs, self.steps)
+        return RunResult(bundles, self.repairs, self.steps, tuple(self.dead_letters))
 
     def step(self) -> bool:
         """Do one action; False when nothing is left to do."""
