@@ -345,6 +345,48 @@ def test_session_windows_on_spark_equal_the_harness_on_what_kafka_stored(
     assert sum(n for _, _, n in items) == 240 * 4, "every word in exactly one session"
 
 
+def test_event_time_windows_on_spark_equal_the_harness_and_late_readings_are_dead_letters(
+    stack: Settings, spark: Any
+) -> None:
+    import pickle
+
+    from connectors import KafkaSink, KafkaSource
+    from framework.demos.readings import reading_lines, windowed_readings
+    from framework.testing import InProcessRunner, ListSink
+    from framework.wire.dead_letters import read_dead_letter
+    from framework.wire.topics import Topics
+
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = _app("evt")
+    source, sink = f"{app}-in", f"{app}-out"
+    pipeline = windowed_readings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    with running(settings, spark, pipeline) as run:
+        now = time.time_ns() // 1_000_000
+        produce_lines(bootstrap, source, reading_lines(200, now), partitions=2)
+        time.sleep(1.0)
+        now = time.time_ns() // 1_000_000
+        late = reading_lines(40, now, late_ms=3_000, seed=2)  # windows final seconds ago
+        until = produce_lines(bootstrap, source, late + reading_lines(60, now, seed=3), 2)
+        run.wait_released(until + 600, timeout_s=120)
+        items = read_output(bootstrap, sink)
+        dead = [read_dead_letter(m) for m in read_raw(bootstrap, Topics(app).dlq)]
+    harness = windowed_readings(app, _harness_of(bootstrap, source), ListSink())
+    expected = harness.run(InProcessRunner())
+    assert sorted(map(tuple, items)) == sorted(map(tuple, expected.values()))  # type: ignore[arg-type]
+    # Trusted here: the test reads its own pipeline's dead letters (pickled frame items).
+    got_dead = sorted(pickle.loads(d.value or b"").value for d in dead)
+    assert got_dead == sorted(d.payload for d in expected.dead_letters)
+    assert len(got_dead) >= 40 and all(d.reason.startswith("late:") for d in dead)
+    assert sum(n for _, _, n in items) + sum(v for _, _, v in got_dead) == sum(
+        int(line.split()[2]) for line in read_lines(bootstrap, source)
+    ), "every reading counted once: in a window or as a dead letter"
+
+
+def read_lines(bootstrap: str, topic: str) -> list[str]:
+    return [(m.value() or b"").decode() for m in read_raw(bootstrap, topic)]
+
+
 def test_a_source_with_context_gives_functions_every_records_key_headers_and_place(
     stack: Settings, spark: Any
 ) -> None:

@@ -1,9 +1,10 @@
 """A pipeline driver as its own process, for tests that kill it (``kill -9``) and restart it.
 
 Usage: ``python -m integration_tests.harness.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP
-SOURCE SINK [windowed|joined]``. It runs `wordcount` (or, with ``windowed``, `windowed_counts`
-over 200 ms windows; with ``joined``, `framework.demos.orders.priced_orders`) on Spark until
-killed; it prints ``running`` once every part started.
+SOURCE SINK [windowed|joined|eventtime]``. It runs `wordcount` (or, with ``windowed``,
+`windowed_counts` over 200 ms windows; with ``joined``, `framework.demos.orders.priced_orders`;
+with ``eventtime``, `framework.demos.readings.windowed_readings`) on Spark until killed; it
+prints ``running`` once every part started.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from connectors import KafkaSink, KafkaSource
 from framework.config import Settings
 from framework.demos.orders import priced_orders
+from framework.demos.readings import windowed_readings
 from framework.demos.wordcount import windowed_counts, wordcount
 from framework.runners.spark import SparkRunner, spark_session
 
@@ -35,6 +37,8 @@ def main(argv: list[str]) -> None:
         pipeline = windowed_counts(app, source, sink, window_ms=WINDOW_MS)
     elif kind == "joined":
         pipeline = priced_orders(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    elif kind == "eventtime":
+        pipeline = windowed_readings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
     else:
         pipeline = wordcount(app, source, sink)
     run = SparkRunner(settings, spark).start(pipeline.graph())
