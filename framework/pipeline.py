@@ -276,6 +276,7 @@ class KeyedStream(_Handle):
         combinable: bool = False,
         event_time: Callable[[Any], int] | None = None,
         lateness_ms: int = 0,
+        updates_ms: int = 0,
         name: str = "",
     ) -> Stream:
         """Per key and window, one final `framework.core.windows.WindowResult`.
@@ -288,9 +289,11 @@ class KeyedStream(_Handle):
 
         ``event_time`` (payload -> ms since the epoch): Tumbling or Sliding windows over
         that timestamp instead of ingestion time, each final once min time is
-        ``lateness_ms`` past its end. An item ingested after all its windows were final
-        goes to the dead-letter topic with reason ``late``; so does one whose extractor
-        raises or returns no int (`framework.core.eventtime` states what is exact).
+        ``lateness_ms`` past its end. An item ingested after that, but less than
+        ``updates_ms`` after, releases its window again with the updated value (an upsert
+        by key and window start); later still, it goes to the dead-letter topic with
+        reason ``late``, as does one whose extractor raises or returns no int
+        (`framework.core.eventtime` states what is exact).
 
         >>> from framework.testing import ListSink, ListSource, run_local
         >>> p = Pipeline("sensors")  # (event ms, reading), ingested 0, 10, ... ms
@@ -314,6 +317,7 @@ class KeyedStream(_Handle):
             combinable,
             event_time=event_time,
             lateness_ms=lateness_ms,
+            updates_ms=updates_ms,
         )
         port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
         return Stream(self.pipeline, port)

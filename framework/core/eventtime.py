@@ -10,6 +10,12 @@ window; what is exact is the rule itself:
   window's ``e + lateness`` (its global time's slot is below it). This depends on the
   item alone, never on when a task happened to see it: every such item arrives before min
   time passes ``e + lateness``, and every later one is excluded, on every replay alike;
+* with ``updates_ms``, an item ingested after its window's ``e + lateness`` but before
+  ``e + lateness + updates_ms`` *updates* it: once min time passes the item, the window is
+  released again, its value now including every update up to this one (in global-time
+  order). Results are then upserts keyed by (key, window start): a compacted topic keyed
+  so ends with the final value. The window's items are kept that long, without holding
+  the output back (a retained item no longer holds its slot once its windows are out);
 * an item that no window takes is *late*: it raises `LateItem`, and the task sends it to
   the dead-letter topic with reason ``late`` (never dropped silently). An extractor that
   raises or returns something other than ms since the epoch sends the item there too.
@@ -18,11 +24,16 @@ Results carry the event-time bounds of their window and fold its items in global
 order; their meta is the window's greatest item meta with the window's index as child id,
 so a result is never below a held slot (every buffered item holds its ingestion slot).
 
-Protocol on a min time ``m``:
+Protocol on a min time ``m`` (``due`` = a window's ``e + lateness``, ``horizon`` = ``due +
+updates``):
 
-1. Pop every window whose ``e + lateness`` is at or below ``m``.
-2. Emit its result from the items that belong to it.
-3. Drop the items no window still open needs, releasing their holds.
+1. Pop every due point at or below ``m``: a window's due, an update item's slot + 1, a
+   window's horizon.
+2. Emit a window's result at its due, from its members (ingested before the due); emit an
+   update's result once ``m`` passes the update item, from the members and the updates up
+   to it.
+3. Release the hold of every item whose results are all out; drop the items no window
+   needs any more (every horizon at or below ``m``).
 """
 
 from __future__ import annotations
@@ -52,11 +63,9 @@ class EventTimeAggregator(WindowAggregator):
         extractor = aggregation.event_time
         assert extractor is not None
         self._extract: Callable[[Any], Any] = extractor
-        self._lateness = (
-            _slots(aggregation.lateness_ms, delta_ms, "lateness")
-            if (aggregation.lateness_ms)
-            else 0
-        )
+        lateness, updates = aggregation.lateness_ms, aggregation.updates_ms
+        self._lateness = _slots(lateness, delta_ms, "lateness") if lateness else 0
+        self._updates = _slots(updates, delta_ms, "updates_ms") if updates else 0
 
     def _event_slot(self, payload: Any) -> int:
         try:
@@ -78,8 +87,29 @@ class EventTimeAggregator(WindowAggregator):
         """The min time that makes window ``index`` final: its end plus the lateness."""
         return index * self._step + self._size + self._lateness
 
+    def _roles(self, event_slot: int, slot: int) -> tuple[list[int], list[int]]:
+        """Windows an item ingested at ``slot`` is a member of, and those it updates."""
+        members, updates = [], []
+        for index in self._windows(event_slot):
+            due = self._final_at(index)
+            if slot < due:
+                members.append(index)
+            elif slot < due + self._updates:
+                updates.append(index)
+        return members, updates
+
+    def _holds_at(self, value: tuple[int, Any], slot: int, m: int) -> bool:
+        """Whether an item still holds its slot at min time ``m``: a result it is due in
+        (a member window's, its own update's) is still to come."""
+        members, updates = self._roles(value[0], slot)
+        return any(self._final_at(i) > m for i in members) or bool(updates and slot >= m)
+
+    def _needed_at(self, value: tuple[int, Any], slot: int, m: int) -> bool:
+        members, updates = self._roles(value[0], slot)
+        return any(self._final_at(i) + self._updates > m for i in members + updates)
+
     def push(self, record: Record) -> list[Record]:
-        """Buffer an item in the windows it belongs to; `LateItem` if it belongs to none."""
+        """Buffer an item for the windows it belongs to or updates; `LateItem` if none."""
         keyed = record.value
         if not isinstance(keyed, Keyed):
             raise UserFunctionError(f"aggregate expects key_by output, got {type(keyed).__name__}")
@@ -94,79 +124,109 @@ class EventTimeAggregator(WindowAggregator):
             if bucket.remove(meta.as_item(), value) is not None:
                 self._unhold(meta.gt.slot)
             return []
-        dues = [self._final_at(i) for i in self._windows(event_slot)]
-        if not any(meta.gt.slot < due for due in dues):
+        if not any(self._roles(event_slot, meta.gt.slot)):
             if not bucket.metas and not bucket.early:
                 del self._buckets[key]
             raise LateItem(
                 f"late: event time {event_slot * self.delta_ms} ms, ingested at "
                 f"{meta.gt.slot * self.delta_ms} ms, after its windows were final "
-                f"(end + lateness {self.aggregation.lateness_ms} ms)"
+                f"(end + lateness {self.aggregation.lateness_ms} ms"
+                f" + updates {self.aggregation.updates_ms} ms)"
             )
         if bucket.insert(meta, value) is None:
             return []
         self._hold(meta.gt.slot)
-        self._due_windows(key, meta, event_slot)
+        self._due_points(key, meta.gt.slot, event_slot)
         return []
 
-    def _due_windows(self, key: object, meta: Meta, event_slot: int) -> None:
-        for index in self._windows(event_slot):
-            due = self._final_at(index)
-            if meta.gt.slot < due and due > self._min_time:
-                self._due_at(due, key)
+    def _due_points(self, key: object, slot: int, event_slot: int) -> None:
+        """Step 1's points for one item, those still ahead of min time."""
+        members, updates = self._roles(event_slot, slot)
+        points = [self._final_at(i) for i in members]
+        if updates:
+            points.append(slot + 1)
+        if self._updates:
+            points += [self._final_at(i) + self._updates for i in members + updates]
+        for point in points:
+            if point > self._min_time:
+                self._due_at(point, key)
 
     def _due_item(self, key: object, slot: int) -> None:
         """Unused: windows come from event time (`put_bucket` is overridden below)."""
 
     def on_min_time(self, slot: int) -> list[Record]:
-        """Results of every window min time ``slot`` makes final, in due order."""
-        self._min_time = max(self._min_time, slot)
+        """Results of every window min time ``slot`` makes final or updates, in due order."""
+        before = self._min_time
+        self._min_time = max(before, slot)
         out: list[Record] = []
         touched: dict[object, None] = {}
         # Step 1
         while self._ends and self._ends[0] <= slot:
-            due = heapq.heappop(self._ends)
-            for key in self._due.pop(due):
+            point = heapq.heappop(self._ends)
+            for key in self._due.pop(point):
                 touched[key] = None
                 # Step 2
-                result = self._event_result(key, due)
-                if result is not None:
-                    out.append(result)
+                out += self._results(key, point)
         # Step 3
         for key in touched:
-            self._drop_done(key, slot)
+            self._release(key, before, self._min_time)
         return out
 
-    def _event_result(self, key: object, due: int) -> Record | None:
+    def _results(self, key: object, point: int) -> list[Record]:
         bucket = self._buckets.get(key)
         if bucket is None:
-            return None
-        end = due - self._lateness
-        start = end - self._size
-        members = [
+            return []
+        items = list(zip(bucket.metas, bucket.values, strict=True))
+        out = []
+        # A window final at this point: its first release.
+        first = point - self._lateness - self._size
+        if first % self._step == 0:
+            result = self._window_result(key, first // self._step, items, None)
+            if result is not None:
+                out.append(result)
+        # Update items ingested at point - 1: a release of each window they update.
+        for meta, value in items:
+            if meta.gt.slot == point - 1:
+                for index in self._roles(value[0], meta.gt.slot)[1]:
+                    result = self._window_result(key, index, items, meta)
+                    if result is not None:
+                        out.append(result)
+        return out
+
+    def _window_result(
+        self, key: object, index: int, items: list[tuple[Meta, Any]], update: Meta | None
+    ) -> Record | None:
+        """Window ``index``'s result from its members and, for an update, the updates up
+        to ``update`` (which gives the result its meta)."""
+        start = index * self._step
+        end, due = start + self._size, self._final_at(index)
+        chosen = [
             (meta, value[1])
-            for meta, value in zip(bucket.metas, bucket.values, strict=True)
-            if start <= value[0] < end and meta.gt.slot < due
+            for meta, value in items
+            if start <= value[0] < end
+            and (meta.gt.slot < due or (update is not None and meta <= update))
         ]
-        if not members:
+        if not chosen:
             return None  # its items were all retracted
-        value = self.aggregation.combine([payload for _, payload in members])
-        meta = members[-1][0].child(self.op_id, start // self._step)
+        last = chosen[-1][0] if update is None else update
+        value = self.aggregation.combine([payload for _, payload in chosen])
+        meta = last.child(self.op_id, index)
         delta = self.delta_ms
         return Record(meta, WindowResult(key, start * delta, end * delta, value))
 
-    def _drop_done(self, key: object, slot: int) -> None:
-        """Items whose every window is final at min time ``slot`` leave, with their holds."""
+    def _release(self, key: object, before: int, m: int) -> None:
+        """Step 3 for one key, min time having moved from ``before`` to ``m``."""
         bucket = self._buckets.get(key)
         if bucket is None:
             return
         keep_metas, keep_values = [], []
         for meta, value in zip(bucket.metas, bucket.values, strict=True):
-            if any(slot < self._final_at(i) for i in self._windows(value[0])):
+            slot = meta.gt.slot
+            if self._holds_at(value, slot, before) and not self._holds_at(value, slot, m):
+                self._unhold(slot)
+            if self._needed_at(value, slot, m):
                 keep_metas.append(meta)
                 keep_values.append(value)
-            else:
-                self._unhold(meta.gt.slot)
         if len(keep_metas) == len(bucket.metas):
             return
         self._changed[key] = None
@@ -175,12 +235,28 @@ class EventTimeAggregator(WindowAggregator):
             del self._buckets[key]
 
     def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
-        """Replace ``key``'s bucket by a changelog state (values are (event slot, payload))."""
-        super().put_bucket(key, state)
+        """Replace ``key``'s bucket by a changelog state (values are (event slot, payload)):
+        holds are what the items hold at the recorded min time."""
+        super().put_bucket(key, state)  # holds every item, silently
         bucket = self._buckets.get(key)
-        if bucket is not None:
+        if bucket is None:
+            return
+        for meta, value in zip(bucket.metas, bucket.values, strict=True):
+            if not self._holds_at(value, meta.gt.slot, self._min_time):
+                self._unhold(meta.gt.slot, silent=True)
+            self._due_points(key, meta.gt.slot, value[0])
+
+    def put_min_time(self, slot: int) -> None:
+        """The recorded min time; buckets replayed before it shed the holds it ends."""
+        before = self._min_time
+        super().put_min_time(slot)
+        if self._min_time == before:
+            return
+        for bucket in self._buckets.values():
             for meta, value in zip(bucket.metas, bucket.values, strict=True):
-                self._due_windows(key, meta, value[0])
+                held = self._holds_at(value, meta.gt.slot, before)
+                if held and not self._holds_at(value, meta.gt.slot, self._min_time):
+                    self._unhold(meta.gt.slot, silent=True)
 
     @classmethod
     def restore(

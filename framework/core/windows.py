@@ -136,7 +136,8 @@ class Aggregation:
     forgotten once min time is ``ttl_ms`` past its last item. ``step``: per item, a `Step`
     instead of ``reduce``/``fold``: it gives the key's new value and the outputs (dedup,
     a table lookup). ``event_time``: windows over the payload's timestamp (ms), final
-    ``lateness_ms`` after their end (`framework.core.eventtime`).
+    ``lateness_ms`` after their end, updated by items up to ``updates_ms`` later
+    (`framework.core.eventtime`).
     """
 
     window: WindowSpec
@@ -149,6 +150,7 @@ class Aggregation:
     step: Step | None = None
     event_time: Callable[[Any], int] | None = None
     lateness_ms: int = 0
+    updates_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.reduce is not None and self.fold is not None:
@@ -164,8 +166,9 @@ class Aggregation:
                 "event_time windows are Tumbling or Sliding, without combinable= (panes of "
                 "event time are not known before the shuffle)"
             )
-        if self.lateness_ms < 0 or (self.lateness_ms and self.event_time is None):
-            raise PipelineError("lateness_ms is a non-negative number of ms, with event_time=")
+        for name, ms in (("lateness_ms", self.lateness_ms), ("updates_ms", self.updates_ms)):
+            if ms < 0 or (ms and self.event_time is None):
+                raise PipelineError(f"{name} is a non-negative number of ms, with event_time=")
         if self.step is not None and (self.window != Count(1) or self.reduce or self.fold):
             raise PipelineError("a step works per item: no window, reduce or fold")
         if self.ttl_ms is not None and self.ttl_ms <= 0:

@@ -63,9 +63,16 @@ def window_row(result: WindowResult) -> list[Any]:
 
 
 def windowed_readings(
-    name: str, source: Any, sink: Any, *, window_ms: int = 200, lateness_ms: int = 300
+    name: str,
+    source: Any,
+    sink: Any,
+    *,
+    window_ms: int = 200,
+    lateness_ms: int = 300,
+    updates_ms: int = 0,
 ) -> Pipeline:
-    """Per sensor and event-time window of ``window_ms``, the sum of its readings."""
+    """Per sensor and event-time window of ``window_ms``, the sum of its readings (again
+    for each reading up to ``updates_ms`` late)."""
     p = Pipeline(name)
     readings = p.source(source).map(parse).key_by(sensor_of)
     sums = readings.aggregate(
@@ -74,6 +81,7 @@ def windowed_readings(
         initial=0,
         event_time=event_ms,
         lateness_ms=lateness_ms,
+        updates_ms=updates_ms,
     )
     sums.map(window_row).sink(sink)
     return p

@@ -26,8 +26,13 @@ def event(payload: Any) -> int:
     return payload[0]  # type: ignore[no-any-return]
 
 
-def windows(window: WindowSpec | None = None) -> EventTimeAggregator:
-    spec = Aggregation(window or Tumbling(SIZE * DELTA), event_time=event, lateness_ms=LATE * DELTA)
+def windows(window: WindowSpec | None = None, updates: int = 0) -> EventTimeAggregator:
+    spec = Aggregation(
+        window or Tumbling(SIZE * DELTA),
+        event_time=event,
+        lateness_ms=LATE * DELTA,
+        updates_ms=updates * DELTA,
+    )
     agg = aggregator(OP, spec, DELTA)
     assert isinstance(agg, EventTimeAggregator)
     return agg
@@ -91,13 +96,13 @@ def arrivals(draw: st.DrawFn) -> tuple[list[Record], list[bool]]:
     return order, notify
 
 
-@given(arrivals())
+@given(arrivals(), st.sampled_from([0, 4]))
 @settings(max_examples=300, deadline=None)
-def test_results_and_late_items_depend_on_the_items_alone(
-    case: tuple[list[Record], list[bool]],
+def test_results_updates_and_late_items_depend_on_the_items_alone(
+    case: tuple[list[Record], list[bool]], updates: int
 ) -> None:
     order, notify = case
-    a = windows()
+    a = windows(updates=updates)
     emitted, late = [], set()
     for i, record in enumerate(order):
         try:
@@ -115,18 +120,57 @@ def test_results_and_late_items_depend_on_the_items_alone(
         (r.value.key, r.value.start_ms, tuple(sorted(v[1] for v in r.value.value)))
         for r in a.on_min_time(99)
     ]
-    expected: dict[tuple[object, int], list[int]] = defaultdict(list)
-    expected_late = set()
-    for r in order:
+    assert sorted(emitted) == sorted(oracle(order, updates)[0])
+    assert late == oracle(order, updates)[1]
+    assert a.held == frozenset() and a.bucket_state("x") is None
+
+
+def oracle(
+    order: list[Record], updates: int
+) -> tuple[list[tuple[object, int, tuple[int, ...]]], set[int]]:
+    """Per window: its first release (members), then one per update item in meta order."""
+    members: dict[tuple[object, int], list[int]] = defaultdict(list)
+    ups: dict[tuple[object, int], list[Record]] = defaultdict(list)
+    late = set()
+    for r in sorted(order, key=lambda r: r.meta):
         ingested, (ev_ms, ident) = r.meta.gt.slot, r.value.value
         start = ev_ms // DELTA // SIZE * SIZE
-        if ingested < start + SIZE + LATE:
-            expected[(r.value.key, start * DELTA)].append(ident)
+        due = start + SIZE + LATE
+        if ingested < due:
+            members[(r.value.key, start * DELTA)].append(ident)
+        elif ingested < due + updates:
+            ups[(r.value.key, start * DELTA)].append(r)
         else:
-            expected_late.add(ident)
-    assert sorted(emitted) == sorted((k, s, tuple(sorted(v))) for (k, s), v in expected.items())
-    assert late == expected_late
-    assert a.held == frozenset()
+            late.add(ident)
+    out = []
+    for window in set(members) | set(ups):
+        ids = list(members[window])
+        if ids:
+            out.append((*window, tuple(sorted(ids))))
+        for r in ups[window]:
+            ids.append(r.value.value[1])
+            out.append((*window, tuple(sorted(ids))))
+    return out, late
+
+
+def test_a_window_is_released_again_for_each_update_and_holds_nothing_back_meanwhile() -> None:
+    a = windows(updates=10)
+    a.push(reading(1, 3))
+    [first] = a.on_min_time(7)  # final at 5 + 2
+    assert [v[1] for v in first.value.value] == [1] and a.held == frozenset()
+    a.push(reading(9, 2))  # ingested after the release, before 7 + 10: an update
+    assert a.held == frozenset({9}) and a.on_min_time(9) == []
+    rebuilt = windows(updates=10)
+    apply_changelog(rebuilt, changelog_records(a))
+    assert rebuilt.hold_counts == a.hold_counts and rebuilt.next_due() == a.next_due()
+    [update] = a.on_min_time(10)
+    assert [r.value for r in rebuilt.on_min_time(10)] == [update.value]
+    assert update.value.start_ms == first.value.start_ms
+    assert [v[1] for v in update.value.value] == [1, 9] and update.meta.gt.slot == 9
+    with pytest.raises(LateItem, match="updates 100 ms"):
+        a.push(reading(17, 4))  # 7 + 10: too late even to update
+    a.on_min_time(17)
+    assert a.bucket_state("k") is None  # dropped at the horizon
 
 
 def test_the_harness_sends_late_items_to_its_dead_letters_under_any_delivery() -> None:
