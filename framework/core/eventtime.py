@@ -237,6 +237,11 @@ class EventTimeAggregator(WindowAggregator):
     def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
         """Replace ``key``'s bucket by a changelog state (values are (event slot, payload)):
         holds are what the items hold at the recorded min time."""
+        old = self._buckets.pop(key, None)
+        if old is not None:  # the parent would release every item's hold: only some hold
+            for meta, value in zip(old.metas, old.values, strict=True):
+                if self._holds_at(value, meta.gt.slot, self._min_time):
+                    self._unhold(meta.gt.slot, silent=True)
         super().put_bucket(key, state)  # holds every item, silently
         bucket = self._buckets.get(key)
         if bucket is None:
