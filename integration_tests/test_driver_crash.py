@@ -9,6 +9,7 @@ the oracle exactly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -17,6 +18,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from confluent_kafka import Consumer
@@ -24,6 +26,7 @@ from confluent_kafka import Consumer
 from framework.config import Settings
 from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines, word_counts
+from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.topics import Topics
 from integration_tests.harness.driver_main import WINDOW_MS
 from integration_tests.harness.runs import assert_running_counts, produce_lines, read_output
@@ -88,6 +91,49 @@ def _tp(topic: str, partition: int) -> object:
     return TopicPartition(topic, partition)
 
 
+@contextlib.contextmanager
+def _killed_twice(
+    stack: Settings, state: Path, app: str, source: str, sink: str, *, kind: str,
+    bursts: Callable[[int], list[str]],
+) -> Iterator[None]:  # fmt: skip
+    """A ``kind`` driver fed three bursts of ``bursts(n)`` lines, killed with kill -9 after
+    each of the first two once it made progress on it, and restarted; the last one runs
+    until the block ends."""
+    bootstrap = stack.kafka_bootstrap
+    driver = _driver(stack, state, app, source, sink, kind)
+    kills = 0
+    try:
+        _await_running(driver)
+        for burst in range(3):
+            produce_lines(bootstrap, source, bursts(burst), partitions=2)
+            start = _ack_records(bootstrap, Topics(app).acks)
+            deadline = time.monotonic() + 120
+            while _ack_records(bootstrap, Topics(app).acks) == start:
+                assert time.monotonic() < deadline, "no progress before the kill"
+                time.sleep(0.05)
+            if burst < 2:
+                _kill(driver)
+                kills += 1
+                driver = _driver(stack, state, app, source, sink, kind)
+                _await_running(driver)
+        yield
+    finally:
+        _kill(driver)
+    assert kills == 2
+
+
+def _output_until(bootstrap: str, sink: str, count: int) -> list[list[object]]:
+    """The output once it has ``count`` items (or after 240 s), read again 3 s later so a
+    duplicate would show."""
+    deadline = time.monotonic() + 240
+    items: list[list[object]] = []
+    while time.monotonic() < deadline and len(items) < count:
+        time.sleep(2)
+        items = read_output(bootstrap, sink)
+    time.sleep(3)
+    return read_output(bootstrap, sink)
+
+
 def test_driver_killed_mid_run_output_is_exactly_once(stack: Settings, tmp_path: Path) -> None:
     app = f"crash{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-counts"
@@ -142,32 +188,12 @@ def test_driver_killed_mid_run_windowed_counts_are_exactly_once(
     source, sink = f"{app}-lines", f"{app}-counts"
     bootstrap = stack.kafka_bootstrap
     lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
-    driver = _driver(stack, tmp_path, app, source, sink, "windowed")
-    kills = 0
-    try:
-        _await_running(driver)
-        # In bursts, so the windows span the kills.
-        for burst in range(3):
-            produce_lines(bootstrap, source, lines[burst::3], partitions=2)
-            start = _ack_records(bootstrap, Topics(app).acks)
-            deadline = time.monotonic() + 120
-            while _ack_records(bootstrap, Topics(app).acks) == start:
-                assert time.monotonic() < deadline, "no progress before the kill"
-                time.sleep(0.05)
-            if burst < 2:
-                _kill(driver)
-                kills += 1
-                driver = _driver(stack, tmp_path, app, source, sink, "windowed")
-                _await_running(driver)
+    # In bursts, so the windows span the kills.
+    with _killed_twice(
+        stack, tmp_path, app, source, sink, kind="windowed", bursts=lambda n: lines[n::3]
+    ):
         oracle = window_counts_oracle(bootstrap, source, WINDOW_MS)
-        deadline = time.monotonic() + 240
-        items: list[list[object]] = []
-        while time.monotonic() < deadline and len(items) < len(oracle):
-            time.sleep(2)
-            items = read_output(bootstrap, sink)
-    finally:
-        _kill(driver)
-    assert kills == 2
+        items = _output_until(bootstrap, sink, len(oracle))
     released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in items})
     assert len(items) == len(released), "a window was released twice"
     assert released == oracle
@@ -179,43 +205,17 @@ def test_driver_killed_mid_run_a_temporal_join_is_exactly_once(
     """A table join's state (each item's price as of each order) survives kill -9: every
     order priced once, exactly as the in-process harness prices what Kafka stored."""
     from framework.demos.orders import order_lines, priced_orders
-    from framework.kafka.clients import read_to_end
-    from framework.testing import InProcessRunner, ListSink, ListSource
 
     app = f"jcrash{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-priced"
     bootstrap = stack.kafka_bootstrap
     lines = order_lines(3000, items=30, seed=9)
-    driver = _driver(stack, tmp_path, app, source, sink, "joined")
-    kills = 0
-    try:
-        _await_running(driver)
-        for burst in range(3):
-            produce_lines(bootstrap, source, lines[burst::3], partitions=2)
-            start = _ack_records(bootstrap, Topics(app).acks)
-            deadline = time.monotonic() + 120
-            while _ack_records(bootstrap, Topics(app).acks) == start:
-                assert time.monotonic() < deadline, "no progress before the kill"
-                time.sleep(0.05)
-            if burst < 2:
-                _kill(driver)
-                kills += 1
-                driver = _driver(stack, tmp_path, app, source, sink, "joined")
-                _await_running(driver)
+    with _killed_twice(
+        stack, tmp_path, app, source, sink, kind="joined", bursts=lambda n: lines[n::3]
+    ):
         orders = sum(1 for line in lines if line.startswith("order"))
-        deadline = time.monotonic() + 240
-        items: list[list[object]] = []
-        while time.monotonic() < deadline and len(items) < orders:
-            time.sleep(2)
-            items = read_output(bootstrap, sink)
-        time.sleep(3)  # a duplicate would show by now
-        items = read_output(bootstrap, sink)
-    finally:
-        _kill(driver)
-    assert kills == 2
-    stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
-    stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
-    harness = priced_orders(app, ListSource.timed(stamped, partitions=2, topic=source), ListSink())
+        items = _output_until(bootstrap, sink, orders)
+    harness = priced_orders(app, _stored(bootstrap, source), ListSink())
     expected = harness.run(InProcessRunner()).values()
     assert Counter(map(str, items)) == Counter(map(str, expected))
 
@@ -230,54 +230,38 @@ def test_driver_killed_mid_run_event_time_windows_and_late_letters_are_exactly_o
 
     from framework.demos.readings import reading_lines, windowed_readings
     from framework.kafka.clients import read_to_end
-    from framework.testing import InProcessRunner, ListSink, ListSource
     from framework.wire.dead_letters import read_dead_letter
 
     app = f"ecrash{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-sums"
     bootstrap = stack.kafka_bootstrap
-    driver = _driver(stack, tmp_path, app, source, sink, "eventtime")
-    kills = 0
-    try:
-        _await_running(driver)
-        for burst in range(3):
-            now = time.time_ns() // 1_000_000
-            lines = reading_lines(600, now, seed=burst) + reading_lines(
-                200, now, late_ms=5_000, seed=10 + burst
-            )
-            produce_lines(bootstrap, source, lines, partitions=2)
-            start = _ack_records(bootstrap, Topics(app).acks)
-            deadline = time.monotonic() + 120
-            while _ack_records(bootstrap, Topics(app).acks) == start:
-                assert time.monotonic() < deadline, "no progress before the kill"
-                time.sleep(0.05)
-            if burst < 2:
-                _kill(driver)
-                kills += 1
-                driver = _driver(stack, tmp_path, app, source, sink, "eventtime")
-                _await_running(driver)
-        stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
-        stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
-        harness = windowed_readings(
-            app, ListSource.timed(stamped, partitions=2, topic=source), ListSink()
-        ).run(InProcessRunner())
+
+    def burst(n: int) -> list[str]:
+        now = time.time_ns() // 1_000_000
+        on_time = reading_lines(600, now, seed=n)
+        return on_time + reading_lines(200, now, late_ms=5_000, seed=10 + n)
+
+    with _killed_twice(stack, tmp_path, app, source, sink, kind="eventtime", bursts=burst):
+        harness = windowed_readings(app, _stored(bootstrap, source), ListSink()).run(
+            InProcessRunner()
+        )
         expected = Counter(map(str, harness.values()))
-        deadline = time.monotonic() + 240
-        items: list[list[object]] = []
-        while time.monotonic() < deadline and len(items) < sum(expected.values()):
-            time.sleep(2)
-            items = read_output(bootstrap, sink)
-        time.sleep(3)  # a duplicate would show by now
-        items = read_output(bootstrap, sink)
+        items = _output_until(bootstrap, sink, sum(expected.values()))
         dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(app).dlq)]
-    finally:
-        _kill(driver)
-    assert kills == 2
     assert Counter(map(str, items)) == expected
     # Trusted here: the test reads its own pipeline's dead letters (pickled frame items).
     letters = Counter(str(pickle.loads(d.value or b"").value) for d in dead)
     assert letters == Counter(str(d.payload) for d in harness.dead_letters)
     assert sum(letters.values()) >= 600 and all(d.reason.startswith("late:") for d in dead)
+
+
+def _stored(bootstrap: str, source: str) -> ListSource:
+    """A `ListSource` of what Kafka stored, produced round-robin over two partitions."""
+    from framework.kafka.clients import read_to_end
+
+    stored = sorted(read_to_end(bootstrap, source), key=lambda m: (m.offset(), m.partition()))
+    stamped = [(m.timestamp()[1], (m.value() or b"").decode()) for m in stored]
+    return ListSource.timed(stamped, partitions=2, topic=source)
 
 
 def _checkpoint_state(shared: Path) -> tuple[set[str], set[str]]:

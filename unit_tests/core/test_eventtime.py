@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from typing import Any
 
@@ -85,10 +86,8 @@ def test_a_changelog_replayed_batch_by_batch_without_compaction_rebuilds_the_hol
     batches = [([(1, 3), (2, 4), (3, 8)], 4), ([(5, 9), (8, 2)], 8), ([(9, 13)], 16), ([], 30)]
     for pushes, min_time in batches:
         for ingested, event_slot in pushes:
-            try:
+            with contextlib.suppress(LateItem):
                 live.push(reading(ingested, event_slot))
-            except LateItem:
-                pass
         live.on_min_time(min_time)
         records += changelog_records(live)  # each batch's records, oldest first
         rebuilt = windows(updates=updates)

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import framework.pipeline
 from framework.core.aggregate import aggregator
@@ -24,7 +23,7 @@ from framework.core.windows import (
 )
 from framework.errors import PipelineError
 from framework.plan.state import apply_changelog, changelog_records
-from unit_tests.core.test_windows import DELTA, OP, item
+from unit_tests.core.test_windows import DELTA, OP, arrivals, item
 
 
 def rolling(window: WindowSpec | None = None, **kwargs: Any) -> RollingAggregator:
@@ -115,20 +114,7 @@ def _source() -> Any:
     return ListSource([])
 
 
-@st.composite
-def arrivals(draw: st.DrawFn) -> tuple[list[Record], list[Record], list[bool]]:
-    slots = draw(st.lists(st.integers(0, 20), max_size=25))
-    items = [item(s, i, draw(st.sampled_from("xyz")), offset=i) for i, s in enumerate(slots)]
-    retracted = draw(st.lists(st.sampled_from(items), unique=True)) if items else []
-    order = draw(st.permutations(items))
-    for r in retracted:
-        order.insert(draw(st.integers(order.index(r) + 1, len(order))), r.tombstone())
-    kept = [r for r in items if r not in retracted]
-    notify = draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
-    return kept, order, notify
-
-
-@given(arrivals())
+@given(arrivals(last_slot=20, keys="xyz"))
 @settings(max_examples=300, deadline=None)
 def test_updates_equal_in_order_processing_whatever_the_arrival_order(
     case: tuple[list[Record], list[Record], list[bool]],

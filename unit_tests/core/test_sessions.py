@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from framework.core.aggregate import aggregator
 from framework.core.meta import Record
@@ -14,7 +13,7 @@ from framework.core.windows import Aggregation, Session, WindowResult
 from framework.pipeline import Pipeline
 from framework.plan.state import apply_changelog, changelog_records
 from framework.testing import ListSink, ListSource, Shuffled, run_local
-from unit_tests.core.test_windows import DELTA, OP, item
+from unit_tests.core.test_windows import DELTA, OP, arrivals, item
 
 GAP = 3  # slots
 
@@ -70,20 +69,7 @@ def test_the_changelog_rebuilds_sessions_and_their_holds() -> None:
     assert [r.value for r in rebuilt.on_min_time(20)] == [r.value for r in live.on_min_time(20)]
 
 
-@st.composite
-def arrivals(draw: st.DrawFn) -> tuple[list[Record], list[Record], list[bool]]:
-    slots = draw(st.lists(st.integers(0, 30), max_size=25))
-    items = [item(s, i, draw(st.sampled_from("xy")), offset=i) for i, s in enumerate(slots)]
-    retracted = draw(st.lists(st.sampled_from(items), unique=True)) if items else []
-    order = draw(st.permutations(items))
-    for r in retracted:
-        order.insert(draw(st.integers(order.index(r) + 1, len(order))), r.tombstone())
-    kept = [r for r in items if r not in retracted]
-    notify = draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
-    return kept, order, notify
-
-
-@given(arrivals())
+@given(arrivals(last_slot=30, keys="xy"))
 @settings(max_examples=300, deadline=None)
 def test_sessions_equal_the_oracle_and_come_exactly_when_min_time_reaches_their_end(
     case: tuple[list[Record], list[Record], list[bool]],

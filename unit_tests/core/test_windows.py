@@ -169,6 +169,23 @@ def scenarios(draw: st.DrawFn) -> tuple[WindowSpec, list[Record], list[Record], 
     return window, kept, order, notify
 
 
+@st.composite
+def arrivals(
+    draw: st.DrawFn, last_slot: int, keys: str
+) -> tuple[list[Record], list[Record], list[bool]]:
+    """Items of ``keys`` in slots up to ``last_slot``, some retracted by a later tombstone,
+    in any order; the items kept; where a min time follows (`notify`)."""
+    slots = draw(st.lists(st.integers(0, last_slot), max_size=25))
+    items = [item(s, i, draw(st.sampled_from(keys)), offset=i) for i, s in enumerate(slots)]
+    retracted = draw(st.lists(st.sampled_from(items), unique=True)) if items else []
+    order = draw(st.permutations(items))
+    for r in retracted:
+        order.insert(draw(st.integers(order.index(r) + 1, len(order))), r.tombstone())
+    kept = [r for r in items if r not in retracted]
+    notify = draw(st.lists(st.booleans(), min_size=len(order), max_size=len(order)))
+    return kept, order, notify
+
+
 @given(scenarios())
 @settings(max_examples=300, deadline=None)
 def test_results_equal_the_oracle_and_come_exactly_when_min_time_passes_the_end(
