@@ -66,7 +66,10 @@ def _q7(stamped: Stamped) -> list[Any]:
     best: dict[int, dict[str, Any]] = {}
     for t, e in _bids(stamped):
         start = t // WINDOW_MS * WINDOW_MS
-        if start not in best or e["price"] > best[start]["price"]:
+        rank = (e["price"], e["auction"], e["bidder"])
+        if start not in best or rank > tuple(
+            best[start][k] for k in ("price", "auction", "bidder")
+        ):
             best[start] = e
     return [[s, b["auction"], b["price"], b["bidder"]] for s, b in best.items()]
 
