@@ -42,10 +42,9 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-from framework.core.grouping import Bucket
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed
-from framework.core.windows import Aggregation, WindowAggregator, WindowResult, _slots
+from framework.core.windows import Aggregation, WindowAggregator, WindowResult, slots_of
 from framework.errors import UserFunctionError
 
 __all__ = ["EventTimeAggregator", "LateItem"]
@@ -64,8 +63,8 @@ class EventTimeAggregator(WindowAggregator):
         assert extractor is not None
         self._extract: Callable[[Any], Any] = extractor
         lateness, updates = aggregation.lateness_ms, aggregation.updates_ms
-        self._lateness = _slots(lateness, delta_ms, "lateness") if lateness else 0
-        self._updates = _slots(updates, delta_ms, "updates_ms") if updates else 0
+        self._lateness = slots_of(lateness, delta_ms, "lateness") if lateness else 0
+        self._updates = slots_of(updates, delta_ms, "updates_ms") if updates else 0
 
     def _event_slot(self, payload: Any) -> int:
         try:
@@ -111,15 +110,10 @@ class EventTimeAggregator(WindowAggregator):
     def push(self, record: Record) -> list[Record]:
         """Buffer an item for the windows it belongs to or updates; `LateItem` if none."""
         keyed = record.value
-        if not isinstance(keyed, Keyed):
-            raise UserFunctionError(f"aggregate expects key_by output, got {type(keyed).__name__}")
+        event_slot = self._event_slot(keyed.value if isinstance(keyed, Keyed) else keyed)
+        keyed, bucket = self._keyed_bucket(record)
         meta, key = record.meta, keyed.key
-        event_slot = self._event_slot(keyed.value)
         value = (event_slot, keyed.value)
-        bucket = self._buckets.get(key)
-        if bucket is None:
-            bucket = self._buckets[key] = Bucket()
-        self._changed[key] = None
         if meta.tombstone:
             if bucket.remove(meta.as_item(), value) is not None:
                 self._unhold(meta.gt.slot)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from framework.core.meta import Record
-from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, _slots
+from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, slots_of
 
 __all__ = ["First", "RollingAggregator"]
 
@@ -57,7 +57,7 @@ class RollingAggregator(WindowAggregator):
         self._values: dict[object, Any] = {}  # key -> its value so far
         self._last: dict[object, int] = {}  # key -> slot of its last folded item
         ttl = aggregation.ttl_ms
-        self._ttl = _slots(ttl, delta_ms, "ttl_ms") if ttl is not None else 0
+        self._ttl = slots_of(ttl, delta_ms, "ttl_ms") if ttl is not None else 0
         self._expiries: list[tuple[int, int, object]] = []  # heap: (slot, tiebreak, key)
         self._tiebreak = itertools.count()
         self.expired = 0  # keys forgotten by their TTL

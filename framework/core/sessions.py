@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from framework.core.meta import Meta, Record
-from framework.core.windows import Aggregation, Session, WindowAggregator, WindowResult, _slots
+from framework.core.windows import Aggregation, Session, WindowAggregator, WindowResult, slots_of
 
 __all__ = ["SessionAggregator"]
 
@@ -34,7 +34,7 @@ class SessionAggregator(WindowAggregator):
         super().__init__(op_id, aggregation, delta_ms)
         window = aggregation.window
         assert isinstance(window, Session)
-        self._gap = _slots(window.gap_ms, delta_ms, "session gap")
+        self._gap = slots_of(window.gap_ms, delta_ms, "session gap")
 
     def _due_item(self, key: object, slot: int) -> None:
         # A key with items is due for a look at every min time (as for count windows).

@@ -47,10 +47,13 @@ __all__ = [
     "WindowAggregator",
     "WindowResult",
     "WindowSpec",
+    "slots_of",
 ]
 
 
-def _slots(ms: int, delta_ms: int, what: str) -> int:
+def slots_of(ms: int, delta_ms: int, what: str) -> int:
+    """``ms`` in slots of ``delta_ms``; `PipelineError` naming ``what`` unless a positive
+    multiple."""
     if ms <= 0 or ms % delta_ms:
         raise PipelineError(f"{what} must be a positive multiple of delta ({delta_ms} ms): {ms}")
     return ms // delta_ms
@@ -213,10 +216,10 @@ class Aggregation:
         """Slots of a pane: a run of slots that lies in the same set of windows (0: count)."""
         window = self.window
         if isinstance(window, Tumbling):
-            return _slots(window.size_ms, delta_ms, "window size")
+            return slots_of(window.size_ms, delta_ms, "window size")
         if isinstance(window, Sliding):
-            size = _slots(window.size_ms, delta_ms, "window size")
-            return math.gcd(size, _slots(window.step_ms, delta_ms, "window step"))
+            size = slots_of(window.size_ms, delta_ms, "window size")
+            return math.gcd(size, slots_of(window.step_ms, delta_ms, "window step"))
         return 0
 
 
@@ -238,10 +241,10 @@ class WindowAggregator:
         self._count = window.size if isinstance(window, Count) else 0
         self._size = self._step = 0
         if isinstance(window, Tumbling):
-            self._size = self._step = _slots(window.size_ms, delta_ms, "window size")
+            self._size = self._step = slots_of(window.size_ms, delta_ms, "window size")
         elif isinstance(window, Sliding):
-            self._size = _slots(window.size_ms, delta_ms, "window size")
-            self._step = _slots(window.step_ms, delta_ms, "window step")
+            self._size = slots_of(window.size_ms, delta_ms, "window size")
+            self._step = slots_of(window.step_ms, delta_ms, "window step")
         self._buckets: dict[object, Bucket] = {}
         self._due: dict[int, dict[object, None]] = {}  # window end -> keys with items in it
         self._ends: list[int] = []  # heap of the ends in _due
@@ -252,17 +255,22 @@ class WindowAggregator:
         self._changed: dict[object, None] = {}  # keys whose bucket changed since take_changed
         self._min_time = 0
 
-    def push(self, record: Record) -> list[Record]:
-        """Buffer an item or remove a tombstone's item; results come only on min time."""
+    def _keyed_bucket(self, record: Record) -> tuple[Keyed, Bucket]:
+        """The item's `Keyed` payload and its key's bucket (made if missing, marked changed)."""
         keyed = record.value
         if not isinstance(keyed, Keyed):
             raise UserFunctionError(f"aggregate expects key_by output, got {type(keyed).__name__}")
         bucket = self._buckets.get(keyed.key)
         if bucket is None:
             bucket = self._buckets[keyed.key] = Bucket()
+        self._changed[keyed.key] = None
+        return keyed, bucket
+
+    def push(self, record: Record) -> list[Record]:
+        """Buffer an item or remove a tombstone's item; results come only on min time."""
+        keyed, bucket = self._keyed_bucket(record)
         meta = record.meta
         slot = meta.gt.slot
-        self._changed[keyed.key] = None
         if meta.tombstone:
             if bucket.remove(meta.as_item(), keyed.value) is not None:
                 self._unhold(slot)
