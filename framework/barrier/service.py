@@ -320,7 +320,9 @@ class BarrierService(Service):
         barrier = self._barrier
         push = barrier.push
         bundles = self._bundles
-        pushed = bundles.pushed if bundles is not None and bundles.speculation.enabled else None
+        speculating = bundles is not None and bundles.speculation.enabled
+        admit = bundles.speculation.admit if bundles is not None and speculating else None
+        ahead: list[Record] = []  # written ahead once per frame: one client loop, not n calls
         latest = items[0][0].gt
         for meta, ack, payload in items:  # one pass: this runs once per output item
             gt = meta.gt
@@ -329,8 +331,16 @@ class BarrierService(Service):
                 acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
             record = _new(Record, (meta, payload))
             change = push(record)
-            if pushed is not None:
-                pushed(record, change, barrier)
+            if admit is not None:
+                if change < 0 and ahead:  # a cancelled item must be seen as written already
+                    assert bundles is not None
+                    bundles.write_ahead(ahead)
+                    ahead = []
+                if admitted := admit(record, change, barrier):
+                    ahead.extend(admitted)
+        if ahead:
+            assert bundles is not None
+            bundles.write_ahead(ahead)
         # A frame is needed until its latest item is released (items need not be sorted).
         ledger.read(offset, latest)
         self.stats.records_in += 1

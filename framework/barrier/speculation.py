@@ -53,7 +53,7 @@ from framework.core.barrier import Barrier, Bundle
 from framework.core.meta import Meta, Record
 from framework.errors import KafkaClientError, ProtocolViolation
 from framework.kafka.transactions import TransactionalProducer
-from framework.wire.bundles import header_records, item_record
+from framework.wire.bundles import header_records, item_records
 
 __all__ = ["BundleWriter", "Hold", "Speculation"]
 
@@ -104,9 +104,18 @@ class Speculation:
 
     def took(self, record: Record, now: float) -> None:
         """``record`` was written into the transaction."""
-        self.held[record] = self.held.get(record, 0) + 1
-        self.size += 1
-        self.max_slot = max(self.max_slot, record.meta.gt.slot)
+        self.took_many((record,), now)
+
+    def took_many(self, records: Sequence[Record], now: float) -> None:
+        """``records`` were written into the transaction."""
+        if not records:
+            return
+        held = self.held
+        get = held.get
+        for record in records:
+            held[record] = get(record, 0) + 1
+        self.size += len(records)
+        self.max_slot = max(self.max_slot, *(record[0][0][0] for record in records))
         if self.opened_at is None:
             self.opened_at = now
 
@@ -208,32 +217,26 @@ class BundleWriter(TransactionalWriter):
         self._counts = [0] * partitions
         self._open = False
 
-    def pushed(self, record: Record, change: int, barrier: Barrier) -> None:
-        """``record`` was pushed into ``barrier`` (`Barrier.push` returned ``change``):
-        write what that admits ahead (`Speculation.admit`)."""
-        for item in self.speculation.admit(record, change, barrier):
-            self._write_ahead(item)
-
-    def _write_ahead(self, record: Record) -> None:
+    def write_ahead(self, records: list[Record]) -> None:
+        """Write ``records``, admitted by `Speculation.admit`, into the open transaction
+        (beginning one if none is open)."""
         txn = self._require()
         try:
-            self._write_item(txn, record)
+            self._write_items(txn, records)
         except (KafkaException, BufferError) as exc:
             self._abandon(txn)
             raise KafkaClientError(
                 f"{self.transactional_id!r}: writing ahead failed: {exc}"
             ) from exc
-        self.speculation.took(record, time.monotonic())
-        self.stats.ahead += 1
+        self.speculation.took_many(records, time.monotonic())
+        self.stats.ahead += len(records)
 
-    def _write_item(self, txn: TransactionalProducer, record: Record) -> None:
-        """Produce an item into the open transaction, beginning one if none is open."""
+    def _write_items(self, txn: TransactionalProducer, records: Sequence[Record]) -> None:
+        """Produce items into the open transaction, beginning one if none is open."""
         if not self._open:
             txn.begin()
             self._open = True
-        partition, out = item_record(record, self.topic, self.partitions)
-        txn.produce(out)
-        self._counts[partition] += 1
+        txn.produce_many(item_records(records, self.topic, self._counts))
 
     def _abandon(self, txn: TransactionalProducer) -> None:
         """After a failed write: abort what is open (if the producer still can)."""
@@ -270,8 +273,7 @@ class BundleWriter(TransactionalWriter):
                 txn.begin()
                 self._open = True
             # Step 3
-            for record in spec.missing(bundle.records) if spec.size else bundle.records:
-                self._write_item(txn, record)
+            self._write_items(txn, spec.missing(bundle.records) if spec.size else bundle.records)
             for header in header_records(bundle.seq, bundle.gt_last, self._counts, self.topic):
                 txn.produce(header)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
@@ -284,8 +286,8 @@ class BundleWriter(TransactionalWriter):
                 f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
             ) from exc
         self._ended(pause=False)
-        for item in self.speculation.resync(barrier):
-            self._write_ahead(item)
+        if again := self.speculation.resync(barrier):
+            self.write_ahead(again)
 
     def close(self) -> None:
         """Abort an open transaction (its items come again after a restart), then close."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from framework.core.meta import Meta
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.core.windows import Aggregation
 from framework.errors import PipelineError
@@ -57,6 +58,12 @@ class Sink(ABC):
         barrier only moves bytes and a payload it could not write is a dead letter at the
         stage; ``payload`` itself by default. Raises `PipelineError` if it cannot."""
         return payload
+
+    def encode_item(self, meta: Meta, payload: Any) -> Any:
+        """What the last stage sends the barrier for the item ``meta``: `encode` by
+        default; a sink whose records carry the item's meta and tag makes them here, where
+        the work scales with the stage's tasks rather than in its one barrier."""
+        return self.encode(payload)
 
 
 class Kind(StrEnum):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 from confluent_kafka import (
@@ -27,6 +27,7 @@ from framework.errors import KafkaClientError, ProtocolViolation
 from framework.kafka.retry import TRANSIENT, retry
 from framework.kafka.security import secured
 from framework.wire.auth import MAC_HEADER, authentic, current, signed
+from framework.wire.records import OutRecord
 
 __all__ = [
     "QUICK_END",
@@ -42,6 +43,7 @@ __all__ = [
     "new_consumer",
     "new_producer",
     "produce_record",
+    "produce_records",
     "read_to_end",
     "signed_positions",
     "take",
@@ -141,6 +143,28 @@ def produce_record(
             if deadline.expired:
                 raise
             producer.poll(0.05)
+
+
+def produce_records(
+    producer: Producer, records: Iterable[OutRecord], timeout_s: float = DEFAULT_TIMEOUT_S
+) -> None:
+    """`produce_record` for each of ``records`` (no delivery callbacks), in a loop that
+    costs the client call alone unless the local queue is full: the barrier produces one
+    record per output item (the client takes ~3.4 us of a record with two headers, the
+    generic path added ~2 us)."""
+    produce = producer.produce
+    for record in records:
+        topic, partition, key, value, headers = record
+        try:
+            produce(
+                topic,
+                value,
+                key,
+                -1 if partition is None else partition,
+                headers=list(signed(topic, key, value, headers)),
+            )
+        except BufferError:
+            produce_record(producer, record, None, timeout_s)  # waits the queue out
 
 
 def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from framework.core.context import LOG_APPEND_TIME, Message
 from framework.core.graph import Graph, Kind, Sink, Source
+from framework.core.meta import Meta
 from framework.errors import ConfigError, DecodeError, PipelineError, UserFunctionError
 from framework.kafka.admin import (
     TopicSpec,
@@ -22,7 +23,7 @@ from framework.kafka.admin import (
     partition_count,
     require_log_append_time,
 )
-from framework.wire.bundles import bundles_topic
+from framework.wire.bundles import bundles_topic, signed_item
 from framework.wire.records import InRecord
 from framework.wire.serde import Json, Serde, Utf8
 
@@ -218,6 +219,12 @@ class KafkaSink(Sink):
         raise UserFunctionError(
             f"KafkaSink {self.topic}: key function returned {type(key).__name__}, not bytes or str"
         )
+
+    def encode_item(self, meta: Meta, payload: Any) -> tuple[bytes | None, bytes, bytes, bytes]:
+        """The output record of the item ``meta``, signed (`framework.wire.bundles.signed_item`):
+        the barrier writes it as it is."""
+        key, value = self.encode(payload)
+        return signed_item(meta, key, value, self.topic)
 
     def __repr__(self) -> str:
         return f"KafkaSink({self.topic!r}, value={self.value!r})"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -37,11 +37,13 @@ from framework.kafka.changelog import ChangelogReader
 from framework.kafka.clients import (
     OutRecordLike,
     produce_record,
+    produce_records,
     signed_positions,
     verified_metadata,
 )
 from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
+from framework.wire.records import OutRecord
 
 __all__ = [
     "TaskCommitter",
@@ -193,6 +195,10 @@ class TransactionalProducer:
     def produce(self, record: OutRecordLike, on_delivery: Any = None) -> None:
         """Step 2: produce ``record`` into the open transaction."""
         produce_record(self._running(), record, on_delivery, self.timeout_s)
+
+    def produce_many(self, records: Iterable[OutRecord]) -> None:
+        """Step 2: produce ``records`` into the open transaction (`produce_records`)."""
+        produce_records(self._running(), records, self.timeout_s)
 
     def send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
         """Step 2: commit ``positions`` for a consumer group with the transaction."""

@@ -14,8 +14,9 @@ transaction. Per task and batch:
 3. Every output leaving the stage gets a fresh random ack value and is acked as sent into
    the segment of the node it travels to; the outputs of the task to one partition of a
    topic are written as a few frames. An item bound for a sink leaves as the sink's
-   output record (`Sink.encode`: a Kafka sink's key and value bytes), so the barrier
-   only moves bytes; a payload the sink cannot encode is a dead letter here.
+   output record (`Sink.encode_item`: a Kafka sink's key and value bytes with the item's
+   meta header and tag), so the barrier only moves bytes; a payload the sink cannot
+   encode is a dead letter here.
 4. A user function that raises turns the item it failed on into a dead letter (with the
    stage input's coordinates and the traceback), or fails the task in fail-fast mode.
 5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
@@ -91,7 +92,7 @@ class _ExitRoute(NamedTuple):
     shuffle: bool  # to a grouping: partitioned by key hash, keyed frames
     aggregation: Aggregation | None  # the target's, if it may be pre-reduced
     pane: int  # slots of the target's window panes (combining)
-    encode: Callable[[Any], Any] | None  # a sink's: the payload as its output record
+    encode: Callable[[Meta, Any], Any] | None  # a sink's: the item as its output record
 
 
 class StageProgram:
@@ -136,7 +137,7 @@ class StageProgram:
             exit_.kind is ExitKind.SHUFFLE,
             aggregation if combining else None,
             aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
-            target.endpoint.encode if isinstance(target.endpoint, Sink) else None,
+            target.endpoint.encode_item if isinstance(target.endpoint, Sink) else None,
         )
 
     def new_state(self) -> StageState | None:
@@ -418,7 +419,7 @@ class _TaskRun:
     def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
         meta = record.meta
-        value = record.value if route.encode is None else route.encode(record.value)
+        value = record.value if route.encode is None else route.encode(meta, record.value)
         ack = self.rng()
         self.acker.ack(route.segment, meta.gt.slot, ack)
         if route.shuffle:

@@ -31,13 +31,14 @@ together, and its header is the unit a reader acknowledges.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from framework.core.barrier import Bundle
 from framework.core.messages import BundleHeader
 from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, ProtocolViolation
+from framework.wire.auth import MAC_HEADER, current
 from framework.wire.avro import decode_bundle_header, decode_meta, encode_bundle_header, encode_meta
 from framework.wire.records import OutRecord
 
@@ -51,9 +52,11 @@ __all__ = [
     "header_records",
     "header_value",
     "item_record",
+    "item_records",
     "output_partition",
     "read_bundle_header",
     "read_meta",
+    "signed_item",
 ]
 
 META_HEADER = "fp.meta"
@@ -80,14 +83,41 @@ def output_partition(key: bytes | None, meta: Meta, partitions: int) -> int:
     return meta.gt.front % partitions
 
 
+def signed_item(
+    meta: Meta, key: bytes | None, value: bytes, topic: str
+) -> tuple[bytes | None, bytes, bytes, bytes]:
+    """What a last stage sends the barrier for an output item: ``(key, value, fp.meta,
+    fp.mac)``, the record `item_record` writes, already signed.
+
+    Made where the item is made, because a stage task scales with partitions and the
+    barrier is one process per sink: the Avro meta and the HMAC were most of the
+    barrier's CPU per item (docs/latency.md, "The barrier as a service"). A tombstone gets
+    its item's fields, so the barrier, which cancels equal payloads, matches the two.
+    """
+    if meta.tombstone:
+        meta = Meta(meta.gt, meta.child_ids, meta.trace, False)
+    meta_bytes = encode_meta(meta)
+    mac = current().sign(topic, key, value, ((META_HEADER, meta_bytes),))
+    return key, value, meta_bytes, mac
+
+
 def item_record(record: Record, topic: str, partitions: int) -> tuple[int, OutRecord]:
     """The output partition and record of a released item (see the module docstring).
 
-    Every payload is already an output record, ``(key, value)`` bytes (the last stage
-    encoded it with `KafkaSink.encode`); anything else is a `ProtocolViolation`.
+    Every payload is already an output record: ``(key, value, fp.meta, fp.mac)`` signed
+    by the last stage (`signed_item`), or, from a stage of an earlier flamepipe, ``(key,
+    value)`` bytes that are given their meta here and signed when produced; anything else
+    is a `ProtocolViolation`.
     """
-    meta = record.meta
     payload = record.value
+    if type(payload) is tuple and len(payload) == 4 and type(payload[1]) is bytes:
+        key, value, meta_bytes, mac = payload
+        partition = (
+            zlib.crc32(key) % partitions if key is not None else record[0][0][1] % partitions
+        )
+        headers = ((META_HEADER, meta_bytes), (MAC_HEADER, mac))
+        return partition, _new(OutRecord, (topic, partition, key, value, headers))
+    meta = record.meta
     if type(payload) is not tuple or len(payload) != 2 or type(payload[1]) is not bytes:
         raise ProtocolViolation(
             f"pre-barrier item at {meta.gt} is {type(payload).__name__}, not the (key, "
@@ -96,8 +126,30 @@ def item_record(record: Record, topic: str, partitions: int) -> tuple[int, OutRe
         )
     key, value = payload
     partition = output_partition(key, meta, partitions)
-    headers = ((META_HEADER, encode_meta(meta)),)
-    return partition, _new(OutRecord, (topic, partition, key, value, headers))
+    return partition, _new(
+        OutRecord, (topic, partition, key, value, ((META_HEADER, encode_meta(meta)),))
+    )
+
+
+def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> list[OutRecord]:
+    """`item_record` of each of ``records`` (``len(counts)`` output partitions), counting
+    them per partition into ``counts``: the barrier's loop over the items it writes."""
+    partitions = len(counts)
+    out: list[OutRecord] = []
+    append = out.append
+    crc32 = zlib.crc32
+    for record in records:
+        payload = record[1]
+        if type(payload) is tuple and len(payload) == 4 and type(payload[1]) is bytes:
+            key, value, meta_bytes, mac = payload  # the common case, inline
+            p = crc32(key) % partitions if key is not None else record[0][0][1] % partitions
+            headers = ((META_HEADER, meta_bytes), (MAC_HEADER, mac))
+            append(_new(OutRecord, (topic, p, key, value, headers)))
+        else:
+            p, item = item_record(record, topic, partitions)
+            append(item)
+        counts[p] += 1
+    return out
 
 
 def header_records(
@@ -116,11 +168,7 @@ def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecor
     """The records of ``bundle`` on output ``topic``: items (`item_record`), then the headers
     on its bundle topic."""
     counts = [0] * partitions
-    records: list[OutRecord] = []
-    for record in bundle.records:
-        partition, out = item_record(record, topic, partitions)
-        counts[partition] += 1
-        records.append(out)
+    records = item_records(bundle.records, topic, counts)
     records.extend(header_records(bundle.seq, bundle.gt_last, counts, topic))
     return records
 

@@ -26,7 +26,8 @@ from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
 from framework.wire import auth
 from framework.wire.auth import signed
-from framework.wire.avro import decode_ack_batch
+from framework.wire.avro import decode_ack_batch, decode_meta
+from framework.wire.bundles import META_HEADER
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder, FrameItem, read_items
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.serde import Json, Pickle
@@ -305,10 +306,16 @@ def test_items_for_a_kafka_sink_leave_encoded_and_unencodable_ones_are_dead_lett
     pre = [
         i for r in result.records if r.topic == Topics("enc").pre(sink_node) for i in items_of(r)
     ]
-    assert [payload for _, _, payload in pre] == [
+    assert [payload[:2] for _, _, payload in pre] == [
         (b"ab", b'{"n":2,"word":"ab"}'),
         (b"c", b'{"n":1,"word":"c"}'),
     ]
+    # Each leaves as the barrier writes it: with its meta header and signed for the sink.
+    for meta, _, (key, value, meta_bytes, mac) in pre:
+        assert decode_meta(meta_bytes) == meta
+        headers = ((META_HEADER, meta_bytes), (auth.MAC_HEADER, mac))
+        assert auth.current().verify("out", key, value, headers)
+        assert not auth.current().verify("out2", key, value, headers)
     (dead,) = [r for r in result.records if r.topic == Topics("enc").dlq]
     assert (
         dead.value == b"bad"

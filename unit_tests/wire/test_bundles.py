@@ -9,6 +9,7 @@ from framework.core.messages import BundleHeader
 from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, ProtocolViolation
+from framework.wire import auth
 from framework.wire.avro import decode_meta, encode_bundle_header, encode_meta
 from framework.wire.bundles import (
     META_HEADER,
@@ -16,8 +17,10 @@ from framework.wire.bundles import (
     bundle_records,
     bundles_topic,
     header_value,
+    item_records,
     output_partition,
     read_bundle_header,
+    signed_item,
 )
 
 
@@ -52,6 +55,36 @@ def test_a_bundle_is_items_on_the_output_and_a_header_per_partition_on_its_bundl
         BundleHeader(3, GlobalTime.slot_end(9), count) for count in counts
     ]
     assert bundles_topic("out") == "out.bundles"
+
+
+def test_a_stage_signed_item_is_written_as_the_barrier_would_have_made_it() -> None:
+    """The last stage makes the output record (`signed_item`); the barrier moves it as it
+    is, and it is the record an earlier barrier made from ``(key, value)``: the same
+    bytes, partition and meta header, and a tag that verifies on the output topic only."""
+    items = [Record(meta(8, 1), encode("a")), Record(meta(9, 2), encode("kb"))]
+    signed = [Record(r.meta, signed_item(r.meta, *r.value, "out")) for r in items]
+    old = bundle_records(Bundle(3, GlobalTime.slot_end(9), tuple(items)), "out", 3)
+    new = bundle_records(Bundle(3, GlobalTime.slot_end(9), tuple(signed)), "out", 3)
+    assert [r[:4] for r in new] == [r[:4] for r in old]
+    assert [dict(r.headers).get(META_HEADER) for r in new] == [
+        dict(r.headers).get(META_HEADER) for r in old
+    ]
+    for record in new[:2]:
+        # Already signed: produced as it is, and only where it was signed for.
+        assert auth.signed(record.topic, record.key, record.value, record.headers) == (
+            record.headers
+        )
+        assert auth.current().verify("out", record.key, record.value, record.headers)
+        assert not auth.current().verify("out2", record.key, record.value, record.headers)
+    counts = [0, 0, 0]
+    assert item_records(signed, "out", counts) == new[:2] and sum(counts) == 2
+
+
+def test_a_tombstone_carries_its_items_signed_record_so_the_two_cancel() -> None:
+    item = meta(8, 1)
+    tombstone = item.as_tombstone()
+    assert signed_item(tombstone, b"k", b"v", "out") == signed_item(item, b"k", b"v", "out")
+    assert decode_meta(signed_item(tombstone, b"k", b"v", "out")[2]) == item
 
 
 @pytest.mark.parametrize("payload", ["a", ["k", b"v"], (b"k", "v"), (b"k", b"v", b"x")])
