@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import cProfile
 import gc
+import os
 import pstats
 import sys
 import time
@@ -31,6 +32,7 @@ from framework.plan.records import StageSpec, TaskResult
 from framework.plan.state import apply_changelog
 from framework.plan.task import StageProgram
 from framework.runners.spark.tasks import _records
+from framework.wire.auth import Keyring, install, signed
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
 
@@ -70,9 +72,8 @@ def as_input(records: list[OutRecord], topic: str) -> dict[int, list[InRecord]]:
     for r in records:
         if r.topic == topic:
             part = out[r.partition or 0]
-            part.append(
-                InRecord(r.topic, r.partition or 0, len(part), 0, r.key, r.value, r.headers)
-            )
+            headers = signed(r.topic, r.key, r.value, r.headers)  # as the producer signs it
+            part.append(InRecord(r.topic, r.partition or 0, len(part), 0, r.key, r.value, headers))
     return out
 
 
@@ -85,6 +86,7 @@ def timed(what: Callable[[], Any]) -> tuple[Any, float]:
 
 def main() -> None:
     gc.disable()  # as the executor runs a task
+    install(Keyring((os.urandom(32),)))  # a stage task installs its pipeline's keyring
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     profile = "--profile" in sys.argv
     lines_n = int(args[0]) if args else 20_000
@@ -104,17 +106,17 @@ def main() -> None:
     ]
     profiler = cProfile.Profile() if profile else None
 
-    def run(program: StageProgram, rows: pa.RecordBatch, grouping: Any) -> TaskResult:
+    def run(program: StageProgram, rows: pa.RecordBatch, grouping: Any, topic: str) -> TaskResult:
         if profiler is not None:
             profiler.enable()
         try:
-            return program.run(_records(iter([rows])), grouping, 1, 1)
+            return program.run(_records(iter([rows]), topic), grouping, 1, 1)
         finally:
             if profiler is not None:
                 profiler.disable()
 
     words = lines_n * per_line
-    source, took = timed(lambda: run(one, arrow_batch(lines), None))
+    source, took = timed(lambda: run(one, arrow_batch(lines), None, "lines"))
     print(f"source stage: {words} words in {took:.2f} s: {words / took:,.0f} words/s")
     shuffle = as_input(source.records, topics.shuffle(second.entry))
     print(f"  shuffle records: {sum(len(v) for v in shuffle.values())}")
@@ -123,7 +125,7 @@ def main() -> None:
     for part, records in sorted(shuffle.items()):
         grouping = two.new_state()
         rows = arrow_batch(records)
-        result, took = timed(partial(run, two, rows, grouping))
+        result, took = timed(partial(run, two, rows, grouping, topics.shuffle(second.entry)))
         took_total += took
         changes = [
             (r.key, r.value) for r in result.records if r.topic == topics.state(second.entry)
