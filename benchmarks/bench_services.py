@@ -82,6 +82,8 @@ def sink_of(app: str) -> KafkaSink:
 def write_backlog(run: Run, per_slot: int, batch: int) -> int:
     """The backlog (module docstring); returns the slot past the last item."""
     bootstrap, app, items, sink = run.bootstrap, run.app, run.items, sink_of(run.app)
+    # What this flamepipe's last stage sends (an earlier one: key and value bytes alone).
+    encode = getattr(sink, "encode_item", lambda _meta, payload: sink.encode(payload))
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 200_000}
     )
@@ -99,7 +101,7 @@ def write_backlog(run: Run, per_slot: int, batch: int) -> int:
             meta = Meta(GlobalTime(slot, front, i), (), TRACE)  # one path: one trace
             word = WORDS[int(rng.paretovariate(1.0)) % len(WORDS)]
             ack = rng.getrandbits(64) | 1
-            frames[front % PRE_PARTITIONS].add(meta, ack, sink.encode_item(meta, [word, i]))
+            frames[front % PRE_PARTITIONS].add(meta, ack, encode(meta, [word, i]))
             acks[slot] = acks.get(slot, 0) ^ ack
         for partition, frame in enumerate(frames):
             for value in frame.frames():

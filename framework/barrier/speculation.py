@@ -32,8 +32,9 @@ A release must not start while the transaction holds items at or after ``M``: th
 not final. `BundleWriter.holds` says so and seals the transaction: it takes no item after
 the latest slot it holds (items up to it still go in: the awaited min-time step releases
 them with the rest), so a later min time passes all it holds and releases them together.
-A hold longer than ``max_hold_s`` aborts the transaction instead and the release goes
-ahead (step 2); the next transaction starts with what the release left.
+A hold longer than ``max_hold_s``, plus the time rewriting what the transaction holds
+would take (`Speculation.hold_limit_s`), aborts the transaction instead and the release
+goes ahead (step 2); the next transaction starts with what the release left.
 """
 
 from __future__ import annotations
@@ -77,6 +78,10 @@ class Speculation:
     cooldown: int = 8
     max_hold_s: float = 0.05
     max_open_s: float = 20.0
+    # An abort writes everything the transaction holds again (the release's part at once,
+    # the rest ahead): about this long per item (bench_services.py: 19-26 us per item
+    # written on 2 cores). A hold may last as long as that rewrite would take.
+    rewrite_s: float = 25e-6
     held: dict[Record, int] = field(default_factory=dict, init=False)
     size: int = field(default=0, init=False)
     max_slot: int = field(default=-1, init=False)
@@ -152,7 +157,17 @@ class Speculation:
             return Hold.GO
         if self.sealed_at is None:
             self.sealed_at = now
-        return Hold.WAIT if now - self.sealed_at < self.max_hold_s else Hold.ABORT
+        return Hold.WAIT if now - self.sealed_at < self.hold_limit_s else Hold.ABORT
+
+    @property
+    def hold_limit_s(self) -> float:
+        """How long a sealed transaction waits for the min time that covers it before it
+        is aborted: ``max_hold_s``, plus what the abort would cost in rewriting. A steady
+        flow holds tens of items (+1 ms); a backlog holds 10^5 (+2.5 s): aborting those
+        cost more than waiting and, min time lagging the reads, often repeated (500 000
+        items through the barrier: 613 000 written, 27k items per CPU-second against
+        42-47k without aborts; bench_services.py)."""
+        return self.max_hold_s + self.size * self.rewrite_s
 
     def expired(self, now: float) -> bool:
         """Whether the transaction has been open too long (min time stalled)."""

@@ -42,6 +42,17 @@ def test_a_release_short_of_what_is_held_waits_sealed_then_aborts() -> None:
     assert spec.hold(6, True, 1.2) is Hold.ABORT
 
 
+def test_a_large_transaction_waits_as_long_as_rewriting_it_would_take() -> None:
+    spec = Speculation(max_hold_s=0.05, rewrite_s=1e-3)
+    for offset in range(100):
+        spec.took(item(7, offset), 0.0)
+    spec.took(item(3), 0.0)
+    assert spec.hold_limit_s == pytest.approx(0.05 + 101 * 1e-3)
+    assert spec.hold(5, True, 1.0) is Hold.WAIT
+    assert spec.hold(5, True, 1.1) is Hold.WAIT  # past max_hold_s, short of the rewrite
+    assert spec.hold(5, True, 1.16) is Hold.ABORT
+
+
 def test_a_sealed_transaction_takes_items_up_to_its_latest_slot() -> None:
     barrier, spec = Barrier(), Speculation()
 
