@@ -27,6 +27,11 @@ TRANSIENT = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         # A client's metadata right after a broker restart: known again within seconds.
         KafkaError._UNKNOWN_PARTITION,
+        # A request made with the leader epoch of the metadata from before a broker
+        # restart (the crash harness saw the acker's offsets lookup die of it): the next
+        # metadata refresh carries the new epoch.
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         KafkaError.COORDINATOR_NOT_AVAILABLE,

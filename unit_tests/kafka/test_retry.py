@@ -14,7 +14,11 @@ def _error(code: int) -> KafkaException:
 
 
 def test_errors_of_a_restarting_broker_pass() -> None:
-    for code in (KafkaError._UNKNOWN_PARTITION, KafkaError.LEADER_NOT_AVAILABLE):
+    for code in (
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+    ):
         assert is_transient(_error(code))
     assert not is_transient(_error(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert not is_transient(ValueError("not kafka"))
