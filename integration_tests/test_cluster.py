@@ -102,6 +102,52 @@ def first_letter(item):
 
 def letter_window(window):
     return [window[-1][0][0], [item[0] for item in window]]
+
+
+def stamped(message):  # the line with an event time up to 1.2 s before its append
+    line_id = int(message.value.split()[0])
+    return [message.value, message.timestamp_ms - (line_id % 5) * 300]
+
+
+def stamped_words(item):
+    line, at = item
+    line_id, *words = line.split()
+    return [[word, line_id, at] for word in words]
+
+
+def event_ms(item):
+    return item[2]
+
+
+def count(n, _):
+    return n + 1
+
+
+def event_row(result):
+    return ["event", result.key, result.start_ms, result.value]
+
+
+def session_row(result):
+    return ["session", result.key, result.start_ms, result.end_ms, result.value]
+
+
+def first_row(item):
+    return ["first", item[0], item[1]]
+
+
+def first_word(item):
+    line_id, first, *_ = item[0].split()
+    return [first, line_id]
+
+
+def last_word(item):
+    *_, last = item[0].split()
+    return [last, item[0].split()[0]]
+
+
+def join_row(joined):
+    right = None if joined.right is None else joined.right[1]
+    return ["join", joined.key, joined.left[1], right]
 '''
 
 JOBS = '''
@@ -110,7 +156,7 @@ JOBS = '''
 import os
 
 from connectors import KafkaSink, KafkaSource
-from framework import Pipeline, Tumbling
+from framework import Pipeline, Session, Tumbling
 
 import wordtools as t
 
@@ -174,6 +220,28 @@ def two_groupings(app, source, sink):
     return p
 
 
+def operators(app, source, sink):
+    """Event-time windows (late items dead letters), sessions, dedup and a windowed join
+    over one source, merged into one sink."""
+    p = Pipeline(app)
+    lines = p.source(source).map(t.stamped)
+    timed, sessions, firsts, joins = lines.broadcast(4)
+    words = timed.flat_map(t.stamped_words).key_by(t.word)
+    by_event = words.aggregate(
+        Tumbling(1000), fold=t.count, initial=0, event_time=t.event_ms, lateness_ms=500
+    ).map(t.event_row)
+    runs = sessions.flat_map(t.stamped_words).key_by(t.word).aggregate(
+        Session(100), fold=t.count, initial=0
+    ).map(t.session_row)
+    first = firsts.flat_map(t.stamped_words).key_by(t.word).dedup().map(t.first_row)
+    openings, endings = joins.broadcast(2)
+    joined = openings.map(t.first_word).join_window(
+        endings.map(t.last_word), Tumbling(500), key=t.word, how="left"
+    ).map(t.join_row)
+    by_event.merge(runs, first, joined).sink(sink)
+    return p
+
+
 def shouted(app, source, sink, shout):
     p = Pipeline(app)
     p.source(source).flat_map(t.tagged).key_by(t.word).group(window=1 << 30).map(
@@ -210,6 +278,10 @@ def rolling_job():
 
 def two_groupings_job():
     return _job(two_groupings)
+
+
+def operators_job():
+    return _job(operators, context=True)
 '''
 
 SCRIPT = '''
@@ -251,8 +323,16 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
                resources={"metadata": {"path": "."}}).execute()
 """
 
-PIPELINES = ("windowed", "running", "rolling", "joined", "whereabouts", "two_groupings")
-CONTEXT = frozenset({"whereabouts"})  # pipelines whose source gives records' context
+PIPELINES = (
+    "windowed",
+    "running",
+    "rolling",
+    "joined",
+    "whereabouts",
+    "two_groupings",
+    "operators",
+)
+CONTEXT = frozenset({"whereabouts", "operators"})  # pipelines whose source gives records' context
 LINES = 400
 _TIMEOUT_S = 240.0
 
