@@ -109,26 +109,9 @@ def item_record(record: Record, topic: str, partitions: int) -> tuple[int, OutRe
     value)`` bytes that are given their meta here and signed when produced; anything else
     is a `ProtocolViolation`.
     """
-    payload = record.value
-    if type(payload) is tuple and len(payload) == 4 and type(payload[1]) is bytes:
-        key, value, meta_bytes, mac = payload
-        partition = (
-            zlib.crc32(key) % partitions if key is not None else record[0][0][1] % partitions
-        )
-        headers = ((META_HEADER, meta_bytes), (MAC_HEADER, mac))
-        return partition, _new(OutRecord, (topic, partition, key, value, headers))
-    meta = record.meta
-    if type(payload) is not tuple or len(payload) != 2 or type(payload[1]) is not bytes:
-        raise ProtocolViolation(
-            f"pre-barrier item at {meta.gt} is {type(payload).__name__}, not the (key, "
-            "value) bytes of an output record: the stage that wrote it runs an older "
-            "flamepipe; run one version for the stages and the barrier"
-        )
-    key, value = payload
-    partition = output_partition(key, meta, partitions)
-    return partition, _new(
-        OutRecord, (topic, partition, key, value, ((META_HEADER, encode_meta(meta)),))
-    )
+    (out,) = item_records((record,), topic, [0] * partitions)
+    assert out.partition is not None
+    return out.partition, out
 
 
 def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> list[OutRecord]:
@@ -141,13 +124,22 @@ def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> li
     for record in records:
         payload = record[1]
         if type(payload) is tuple and len(payload) == 4 and type(payload[1]) is bytes:
-            key, value, meta_bytes, mac = payload  # the common case, inline
-            p = crc32(key) % partitions if key is not None else record[0][0][1] % partitions
-            headers = ((META_HEADER, meta_bytes), (MAC_HEADER, mac))
-            append(_new(OutRecord, (topic, p, key, value, headers)))
+            key, value, meta_bytes, mac = payload  # made and signed by the last stage
+            headers: tuple[tuple[str, bytes], ...] = (
+                (META_HEADER, meta_bytes),
+                (MAC_HEADER, mac),
+            )
+        elif type(payload) is tuple and len(payload) == 2 and type(payload[1]) is bytes:
+            key, value = payload  # an earlier stage's: the meta here, signed when produced
+            headers = ((META_HEADER, encode_meta(record[0])),)
         else:
-            p, item = item_record(record, topic, partitions)
-            append(item)
+            raise ProtocolViolation(
+                f"pre-barrier item at {record[0].gt} is {type(payload).__name__}, not the "
+                "(key, value) bytes of an output record: the stage that wrote it runs an "
+                "older flamepipe; run one version for the stages and the barrier"
+            )
+        p = crc32(key) % partitions if key is not None else record[0][0][1] % partitions
+        append(_new(OutRecord, (topic, p, key, value, headers)))
         counts[p] += 1
     return out
 
