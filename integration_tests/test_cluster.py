@@ -316,8 +316,13 @@ NOTEBOOK_RUNNER = """
 \"\"\"Runs notebook.ipynb in a Jupyter kernel (ipykernel), as a notebook user would.\"\"\"
 
 import nbformat
+from jupyter_client.channels import HBChannel
 from nbclient import NotebookClient
 
+# The kernel's heartbeat must answer within 1 s by default, or the client declares it
+# dead while it runs: on 2 busy cores (a Spark driver, executors and a broker starting)
+# it once did not. A heartbeat that misses 30 s is a dead kernel.
+HBChannel.time_to_dead = 30.0
 notebook = nbformat.read("notebook.ipynb", as_version=4)
 NotebookClient(notebook, timeout=None, kernel_name="python3",
                resources={"metadata": {"path": "."}}).execute()
