@@ -321,7 +321,7 @@ class BarrierService(Service):
         push = barrier.push
         bundles = self._bundles
         speculating = bundles is not None and bundles.speculation.enabled
-        admit = bundles.speculation.admit if bundles is not None and speculating else None
+        admit = bundles.speculation.admit if speculating and bundles is not None else None
         ahead: list[Record] = []  # written ahead once per frame: one client loop, not n calls
         latest = items[0][0].gt
         for meta, ack, payload in items:  # one pass: this runs once per output item

@@ -120,7 +120,6 @@ def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> li
     partitions = len(counts)
     out: list[OutRecord] = []
     append = out.append
-    crc32 = zlib.crc32
     for record in records:
         payload = record[1]
         if type(payload) is tuple and len(payload) == 4 and type(payload[1]) is bytes:
@@ -138,7 +137,7 @@ def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> li
                 "(key, value) bytes of an output record: the stage that wrote it runs an "
                 "older flamepipe; run one version for the stages and the barrier"
             )
-        p = crc32(key) % partitions if key is not None else record[0][0][1] % partitions
+        p = output_partition(key, record[0], partitions)
         append(_new(OutRecord, (topic, p, key, value, headers)))
         counts[p] += 1
     return out
