@@ -3,7 +3,8 @@
 Which to expect where: `ConfigError` before anything starts; `PipelineError` while a graph
 is built or planned; `UserFunctionError` from a user function in fail-fast mode;
 `EncodeError` / `DecodeError` at the byte formats; `KafkaClientError` and
-`DeadlineExceeded` from the Kafka layer; `CoordinationError` from ZooKeeper; `StateError`
+`DeadlineExceeded` from the Kafka layer; `RegistryError` from a schema registry;
+`CoordinationError` from ZooKeeper; `StateError`
 from a state backend; `ServiceFailed` when a running service or stage stops on an error;
 `ProtocolViolation` when an exactly-once invariant breaks (never retried).
 """
@@ -21,6 +22,7 @@ __all__ = [
     "KafkaClientError",
     "PipelineError",
     "ProtocolViolation",
+    "RegistryError",
     "ServiceFailed",
     "SnapshotMissing",
     "StackError",
@@ -63,6 +65,12 @@ class EncodeError(FlamepipeError):
 class KafkaClientError(FlamepipeError):
     """A Kafka client call failed in a way that does not pass by itself (broker, topic,
     transaction); the message names what was being done."""
+
+
+class RegistryError(FlamepipeError):
+    """A schema registry could not be reached, or refused a request that does not depend on
+    one record (a schema it will not register): nothing is decoded or dead-lettered, the
+    task fails and is retried."""
 
 
 class DeadlineExceeded(FlamepipeError):  # noqa: N818 - a state of the world, like TimeoutError

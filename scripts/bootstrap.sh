@@ -48,8 +48,11 @@ say "fetching the local stack's jars (cached after the first time)"
 .venv/bin/python - <<'PY'
 from framework.config import Settings
 from framework.local.jars import flamepipe_jar, jar_bundle
+from framework.local.registry import registry_dist
 settings = Settings.load()
 for bundle in ("kafka-broker", "spark-kafka"):
     jar_bundle(bundle, settings.cache_dir)
 flamepipe_jar(settings.cache_dir)
+# The schema registry the tests (and `flamepipe up --registry-port`) start.
+registry_dist(settings.cache_dir)
 PY

@@ -20,6 +20,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--kafka-port", type=int, help="broker port (FLAMEPIPE_KAFKA_PORT)")
     common.add_argument("--controller-port", type=int, help="KRaft controller port")
     common.add_argument("--zookeeper-port", type=int, help="ZooKeeper port")
+    common.add_argument(
+        "--registry-port",
+        type=int,
+        help="also run a schema registry (Confluent API) on this port (FLAMEPIPE_REGISTRY_PORT)",
+    )
     common.add_argument("--state-dir", help="logs, pid files and data of the local stack")
     common.add_argument(
         "--spark-workers",

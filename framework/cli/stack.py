@@ -34,6 +34,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
         kafka_port=args.kafka_port,
         controller_port=args.controller_port,
         zookeeper_port=args.zookeeper_port,
+        registry_port=getattr(args, "registry_port", None),
         state_dir=args.state_dir,
         spark_workers=getattr(args, "spark_workers", None),
         verbose=True if getattr(args, "verbose", False) else None,
@@ -84,6 +85,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"zookeeper.connect={endpoints.zookeeper_connect}")
     if stack.settings.spark_workers > 0:
         print(f"spark.master={stack.master_url}")
+    if stack.registry is not None:
+        print(f"schema.registry.url={stack.registry.url}")
     return 0
 
 

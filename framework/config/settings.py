@@ -48,6 +48,8 @@ class Settings:
     all interfaces; `framework.runners.spark.session.driver_addresses`).
     ``spark_workers`` > 0 makes the embedded stack start a Spark standalone master on
     ``spark_master_port`` and that many workers (``flamepipe up --spark-workers N``).
+    ``registry_port`` > 0 makes it start a schema registry there too (Apicurio Registry's
+    Confluent API, `framework.local.registry`; ``flamepipe up --registry-port 8081``).
     ``parallelism`` is the partition count of the topics between stages (the hash units of
     groupings); ``acker_shards`` the partitions of the acks topic; ``trigger_ms`` Spark's
     micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat; ``front_lag_ms`` the
@@ -89,6 +91,7 @@ class Settings:
     spark_driver_bind_address: str | None = None
     spark_workers: int = 0
     spark_master_port: int = 7077
+    registry_port: int = 0
     kafka_port: int = 9092
     controller_port: int = 9093
     zookeeper_port: int = 2181
@@ -183,6 +186,8 @@ class Settings:
             raise ConfigError(f"trim_interval_ms={self.trim_interval_ms} must be >= 0 (0: never)")
         if not 0 <= self.ui_port <= 65535:
             raise ConfigError(f"ui_port={self.ui_port} is not a TCP port: use 1..65535, 0: any")
+        if not 0 <= self.registry_port <= 65535:
+            raise ConfigError(f"registry_port={self.registry_port} is not a TCP port: use 1..65535")
         if self.spark_workers < 0:
             raise ConfigError(f"spark_workers={self.spark_workers} must be >= 0 (0: none)")
         if not 1 <= self.spark_master_port <= 65535:

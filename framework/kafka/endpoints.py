@@ -25,7 +25,7 @@ from framework.kafka.admin import (
 )
 from framework.wire.bundles import bundles_topic, signed_item
 from framework.wire.records import InRecord
-from framework.wire.serde import Json, Serde, Utf8
+from framework.wire.serde import Json, Serde, TopicSerde, Utf8, bind_serde
 
 __all__ = ["KafkaSink", "KafkaSource", "kafka_sources", "sink_nodes"]
 
@@ -46,6 +46,12 @@ def _check_topic(kind: str, topic: str) -> None:
 def _check_serde(kind: str, role: str, serde: object) -> None:
     if not isinstance(serde, Serde):
         raise PipelineError(f"{kind}: {role} must be a serde with dumps/loads, got {serde!r}")
+
+
+def _check_registries(*serdes: Serde | None, writes: bool) -> None:
+    for serde in serdes:
+        if isinstance(serde, TopicSerde):
+            serde.check(writes=writes)
 
 
 def _check_partitions(kind: str, partitions: int | None) -> None:
@@ -84,8 +90,10 @@ class KafkaSource(Source):
     def __post_init__(self) -> None:
         _check_topic("KafkaSource", self.topic)
         _check_serde("KafkaSource", "value", self.value)
+        object.__setattr__(self, "value", bind_serde(self.value, self.topic, key=False))
         if self.key is not None:
             _check_serde("KafkaSource", "key", self.key)
+            object.__setattr__(self, "key", bind_serde(self.key, self.topic, key=True))
         _check_partitions("KafkaSource", self.partitions)
 
     @property
@@ -101,8 +109,9 @@ class KafkaSource(Source):
         """Create the topic if missing and allowed, check LogAppendTime; its partitions.
 
         Raises `ConfigError` with the fix for a missing topic (``create=False``), too few
-        partitions, or ``CreateTime`` timestamps.
+        partitions, ``CreateTime`` timestamps, or a schema registry that does not answer.
         """
+        _check_registries(self.value, self.key, writes=False)
         if self.create:
             ensure_topics(bootstrap, [self.topic_spec()])
         try:
@@ -162,21 +171,37 @@ class KafkaSink(Sink):
     """Bundles written to ``topic``: each payload as ``value.dumps(payload)``.
 
     ``key`` maps a payload to its record key (bytes, or str as UTF-8); without it records
-    have no key. ``partitions`` is the count flamepipe creates the topic with if missing.
+    have no key. With a ``key_serde`` the key is ``key_serde.dumps(key(payload))`` instead
+    (a Schema Registry key, say). ``partitions`` is the count flamepipe creates the topic
+    with if missing.
+
+    >>> from connectors import ConfluentAvro
+    >>> schema = {"type": "record", "name": "Count",
+    ...           "fields": [{"name": "word", "type": "string"}, {"name": "n", "type": "long"}]}
+    >>> sink = KafkaSink("counts", value=ConfluentAvro("http://127.0.0.1:8081", schema),
+    ...                  key=lambda row: row["word"])
     """
 
     topic: str
     value: Serde = _JSON
-    key: Callable[[Any], bytes | str] | None = None
+    key: Callable[[Any], Any] | None = None
     partitions: int = 1
+    key_serde: Serde | None = None
 
     def __post_init__(self) -> None:
         _check_topic("KafkaSink", self.topic)
         _check_serde("KafkaSink", "value", self.value)
+        object.__setattr__(self, "value", bind_serde(self.value, self.topic, key=False))
         if self.key is not None and not callable(self.key):
             raise PipelineError(
                 f"KafkaSink: key must be a function of the payload, got {self.key!r}"
             )
+        if self.key_serde is not None:
+            if self.key is None:
+                raise PipelineError("KafkaSink: a key_serde needs a key function to serialize")
+            _check_serde("KafkaSink", "key_serde", self.key_serde)
+            key_serde = bind_serde(self.key_serde, self.topic, key=True)
+            object.__setattr__(self, "key_serde", key_serde)
         _check_partitions("KafkaSink", self.partitions)
 
     @property
@@ -190,7 +215,9 @@ class KafkaSink(Sink):
 
     def prepare(self, bootstrap: str) -> int:
         """Create the topic and its bundle topic (`framework.wire.bundles`) if missing; the
-        partition count (`ConfigError` if the two differ)."""
+        partition count (`ConfigError` if the two differ, or a schema registry does not
+        answer or refuses the sink's schema)."""
+        _check_registries(self.value, self.key_serde, writes=True)
         ensure_topics(bootstrap, [self.topic_spec()])
         partitions = partition_count(bootstrap, self.topic)
         control = bundles_topic(self.topic)
@@ -212,6 +239,8 @@ class KafkaSink(Sink):
             key = self.key(payload)
         except Exception as exc:  # a user function: any failure is the pipeline's
             raise UserFunctionError(f"KafkaSink {self.topic}: key function failed: {exc}") from exc
+        if self.key_serde is not None:
+            return self.key_serde.dumps(key), value
         if isinstance(key, str):
             return key.encode(), value
         if isinstance(key, bytes | bytearray | memoryview):

@@ -12,6 +12,8 @@
    wait until it accepts connections, then that many workers (one core, 1 GiB, a work
    directory each; their executors run in JVMs of their own) and wait until each has
    registered with the master.
+6. With ``registry_port`` > 0: start a schema registry there (`framework.local.registry`,
+   fetched once from Maven Central) and wait until it lists its subjects.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from framework.config import Settings
 from framework.errors import StackError
 from framework.local.jars import jar_bundle
 from framework.local.process import Daemon, log_tail, port_free, wait_for
+from framework.local.registry import SchemaRegistry
 from framework.local.servers import (
     KafkaSpec,
     SparkMasterSpec,
@@ -89,6 +92,11 @@ class LocalStack:
         self.zookeeper = Daemon("zookeeper", self.state_dir, f"{self.state_dir}#zookeeper")
         self.kafka = Daemon("kafka", self.state_dir, f"{self.state_dir}#kafka")
         self.spark_master = Daemon("spark-master", self.state_dir, f"{self.state_dir}#spark-master")
+        self.registry = (
+            SchemaRegistry(self.state_dir, settings.cache_dir, settings.registry_port, quiet)
+            if settings.registry_port
+            else None
+        )
         self.started: list[str] = []
         """The servers the last `up` started (not those it found running)."""
 
@@ -131,6 +139,11 @@ class LocalStack:
         # Step 5
         if s.spark_workers > 0:
             self._spark_up(java, timeout_s)
+        # Step 6
+        if self.registry is not None:
+            if not self.registry.daemon.alive():
+                self.started.append(self.registry.daemon.name)
+            self.registry.up(timeout_s)
         spark = f" spark={self.master_url}" if s.spark_workers > 0 else ""
         self._say(f"stack ready: kafka={s.kafka_bootstrap} zookeeper={s.zookeeper}{spark}")
         return self.endpoints
@@ -194,7 +207,16 @@ class LocalStack:
                 self.kafka.log_file,
             ),
             *self._spark_status(),
+            *self._registry_status(),
         ]
+
+    def _registry_status(self) -> list[ServiceStatus]:
+        registry = self.registry or SchemaRegistry(self.state_dir, self.settings.cache_dir, 0)
+        pid = registry.daemon.pid()
+        if pid is None and self.registry is None:
+            return []
+        ready = pid is not None and registry.ready()
+        return [ServiceStatus("registry", pid, registry.port, ready, registry.daemon.log_file)]
 
     def _spark_status(self) -> list[ServiceStatus]:
         s = self.settings
@@ -219,7 +241,8 @@ class LocalStack:
     def down(self, purge: bool = False) -> None:
         """Stop the Spark workers and master, Kafka, then ZooKeeper; ``purge`` also deletes
         their data."""
-        for daemon in (*self._workers(), self.spark_master, self.kafka, self.zookeeper):
+        registry = SchemaRegistry(self.state_dir, self.settings.cache_dir, 0).daemon
+        for daemon in (registry, *self._workers(), self.spark_master, self.kafka, self.zookeeper):
             if daemon.stop():
                 self._say(f"stopped {daemon.name}")
         if purge:

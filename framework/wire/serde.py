@@ -5,6 +5,10 @@ same output byte for byte) and picklable (Spark ships it to its executors). ``lo
 raises only `DecodeError`, with a short reason, so a bad record can become a dead letter;
 ``dumps`` of an object the serde cannot encode raises `PipelineError`.
 
+A `TopicSerde` (the Schema Registry serdes of `connectors`) also learns the topic and the
+side (key or value) it serves from the source or sink that holds it, and checks its
+registry before anything starts.
+
 `Pickle` is for flamepipe's internal topics only: unpickling runs code, so it must never
 read a topic that anyone but flamepipe writes.
 """
@@ -22,7 +26,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from framework.errors import DecodeError, EncodeError, PipelineError
 
-__all__ = ["AvroSerde", "Bytes", "Json", "Pickle", "Serde", "Utf8"]
+__all__ = ["AvroSerde", "Bytes", "Json", "Pickle", "Serde", "TopicSerde", "Utf8", "bind_serde"]
 
 
 @runtime_checkable
@@ -36,6 +40,25 @@ class Serde(Protocol):
     def loads(self, data: bytes) -> Any:
         """The object in ``data``; `DecodeError` if the bytes are not one."""
         ...
+
+
+@runtime_checkable
+class TopicSerde(Serde, Protocol):
+    """A serde whose bytes depend on the topic and side it serves (a registry subject)."""
+
+    def for_topic(self, topic: str, *, key: bool) -> Serde:
+        """This serde for the key (``key=True``) or the value of ``topic``."""
+        ...
+
+    def check(self, *, writes: bool) -> None:
+        """Fail fast, before a pipeline starts: `ConfigError` with the fix if the serde
+        cannot work (its registry unreachable; ``writes``: its schema refused)."""
+        ...
+
+
+def bind_serde(serde: Serde, topic: str, *, key: bool) -> Serde:
+    """``serde`` for one side of ``topic``: a `TopicSerde` bound to it, any other as is."""
+    return serde.for_topic(topic, key=key) if isinstance(serde, TopicSerde) else serde
 
 
 def _cannot_encode(serde: str, obj: Any, reason: object) -> EncodeError:

@@ -48,6 +48,7 @@ def test_external_cluster_from_environment() -> None:
         ({"FLAMEPIPE_KAFKA_PORT": "abc"}, "FLAMEPIPE_KAFKA_PORT: expected int"),
         ({"FLAMEPIPE_KAFKA_PORT": "70000"}, "kafka_port=70000 is not a TCP port"),
         ({"FLAMEPIPE_KAFKA_PORT": "2181"}, "ports must differ"),
+        ({"FLAMEPIPE_REGISTRY_PORT": "-1"}, "registry_port=-1 is not a TCP port"),
         ({"FLAMEPIPE_SPARK_MASTER": "locale"}, "is not a Spark master URL"),
         ({"FLAMEPIPE_DELTA_MS": "0"}, "delta_ms=0 must be > 0"),
         ({"FLAMEPIPE_ZOOKEEPER_CONNECT": "z:1"}, "needs both"),
