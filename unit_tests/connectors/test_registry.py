@@ -76,3 +76,12 @@ def test_misuse_is_refused_at_construction() -> None:
 def test_registry_settings_stay_out_of_reprs() -> None:
     serde = ConfluentAvro("http://a:1", registry={"basic.auth.user.info": "me:s3cret"})
     assert "s3cret" not in repr(serde) and "s3cret" not in repr(KafkaSource("t", value=serde))
+
+
+def test_the_docstring_examples_run() -> None:
+    import doctest
+
+    import connectors.registry
+
+    failed, tried = doctest.testmod(connectors.registry)
+    assert tried >= 5 and failed == 0
