@@ -148,6 +148,22 @@ def last_word(item):
 def join_row(joined):
     right = None if joined.right is None else joined.right[1]
     return ["join", joined.key, joined.left[1], right]
+
+
+LINE_V2 = {"type": "record", "name": "Line", "fields": [
+    {"name": "n", "type": "long"},
+    {"name": "text", "type": "string"},
+    {"name": "lang", "type": "string", "default": "en"}]}
+SIZE = {"type": "object", "required": ["n", "words", "lang"], "properties": {
+    "n": {"type": "integer"}, "words": {"type": "integer"}, "lang": {"type": "string"}}}
+
+
+def size_row(line):
+    return {"n": line["n"], "words": len(line["text"].split()), "lang": line["lang"]}
+
+
+def size_key(row):
+    return f"line-{row['n']}"
 '''
 
 JOBS = '''
@@ -155,7 +171,7 @@ JOBS = '''
 
 import os
 
-from connectors import KafkaSink, KafkaSource
+from connectors import ConfluentAvro, ConfluentJson, KafkaSink, KafkaSource
 from framework import Pipeline, Session, Tumbling
 
 import wordtools as t
@@ -282,6 +298,20 @@ def two_groupings_job():
 
 def operators_job():
     return _job(operators, context=True)
+
+
+def registered_job():
+    """Schema Registry formats: Avro lines in (two schema versions), JSON Schema rows out
+    with Avro keys; the serdes run in the executors' Python workers."""
+    env = os.environ
+    url = env["FP_TEST_REGISTRY"]
+    value = ConfluentAvro(url, reader_schema=t.LINE_V2)
+    source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2, value=value)
+    sink = KafkaSink(env["FP_TEST_SINK"], value=ConfluentJson(url, t.SIZE), key=t.size_key,
+                     key_serde=ConfluentAvro(url, "string"))
+    p = Pipeline(env["FP_TEST_APP"])
+    p.source(source).map(t.size_row).sink(sink)
+    return p
 '''
 
 SCRIPT = '''
@@ -355,7 +385,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     try:
         stack.up()
         # Chosen only now: a port picked before Kafka started may be a client's by now.
-        settings = base.with_(spark_master_port=free_port(), spark_workers=2)
+        settings = base.with_(
+            spark_master_port=free_port(), spark_workers=2, registry_port=free_port()
+        )
         stack = LocalStack(settings, quiet=True)
         stack.up()
         yield settings.with_(spark_master=stack.master_url)
@@ -505,6 +537,65 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
         f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
         f"\n{tail}"
     )
+
+
+def test_schema_registry_serdes_run_on_the_executors(
+    cluster: Settings, user_dir: Path, tmp_path: Path
+) -> None:
+    """Avro values of two schema versions in, JSON Schema values and Avro keys out: the
+    registry serdes are pickled to the executors and make their own clients there."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    run = uuid.uuid4().hex[:6]
+    app, source, sink = f"cl-registered-{run}", f"cl-rin-{run}", f"cl-rout-{run}"
+    bootstrap = cluster.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    url = f"http://127.0.0.1:{cluster.registry_port}/apis/ccompat/v7"
+    client = SchemaRegistryClient({"url": url})
+    v1 = {
+        "type": "record",
+        "name": "Line",
+        "fields": [{"name": "n", "type": "long"}, {"name": "text", "type": "string"}],
+    }
+    v2 = {**v1, "fields": [*v1["fields"], {"name": "lang", "type": "string", "default": "en"}]}
+    old, new = AvroSerializer(client, json.dumps(v1)), AvroSerializer(client, json.dumps(v2))
+    ctx = SerializationContext(source, MessageField.VALUE)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    expected = {}
+    for n, text in enumerate(generate_lines(120, seed=5)):
+        lang = "en" if n < 60 else "de"
+        value = (
+            old({"n": n, "text": text}, ctx)
+            if n < 60
+            else new({"n": n, "text": text, "lang": lang}, ctx)
+        )
+        producer.produce(source, value=value, partition=n % 2)
+        expected[f"line-{n}"] = {"n": n, "words": len(text.split()), "lang": lang}
+    producer.flush(30)
+    env = {**_driver_env(cluster, app, source, sink), "FP_TEST_REGISTRY": url}
+    log = tmp_path / "driver.log"
+    driver = _launch(["-m", "framework.cli", "run", "jobs:registered_job"], user_dir, env, log)
+    keys, values = AvroDeserializer(client), JSONDeserializer(None, schema_registry_client=client)
+    out_key = SerializationContext(sink, MessageField.KEY)
+    out_value = SerializationContext(sink, MessageField.VALUE)
+    try:
+        _wait(
+            lambda: len(read_to_end(bootstrap, sink)) >= len(expected) or driver.poll() is not None,
+            "the registered job's output",
+        )
+        time.sleep(3)  # anything beyond the expected output would show by now
+        records = read_to_end(bootstrap, sink)
+    finally:
+        _stop(driver)
+    text = log.read_text(errors="replace")
+    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    assert "shipped wordtools to the executors" in text, tail
+    got = {keys(m.key(), out_key): values(m.value(), out_value) for m in records}
+    assert len(records) == len(expected) and got == expected, tail
 
 
 def _executor_pids(state_dir: Path) -> list[int]:

@@ -12,6 +12,10 @@ Queries (each ``q<N>(name, source, sink)`` builds a `Pipeline` from any source a
 * Q2 selection: ``[auction, price]`` of the bids on auctions whose id is a multiple of 123.
 * Q3 local item suggestion: ``[name, city, state, auction]`` for auctions in category 10 by
   sellers in OR, ID or CA (a temporal join of auctions with the persons table).
+* Q4 average price per category: per 10 s tumbling window and auction category, the mean
+  of the auctions' winning bids: ``[window start, category, mean price]``. An auction's
+  winning bid in a window is its highest bid there (bids joined with the auctions table as
+  of their global time, so a bid on an auction not yet seen is dropped, as in Q3).
 * Q5 hot items: per sliding window (10 s every 2 s), the auction(s) with the most bids:
   ``[window start, auction, bids]`` (a count per auction, then the maximum per window).
 * Q7 highest bid: per 10 s tumbling window, ``[window start, auction, price, bidder]`` of
@@ -30,7 +34,7 @@ from framework.core.joins import Joined
 from framework.core.windows import WindowResult
 from framework.pipeline import Pipeline, Sliding, Stream, Tumbling
 
-__all__ = ["QUERIES", "events", "q0", "q1", "q2", "q3", "q5", "q7", "q8"]
+__all__ = ["QUERIES", "events", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"]
 
 WINDOW_MS = 10_000
 HOT_SIZE_MS, HOT_STEP_MS = 10_000, 2_000
@@ -176,6 +180,61 @@ def q3(name: str, source: Any, sink: Any) -> Pipeline:
     return p
 
 
+def bid_auction(bid: dict[str, Any]) -> int:
+    """The key of a bid in Q4: its auction."""
+    return int(bid["auction"])
+
+
+def auction_id(auction: dict[str, Any]) -> int:
+    """The key of an auction in Q4's table."""
+    return int(auction["id"])
+
+
+def category_bid(joined: Joined) -> tuple[int, int, int]:
+    """``(auction, category, price)`` of a bid joined with its auction."""
+    bid: dict[str, Any] = joined.left  # type: ignore[assignment]
+    auction: dict[str, Any] = joined.right  # type: ignore[assignment]
+    return int(bid["auction"]), int(auction["category"]), int(bid["price"])
+
+
+def higher_price(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    """Q4's reduce per auction: the higher bid (one auction, so one category)."""
+    return max(a, b, key=lambda bid: bid[2])
+
+
+def category_of(result: WindowResult) -> int:
+    """The category of an auction's winning bid."""
+    return int(result.value[1])  # type: ignore[index]
+
+
+def mean_price(result: WindowResult) -> list[Any]:
+    """``[window start, category, mean of the winning prices]`` (2 decimals)."""
+    winners: tuple[WindowResult, ...] = result.value  # type: ignore[assignment]
+    prices = [w.value[2] for w in winners]  # type: ignore[index]
+    return [result.start_ms, result.key, round(sum(prices) / len(prices), 2)]
+
+
+def q4(name: str, source: Any, sink: Any) -> Pipeline:
+    """Q4: per tumbling window and category, the mean winning price of its auctions.
+
+    The winning bid per auction and window (pre-reduced before the shuffle), then every
+    winner of a window gathered by category: an event-time window over the winners'
+    window starts, final once min time is a window past its end (every winner is out).
+    """
+    p, all_events = _kinds(name, source)
+    bids_copy, auctions_copy = all_events.broadcast(2)
+    bids, auctions = bids_copy.filter(is_bid), auctions_copy.filter(is_auction)
+    priced = bids.join_table(auctions, key=bid_auction, table_key=auction_id).map(category_bid)
+    winners = priced.key_by(first).aggregate(
+        Tumbling(WINDOW_MS), reduce=higher_price, combinable=True
+    )
+    per_category = winners.key_by(category_of).aggregate(
+        Tumbling(WINDOW_MS), event_time=window_start, lateness_ms=WINDOW_MS
+    )
+    per_category.map(mean_price).sink(sink)
+    return p
+
+
 def window_start(result: WindowResult) -> int:
     """The event time of a window's result: its start."""
     return result.start_ms
@@ -219,8 +278,8 @@ def auction_one(bid: dict[str, Any]) -> tuple[int, int]:
     return int(bid["auction"]), 1
 
 
-def first(pair: tuple[int, int]) -> int:
-    """The auction of an ``(auction, count)`` pair."""
+def first(pair: tuple[int, ...]) -> int:
+    """The auction of an ``(auction, count)`` pair or an ``(auction, category, price)`` bid."""
     return pair[0]
 
 
@@ -270,5 +329,5 @@ def q8(name: str, source: Any, sink: Any) -> Pipeline:
     return p
 
 
-QUERIES = {"q0": q0, "q1": q1, "q2": q2, "q3": q3, "q5": q5, "q7": q7, "q8": q8}
+QUERIES = {"q0": q0, "q1": q1, "q2": q2, "q3": q3, "q4": q4, "q5": q5, "q7": q7, "q8": q8}
 """Every query by name."""

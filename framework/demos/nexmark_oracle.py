@@ -49,6 +49,22 @@ def _q3(stamped: Stamped) -> list[Any]:
     return out
 
 
+def _q4(stamped: Stamped) -> list[Any]:
+    auctions: dict[int, dict[str, Any]] = {}
+    winners: dict[tuple[int, int], tuple[int, int]] = {}  # (start, auction) -> (category, price)
+    for t, e in stamped:
+        if e["kind"] == "auction":
+            auctions[e["id"]] = e
+        elif e["kind"] == "bid" and e["auction"] in auctions:
+            key = (t // WINDOW_MS * WINDOW_MS, e["auction"])
+            if key not in winners or e["price"] > winners[key][1]:
+                winners[key] = (auctions[e["auction"]]["category"], e["price"])
+    prices: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for (start, _), (category, price) in winners.items():
+        prices[(start, category)].append(price)
+    return [[s, c, round(sum(ps) / len(ps), 2)] for (s, c), ps in prices.items()]
+
+
 def _q5(stamped: Stamped) -> list[Any]:
     counts: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for t, e in _bids(stamped):
@@ -88,4 +104,13 @@ def _q8(stamped: Stamped) -> list[Any]:
     ]
 
 
-_ORACLES = {"q0": _q0, "q1": _q1, "q2": _q2, "q3": _q3, "q5": _q5, "q7": _q7, "q8": _q8}
+_ORACLES = {
+    "q0": _q0,
+    "q1": _q1,
+    "q2": _q2,
+    "q3": _q3,
+    "q4": _q4,
+    "q5": _q5,
+    "q7": _q7,
+    "q8": _q8,
+}
