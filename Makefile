@@ -11,7 +11,7 @@ demo: bootstrap  ## the main job on the embedded local stack
 	$(VENV)/flamepipe demo
 
 test: bootstrap  ## every test: unit (pure, seconds) then integration (real Kafka, ZooKeeper, Spark)
-	$(VENV)/pytest -q --timeout=900 -m "not slow" unit_tests integration_tests $(PYTEST_ARGS)
+	$(VENV)/pytest -q --timeout=900 --durations=30 -m "not slow" unit_tests integration_tests $(PYTEST_ARGS)
 
 test-slow: bootstrap  ## long or not yet reliable tests (crash tests, soaks)
 	$(VENV)/pytest -q --timeout=1800 -m slow integration_tests $(PYTEST_ARGS)
