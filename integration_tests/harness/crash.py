@@ -126,6 +126,7 @@ class _Run:
             FLAMEPIPE_STATE_DIR=str(self.state_dir),
             FLAMEPIPE_PARALLELISM="2",
             FLAMEPIPE_SPARK_MASTER="local[2]",
+            FLAMEPIPE_STALL_TIMEOUT_MS=str(self.config.stall_timeout_ms),
         )
         spec = _SPECS[self.config.pipeline]
         cli = [sys.executable, "-m", "framework.cli"]

@@ -29,6 +29,7 @@ class HarnessConfig:
     ``kills``: the number of chaos events (None: until the input is written; if given,
     the chaos goes on after production until that many happened). Every run restarts the
     stack at least once: if no event did before the last one, the last one does.
+    ``stall_timeout_ms``: the driver's stall watch (`Settings.stall_timeout_ms`).
     """
 
     records: int = 20_000
@@ -43,6 +44,7 @@ class HarnessConfig:
     seed: int = 1
     complete_timeout_s: float = 600.0
     ready_timeout_s: float = 240.0
+    stall_timeout_ms: int = 120_000
 
 
 @dataclass(slots=True)
