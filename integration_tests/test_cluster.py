@@ -481,6 +481,15 @@ def _stop(driver: subprocess.Popen[bytes]) -> None:
         driver.wait(10)
 
 
+def _shipped(log: Path) -> str:
+    """The driver log's tail (librdkafka lines left out), once it says the user's helper
+    module was shipped to the executors."""
+    text = log.read_text(errors="replace")
+    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    assert "shipped wordtools to the executors" in text, tail
+    return tail
+
+
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_a_users_jobs_run_unchanged_on_the_cluster(
     cluster: Settings, user_dir: Path, pipeline: str, tmp_path: Path
@@ -513,9 +522,7 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
         seen = _output(bootstrap, sink)
     finally:
         _stop(driver)
-    text = log.read_text(errors="replace")
-    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
-    assert "shipped wordtools to the executors" in text, tail
+    tail = _shipped(log)
     assert seen == expected, (
         f"{pipeline}: {sum(seen.values())} items read, {sum(expected.values())} expected; "
         f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
@@ -575,9 +582,7 @@ def test_schema_registry_serdes_run_on_the_executors(
         records = read_to_end(bootstrap, sink)
     finally:
         _stop(driver)
-    text = log.read_text(errors="replace")
-    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
-    assert "shipped wordtools to the executors" in text, tail
+    tail = _shipped(log)
     got = {keys(m.key(), out_key): values(m.value(), out_value) for m in records}
     assert len(records) == len(expected) and got == expected, tail
 
