@@ -14,8 +14,14 @@ Printed: wall time and items/s from the services' start (start-up included) and 
 first release, and each service's CPU seconds and items per CPU-second (the goal of the
 performance issue: 100k items/s on one core each).
 
+``--barriers N`` gives the sink N barrier instances (`connectors.KafkaSink` ``barriers``),
+each a process of its own: the sink gets 2N partitions, the pre-barrier topic N, and each
+item goes to its output partition's instance, as a last stage routes it. The clock stops
+when every instance has released its share.
+
 Run: ``.venv/bin/python benchmarks/bench_services.py [--items 1000000] [--per-slot 1000]
-[--batch 8192] [--profile DIR]`` (``--profile`` writes a cProfile of each service).
+[--batch 8192] [--barriers 1] [--profile DIR]`` (``--profile`` writes a cProfile of each
+service).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from framework.local.provision import provision
 from framework.runners.keys import install_keys
 from framework.wire.auth import Keyring, install
 from framework.wire.avro import encode_ack_batch
+from framework.wire.bundles import barrier_instance
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
 from framework.wire.records import OutRecord
 from framework.wire.serde import Json
@@ -57,7 +64,6 @@ SEGMENTS = {SEGMENT: ()}
 FRONTS = (7_000_001, 7_000_002)
 FRONT_NODE, WORKER = 101, 202
 SHARDS = 2
-PRE_PARTITIONS = 2
 SINK_NODE = "9-sink"
 WORDS = [f"w{i}" for i in range(10_000)]
 TRACE = 0x5DEECE66D
@@ -72,16 +78,27 @@ class Run:
     keys: tuple[bytes, ...]
     items: int
     profile: str | None
+    barriers: int = 1
 
 
-def sink_of(app: str) -> KafkaSink:
-    """The sink: a word count's updates, keyed by word."""
-    return KafkaSink(f"{app}.out", value=Json(), key=lambda v: v[0].encode())
+def sink_of(run: Run) -> KafkaSink:
+    """The sink: a word count's updates, keyed by word; two partitions per barrier."""
+    return KafkaSink(
+        f"{run.app}.out",
+        value=Json(),
+        key=_word_key,
+        partitions=2 * run.barriers,
+        barriers=run.barriers,
+    )
 
 
-def write_backlog(run: Run, per_slot: int, batch: int) -> int:
-    """The backlog (module docstring); returns the slot past the last item."""
-    bootstrap, app, items, sink = run.bootstrap, run.app, run.items, sink_of(run.app)
+def _word_key(value: list[Any]) -> bytes:
+    return str(value[0]).encode()
+
+
+def write_backlog(run: Run, per_slot: int, batch: int) -> list[int]:
+    """The backlog (module docstring); returns the items of each barrier instance."""
+    bootstrap, app, items, sink = run.bootstrap, run.app, run.items, sink_of(run)
     # What this flamepipe's last stage sends (an earlier one: key and value bytes alone).
     encode = getattr(sink, "encode_item", lambda _meta, payload: sink.encode(payload))
     producer = Producer(
@@ -92,8 +109,9 @@ def write_backlog(run: Run, per_slot: int, batch: int) -> int:
     rng = random.Random(7)
     node_time = 0
     slot0 = time.time_ns() // 10_000_000 - items // per_slot - 100
+    shares = [0] * run.barriers
     for first in range(0, items, batch):
-        frames = [FrameBuilder(keyed=False) for _ in range(PRE_PARTITIONS)]
+        frames = [FrameBuilder(keyed=False) for _ in range(run.barriers)]
         acks: dict[int, int] = {}
         for i in range(first, min(items, first + batch)):
             slot = slot0 + i // per_slot
@@ -101,7 +119,10 @@ def write_backlog(run: Run, per_slot: int, batch: int) -> int:
             meta = Meta(GlobalTime(slot, front, i), (), TRACE)  # one path: one trace
             word = WORDS[int(rng.paretovariate(1.0)) % len(WORDS)]
             ack = rng.getrandbits(64) | 1
-            frames[front % PRE_PARTITIONS].add(meta, ack, encode(meta, [word, i]))
+            record = encode(meta, [word, i])
+            to = barrier_instance(record[0], meta, sink.partitions, run.barriers)
+            frames[to].add(meta, ack, record)
+            shares[to] += 1
             acks[slot] = acks.get(slot, 0) ^ ack
         for partition, frame in enumerate(frames):
             for value in frame.frames():
@@ -125,7 +146,7 @@ def write_backlog(run: Run, per_slot: int, batch: int) -> int:
         fronts = encode_ack_batch(FRONT_NODE, node_time, [], beats)
         produce_record(producer, OutRecord(topics.acks, shard, None, fronts))
     producer.flush(60)
-    return end
+    return shares
 
 
 def threads_cpu() -> str:
@@ -169,8 +190,9 @@ def run_acker(run: Run, stop: Any, out: Any) -> None:
     out.put(("acker", time.process_time(), 0))
 
 
-def run_barrier(run: Run, stop: Any, out: Any) -> None:
-    """The exactly-once barrier until it released every item; reports its CPU seconds."""
+def run_barrier(run: Run, instance: int, share: int, stop: Any, out: Any) -> None:
+    """Exactly-once barrier ``instance`` until it released its ``share`` of the items;
+    reports its CPU seconds."""
     install(Keyring(run.keys))
     first_release = 0.0
     barrier = BarrierService(
@@ -178,16 +200,17 @@ def run_barrier(run: Run, stop: Any, out: Any) -> None:
         run.app,
         SINK_NODE,
         SEGMENT,
-        sink_of(run.app),
+        sink_of(run),
         shards=SHARDS,
         segments=SEGMENTS,
+        instance=instance,
     )
 
     threads = ""
 
     def watch() -> None:
         nonlocal first_release, threads
-        while barrier.stats.items_out < run.items and not stop.is_set():
+        while barrier.stats.items_out < share and not stop.is_set():
             if not first_release and barrier.stats.items_out:
                 first_release = time.monotonic()
             time.sleep(0.005)
@@ -196,15 +219,15 @@ def run_barrier(run: Run, stop: Any, out: Any) -> None:
 
     # The loop runs in this thread, so that a profile sees it.
     threading.Thread(target=watch, daemon=True).start()
-    _profiled(run.profile, "barrier", barrier.run_forever)
+    _profiled(run.profile, f"barrier{instance}", barrier.run_forever)
     stats = barrier.stats
-    print(f"barrier CPU-s by thread: {threads}", flush=True)
+    print(f"barrier {instance} CPU-s by thread: {threads}", flush=True)
     print(
-        f"barrier: {stats.bundles} bundles, {stats.commits} commits, {stats.ahead} items "
-        f"written ahead, {stats.holds} holds, {stats.aborts} aborts; {stats.timings()}",
+        f"barrier {instance}: {stats.bundles} bundles, {stats.commits} commits, {stats.ahead} "
+        f"items written ahead, {stats.holds} holds, {stats.aborts} aborts; {stats.timings()}",
         flush=True,
     )
-    out.put(("barrier", time.process_time(), first_release))
+    out.put((f"barrier{instance}", time.process_time(), first_release))
 
 
 def count_output(bootstrap: str, topic: str, partitions: int, expected: int) -> int:
@@ -229,6 +252,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1_000_000)
     parser.add_argument("--per-slot", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=8192)
+    parser.add_argument("--barriers", type=int, default=1, help="barrier instances (processes)")
     parser.add_argument("--profile", default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
@@ -236,38 +260,54 @@ def main() -> None:
     with provision() as settings:
         keys = install_keys(settings).keys
         run = Run(
-            settings.kafka_bootstrap, f"bench{uuid.uuid4().hex[:6]}", keys, args.items, args.profile
+            settings.kafka_bootstrap,
+            f"bench{uuid.uuid4().hex[:6]}",
+            keys,
+            args.items,
+            args.profile,
+            args.barriers,
         )
         topics = Topics(run.app)
         ensure_topics(
             run.bootstrap,
-            [TopicSpec(topics.pre(SINK_NODE), PRE_PARTITIONS), TopicSpec(topics.acks, SHARDS)],
+            [TopicSpec(topics.pre(SINK_NODE), run.barriers), TopicSpec(topics.acks, SHARDS)],
         )
-        sink = sink_of(run.app)
+        sink = sink_of(run)
         partitions = sink.prepare(run.bootstrap)
         started = time.monotonic()
-        write_backlog(run, args.per_slot, args.batch)
-        print(f"backlog: {args.items:,} items written in {time.monotonic() - started:.1f} s")
+        shares = write_backlog(run, args.per_slot, args.batch)
+        print(
+            f"backlog: {args.items:,} items written in {time.monotonic() - started:.1f} s; "
+            f"per barrier instance {shares}"
+        )
         stop, out = ctx.Event(), ctx.Queue()
         acker = ctx.Process(target=run_acker, args=(run, stop, out))
-        barrier = ctx.Process(target=run_barrier, args=(run, stop, out))
+        barriers = [
+            ctx.Process(target=run_barrier, args=(run, k, share, stop, out))
+            for k, share in enumerate(shares)
+        ]
         started = time.monotonic()
         acker.start()
-        barrier.start()
-        barrier.join(args.timeout)
+        for barrier in barriers:
+            barrier.start()
+        for barrier in barriers:
+            barrier.join(args.timeout)
         ended = time.monotonic()
         stop.set()
         acker.join(60)
-        reports = {name: (cpu, at) for name, cpu, at in (out.get(timeout=30) for _ in range(2))}
+        reports = {
+            name: (cpu, at)
+            for name, cpu, at in (out.get(timeout=30) for _ in range(1 + len(barriers)))
+        }
         seen = count_output(run.bootstrap, sink.topic, partitions, args.items)
     wall = ended - started
-    first = reports["barrier"][1]
+    first = min(at for name, (_, at) in reports.items() if name != "acker" and at)
     steady = ended - first if first else float("nan")
     print(f"released and committed: {seen:,} of {args.items:,} items (read_committed)")
     print(f"from the services' start: {wall:.2f} s, {args.items / wall:,.0f} items/s")
     print(f"from the first release:   {steady:.2f} s, {args.items / steady:,.0f} items/s")
-    for name in ("barrier", "acker"):
-        cpu = reports[name][0]
+    barrier_cpu = sum(cpu for name, (cpu, _) in reports.items() if name != "acker")
+    for name, cpu in (("barriers", barrier_cpu), ("acker", reports["acker"][0])):
         print(f"{name:<8} {cpu:6.2f} CPU-s, {args.items / cpu:,.0f} items per CPU-second")
     if seen != args.items:
         raise SystemExit(f"the output holds {seen} items, expected {args.items}")

@@ -1,10 +1,12 @@
 """The acker and the barrier as processes of their own (``flamepipe acker|barrier``).
 
-The barrier is killed with SIGKILL between producing a bundle and committing it (a
-failpoint), the acker with kill -9 from outside; both restart. Then: the aborted bundle
-was really written and is invisible to read_committed; its items appear exactly once;
-the verifying consumer and a plain read_committed consumer see the same records, equal to
-the oracle computed from the stored input.
+The sink has four partitions and two barrier instances, each a process
+(``flamepipe barrier --instance k``). Instance 1 is killed with SIGKILL between producing
+a bundle and committing it (a failpoint), the acker with kill -9 from outside; both
+restart while instance 0 runs on. Then: the aborted bundle was really written and is
+invisible to read_committed; its items appear exactly once; the verifying consumer (every
+partition one bundle sequence) and a plain read_committed consumer see the same records,
+equal to the oracle computed from the stored input.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from framework.runners.spark import SparkRunner
 from integration_tests.harness.runs import produce_lines
 from integration_tests.harness.services import ServiceProcess, service_env, services
 from integration_tests.harness.watch import scrape, total
+from integration_tests.pipelines import build
 
 SPEC = "integration_tests.pipelines:word_pairs_job"
+TWO_BARRIERS = "integration_tests.pipelines:word_pairs_two_barriers_job"
 
 
 def _items(messages: list[Any]) -> Counter[str]:
@@ -51,19 +55,17 @@ def _plain_read_committed(bootstrap: str, topic: str) -> Counter[str]:
     )
     messages: list[Any] = []
     try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        while True:
+        partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        waiting = set(range(partitions))
+        while waiting:
             batch = consumer.consume(500, timeout=5)
-            if not batch:
-                break
-            eof = False
+            assert batch, f"no end of partitions {sorted(waiting)} of {topic}"
             for msg in batch:
                 if msg.error() is None:
                     messages.append(msg)
                 else:
-                    eof = True
-            if eof:
-                break
+                    waiting.discard(msg.partition())
     finally:
         consumer.close()
     return _items(messages)
@@ -94,6 +96,20 @@ def _census(bootstrap: str, app: str) -> str:
     return "\n".join(lines)
 
 
+def _aborted(bootstrap: str, topic: str, owner: set[int]) -> Counter[str]:
+    """The items the killed barrier instance wrote to its partitions ``owner`` of ``topic``
+    and did not commit (the other instance, alive, may hold items in an open transaction
+    on its own partitions: those do not count)."""
+    seen = {(m.partition(), m.offset()) for m in read_to_end(bootstrap, topic)}
+    stray = [
+        m
+        for m in read_to_end(bootstrap, topic, committed=False)
+        if m.partition() in owner and (m.partition(), m.offset()) not in seen
+    ]
+    assert stray, "the killed bundle's items should be in the log, uncommitted"
+    return _items(stray)
+
+
 def _wait(condition: Any, what: str, timeout_s: float = 240, detail: Any = lambda: "") -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -102,7 +118,7 @@ def _wait(condition: Any, what: str, timeout_s: float = 240, detail: Any = lambd
         time.sleep(0.2)
 
 
-def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
+def test_killed_barrier_instance_and_acker_processes_lose_and_duplicate_nothing(
     stack: Settings, spark: Any, tmp_path: Path
 ) -> None:
     settings = stack.with_(parallelism=2)
@@ -115,14 +131,18 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
     words = sum(len(t.split()) for t in texts)
     with services() as procs:
-        acker = ServiceProcess("acker", SPEC, env, tmp_path / "acker.log")
-        barrier = ServiceProcess(
-            "barrier", SPEC, {**env, FAILPOINTS: "barrier.bundle=2"}, tmp_path / "barrier.log"
+        acker = ServiceProcess("acker", TWO_BARRIERS, env, tmp_path / "acker.log")
+        first = ServiceProcess(
+            "barrier", TWO_BARRIERS, env, tmp_path / "barrier0.log", "--instance", "0"
         )
-        procs += [acker, barrier]
-        acker.wait_ready()
-        barrier.wait_ready()
-        graph = word_pairs(app, source, sink, 2).graph()  # what word_pairs_job builds
+        killed = {**env, FAILPOINTS: "barrier.bundle=2"}
+        barrier = ServiceProcess(
+            "barrier", TWO_BARRIERS, killed, tmp_path / "barrier1.log", "--instance", "1"
+        )
+        procs += [acker, first, barrier]
+        for proc in (acker, first, barrier):
+            proc.wait_ready()
+        graph = build("word_pairs_two_barriers", app, source, sink).graph()
         run = SparkRunner(settings, spark, services="external").start(graph)
         try:
             # The first bundle commits; the second kills the barrier after producing it,
@@ -131,18 +151,17 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
             _wait(lambda: read_to_end(bootstrap, sink), "the first bundle")
             produce_lines(bootstrap, source, lines[150:300], partitions=2)
             assert barrier.wait_exit(240) == -9, barrier.tail()
-            committed = _items(read_to_end(bootstrap, sink))
-            written = _items(read_to_end(bootstrap, sink, committed=False))
-            aborted = written - committed
-            assert aborted, "the killed bundle's items should be in the log, uncommitted"
+            aborted = _aborted(bootstrap, sink, owner={1, 3})
             acker.kill()
-            acker = ServiceProcess("acker", SPEC, env, tmp_path / "acker2.log")
-            barrier = ServiceProcess("barrier", SPEC, env, tmp_path / "barrier2.log")
+            acker = ServiceProcess("acker", TWO_BARRIERS, env, tmp_path / "acker2.log")
+            barrier = ServiceProcess(
+                "barrier", TWO_BARRIERS, env, tmp_path / "barrier1b.log", "--instance", "1"
+            )
             procs += [acker, barrier]
             acker.wait_ready()
             barrier.wait_ready()
             # Each service process serves its own metrics: they move with the last lines.
-            before = [scrape(p.page_url) for p in (acker, barrier)]
+            before = [scrape(p.page_url) for p in (acker, barrier, first)]
             produce_lines(bootstrap, source, lines[300:], partitions=2)
             _wait(
                 lambda: sum(_items(read_to_end(bootstrap, sink)).values()) >= words,
@@ -150,8 +169,9 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
                 detail=lambda: f"{run.progress()}\n{_census(bootstrap, app)}",
             )
             run.check()
-            after = [scrape(p.page_url) for p in (acker, barrier)]
-            moved = "flamepipe_acker_batches_total", "flamepipe_barrier_items_released_total"
+            after = [scrape(p.page_url) for p in (acker, barrier, first)]
+            released = "flamepipe_barrier_items_released_total"
+            moved = "flamepipe_acker_batches_total", released, released
             for old, new, name in zip(before, after, moved, strict=True):
                 assert total(new, name) > total(old, name), name
         finally:
@@ -164,6 +184,8 @@ def test_killed_barrier_and_acker_processes_lose_and_duplicate_nothing(
     assert aborted <= output
     assert _plain_read_committed(bootstrap, sink) == output
     assert _verified(bootstrap, sink) == output
+    partitions = Counter(m.partition() for m in read_to_end(bootstrap, sink))
+    assert sorted(partitions) == [0, 1, 2, 3]
 
 
 def _leader(pair: list[ServiceProcess], timeout_s: float = 120) -> ServiceProcess:

@@ -25,14 +25,20 @@ from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, BundleHeader, Heartbeat
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
-from framework.errors import PipelineError, ProtocolViolation
+from framework.errors import ConfigError, PipelineError, ProtocolViolation
 from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.clients import is_eof, new_consumer, produce_record
 from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.avro import encode_ack_batch, encode_bundle_header, encode_meta
-from framework.wire.bundles import META_HEADER, bundles_topic, read_bundle_header
+from framework.wire.bundles import (
+    META_HEADER,
+    barrier_instance,
+    bundles_topic,
+    owned_partitions,
+    read_bundle_header,
+)
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
 from framework.wire.records import OutRecord
 from framework.wire.serde import Utf8
@@ -239,17 +245,23 @@ class Stage:
     ) -> None:
         """Payloads leave as the sink's output records (default: unkeyed UTF-8)."""
         encode = sink.encode if sink is not None else lambda text: (None, text.encode())
+        barriers = sink.barriers if sink is not None else 1
         acks: dict[int, list[Ack]] = {}
         pre = Topics(self.app).pre(SINK_NODE)
         for first in range(0, len(items), per_frame):
-            frame = FrameBuilder(keyed=False)
+            frames: dict[int, FrameBuilder] = {}  # per barrier instance, as a stage routes
             for meta, payload in items[first : first + per_frame]:
                 ack = random.getrandbits(64) | 1
-                frame.add(meta, ack, encode(payload))
+                key, value = encode(payload)
+                assert sink is not None or barriers == 1
+                to = barrier_instance(key, meta, sink.partitions, barriers) if sink else 0
+                frames.setdefault(to, FrameBuilder(keyed=False)).add(meta, ack, (key, value))
                 slot = meta.gt.slot
                 acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
-            for value in frame.frames():
-                produce_record(self.producer, OutRecord(pre, 0, None, value, FRAME_HEADERS))
+            for partition, frame in frames.items():
+                for value in frame.frames():
+                    record = OutRecord(pre, partition, None, value, FRAME_HEADERS)
+                    produce_record(self.producer, record)
         self.producer.flush(TIMEOUT)
         self.node.batch(acks)
 
@@ -282,8 +294,12 @@ class Rig:
 
 
 @pytest.fixture
-def rig(bootstrap: str, app: str, producer: Producer) -> Iterator[Rig]:
-    ensure_topics(bootstrap, [TopicSpec(Topics(app).pre(SINK_NODE), 1)])
+def rig(
+    request: pytest.FixtureRequest, bootstrap: str, app: str, producer: Producer
+) -> Iterator[Rig]:
+    """The rig; ``indirect`` parametrization gives the pre-barrier partitions (barriers)."""
+    barriers = getattr(request, "param", 1)
+    ensure_topics(bootstrap, [TopicSpec(Topics(app).pre(SINK_NODE), barriers)])
     sink = KafkaSink(f"{app}.out", value=Utf8())
     sink.prepare(bootstrap)
     with (
@@ -534,6 +550,65 @@ def test_every_output_partition_gets_every_bundle(rig: Rig) -> None:
     assert sorted(item.value for item in items) == [f"k{i}" for i in range(8)]
     assert all(item.key == item.value.encode() for item in items)
     assert all(b.header.item_count == len(b.items) for b in got.values())
+
+
+@pytest.mark.parametrize("rig", [2], indirect=True)
+def test_two_barrier_instances_each_write_their_partitions_as_one_bundle_sequence(
+    rig: Rig,
+) -> None:
+    sink = KafkaSink(
+        f"{rig.app}.two", value=Utf8(), key=lambda text: text, partitions=4, barriers=2
+    )
+    sink.prepare(rig.bootstrap)
+    first = [(meta(10, i), f"k{i}") for i in range(40)]
+    first += [(meta(10, 90), "kx"), (meta(10, 90).as_tombstone(), "kx")]  # they cancel
+    rig.stage.send(first, sink=sink)
+    rig.heartbeat(11)
+    group = f"{rig.app}.reader"
+    with BundleConsumer(rig.bootstrap, sink.topic, group, Utf8()) as out:
+        with rig.barrier(sink, instance=0), rig.barrier(sink, instance=1) as other:
+            got = {bundle.partition: bundle for bundle in bundles(out, 4)}
+            assert {b.header.seq for b in got.values()} == {0}
+            # Each instance writes only the partitions it owns, under ids of its own.
+            assert other.stats.items_out == sum(len(got[p].items) for p in (1, 3))
+            assert other.transactional_id.endswith(".barrier.1")
+        # Restarted, each instance resumes its own partitions' sequence.
+        rig.stage.send([(meta(11, i), f"k{i}") for i in range(40, 60)], sink=sink)
+        rig.heartbeat(12)
+        with rig.barrier(sink, instance=1) as other, rig.barrier(sink, instance=0) as one:
+            again = {bundle.partition: bundle for bundle in bundles(out, 4)}
+            assert (one.next_seq, other.next_seq) == (2, 2)
+        assert {b.header.seq for b in again.values()} == {1}
+        items = [i for done in (got, again) for b in done.values() for i in b.items]
+    assert sorted(item.value for item in items) == sorted(f"k{i}" for i in range(60))
+    for bundle in (*got.values(), *again.values()):
+        assert bundle.header.item_count == len(bundle.items)
+    # Another instance count on the same pre-barrier topic is refused before anything runs.
+    one_barrier = KafkaSink(sink.topic, value=Utf8(), key=lambda text: text, partitions=4)
+    refused = rig.barrier(one_barrier)
+    with pytest.raises(ConfigError, match=r"has 2 partition\(s\) and .* 1 barrier"):
+        refused.start().wait_ready()
+    refused.stop_quietly()
+
+
+def test_a_restart_refuses_bundle_headers_that_other_instances_wrote(
+    bootstrap: str, new_topics: Callable[..., list[str]]
+) -> None:
+    (topic,) = new_topics("split")
+    ensure_topics(bootstrap, [TopicSpec(bundles_topic(topic), 2)])
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for partition, seq in ((0, 4), (1, 2)):  # as two instances left them
+        header = BundleHeader(seq, GlobalTime.slot_end(10 + seq), 0)
+        control = OutRecord(bundles_topic(topic), partition, None, encode_bundle_header(header))
+        produce_record(producer, control)
+    producer.flush(TIMEOUT)
+    assert [last_bundle_header(bootstrap, topic, owned_partitions(2, 2, k)) for k in (0, 1)] == [
+        BundleHeader(4, GlobalTime.slot_end(14), 0),
+        BundleHeader(2, GlobalTime.slot_end(12), 0),
+    ]
+    # One barrier for both would resume at seq 5 and drop partition 1's items up to slot 14.
+    with pytest.raises(ConfigError, match=r"differ \(\[0\] seq 4, \[1\] seq 2\)"):
+        last_bundle_header(bootstrap, topic, strict=True)
 
 
 # -- the bundle consumer on hand-made bundles --------------------------------------------

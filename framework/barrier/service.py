@@ -23,6 +23,14 @@ header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
 5. Seek every pre-barrier partition to ``P_rel``; records below ``P_ack`` are buffered
    again but not acked again, items at or before ``GT_last`` are dropped as replays.
 
+A sink with several barrier instances (`connectors.KafkaSink` ``barriers``) runs this
+service once per instance: instance ``k`` reads pre-barrier partition ``k``, writes the
+output partitions it owns (`framework.wire.bundles.owned_partitions`) under transactional
+ids of its own, acks as a node of its own, and commits its positions in the barrier's
+group. Step 3 reads the last headers of its own partitions only; they must agree (one
+writer made them), or the output topic was written with another instance count and the
+start fails.
+
 Positions are per record, so per frame: a frame is acked whole (all its items in one
 transaction) and is needed until its latest item is at or before ``GT_last``.
 
@@ -54,7 +62,7 @@ from framework.core.graph import Graph
 from framework.core.ids import service_node_id
 from framework.core.meta import Record
 from framework.core.time import GlobalTime
-from framework.errors import FlamepipeError, KafkaClientError, PipelineError
+from framework.errors import ConfigError, FlamepipeError, KafkaClientError, PipelineError
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
     assign,
@@ -72,7 +80,7 @@ from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.tail import last_bundle_header
 from framework.service import Service
-from framework.wire.bundles import bundle_records
+from framework.wire.bundles import bundle_records, owned_partitions
 from framework.wire.frames import read_items
 from framework.wire.positions import BarrierMark, PartitionLedger
 from framework.wire.records import OutRecord
@@ -104,6 +112,7 @@ class BarrierService(Service):
         checkpoint_s: float = 1.0,
         speculation: Speculation | None = None,
         delta_ms: int = 10,
+        instance: int = 0,
     ) -> None:
         """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
 
@@ -112,11 +121,17 @@ class BarrierService(Service):
         ``max_batch`` bounds the records (frames of up to thousands of items) taken per
         step, so a step, and a stop waiting for it, stays short. ``speculation`` tunes how
         exactly-once bundles are written ahead (``Speculation(enabled=False)``: only at
-        release, for comparison).
+        release, for comparison). ``instance`` is which of the sink's ``barriers`` this is.
         """
-        super().__init__(f"flamepipe-barrier-{app}-{sink_node}")
+        if not 0 <= instance < sink.barriers:
+            raise PipelineError(
+                f"{sink!r} has barrier instances 0..{sink.barriers - 1}, not {instance}"
+            )
+        suffix = f"-{instance}" if instance else ""
+        super().__init__(f"flamepipe-barrier-{app}-{sink_node}{suffix}")
         if view is None and not segments:
             raise PipelineError("a barrier without a MinTimeView needs the pipeline's segments")
+        self.instance = instance
         self.bootstrap = bootstrap
         self.app = app
         self.sink_node = sink_node
@@ -134,8 +149,12 @@ class BarrierService(Service):
         self.epoch = epoch
         self.topics = Topics(app, epoch)
         self.pre = self.topics.pre(sink_node)
+        # Every instance commits its partition's positions in one group; transactional ids
+        # and node ids are per instance (instance 0 keeps the names of a single barrier).
         self.group = f"{app}.{sink_node}.barrier"
-        self.node = service_node_id(app, sink_node, "barrier")
+        self.transactional_id = self.group + (f".{instance}" if instance else "")
+        named = (str(instance),) if instance else ()
+        self.node = service_node_id(app, sink_node, "barrier", *named)
         self._receipts = ReceiptSender(self.topics.acks, self.node, segment, shards)
         self.stats = BarrierStats()
         self._view = view
@@ -148,6 +167,7 @@ class BarrierService(Service):
         self._min_seen = 0
         self._released = 0
         self._out_partitions = 1
+        self._owned = range(1)
         self._dirty = False
         self._last_commit = time.monotonic()
         self._consumer: Consumer | None = None
@@ -165,8 +185,10 @@ class BarrierService(Service):
         view: MinTimeView | None = None,
         exactly_once: bool = True,
         epoch: int = 0,
+        instance: int = 0,
     ) -> BarrierService:
-        """The barrier of ``sink_node`` of ``graph`` (a `KafkaSink`), as the constructor."""
+        """Barrier ``instance`` of ``sink_node`` of ``graph`` (a `KafkaSink`), as the
+        constructor."""
         endpoint = graph.node(sink_node).endpoint
         if not isinstance(endpoint, KafkaSink):
             raise PipelineError(f"sink {sink_node} writes to {endpoint!r}, not a KafkaSink")
@@ -183,6 +205,7 @@ class BarrierService(Service):
             exactly_once=exactly_once,
             epoch=epoch,
             delta_ms=graph.delta_ms,
+            instance=instance,
         )
 
     @property
@@ -200,28 +223,38 @@ class BarrierService(Service):
     def _open(self) -> None:
         """The start-up protocol of the module docstring."""
         self._out_partitions = self.sink.prepare(self.bootstrap)
+        self._owned = owned_partitions(self._out_partitions, self.sink.barriers, self.instance)
         pre_partitions = partition_count(self.bootstrap, self.pre)
+        if pre_partitions != self.sink.barriers:
+            raise ConfigError(
+                f"{self.pre} has {pre_partitions} partition(s) and {self.sink!r} "
+                f"{self.sink.barriers} barrier(s): the count changes only in a new epoch "
+                "(flamepipe replay), or set barriers back"
+            )
         self._consumer = consumer = new_consumer(self.bootstrap, self.group)
         # Step 1
         if self.exactly_once:
-            self._writer = TransactionalWriter(self.bootstrap, consumer, self.group)
+            self._writer = TransactionalWriter(self.bootstrap, consumer, self.transactional_id)
             self._bundles = BundleWriter(
                 self.bootstrap,
                 consumer,
-                f"{self.group}.bundles",
+                f"{self.transactional_id}.bundles",
                 self.sink.topic,
                 self._out_partitions,
                 speculation=self.speculation.fresh(),
                 stats=self.stats,
+                owned=self._owned,
             )
             self._bundles.open()
         else:
             self._writer = PlainWriter(self.bootstrap, consumer)
         self._writer.open()
         # Step 2
-        marks = self._committed(consumer, pre_partitions)
+        marks = self._committed(consumer, self.instance)
         # Step 3
-        header = last_bundle_header(self.bootstrap, self.sink.topic)
+        header = last_bundle_header(
+            self.bootstrap, self.sink.topic, self._owned, strict=self.exactly_once
+        )
         # Step 4
         gts = [mark.gt_last for _, mark in marks.values() if mark.gt_last is not None]
         if header is not None:
@@ -230,11 +263,10 @@ class BarrierService(Service):
         self._barrier = Barrier(max(gts) if gts else None, next_seq, strict=True)
         self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
         # Step 5
-        starts: dict[int, int | None] = {}
-        for p in range(pre_partitions):
-            start, mark = marks.get(p, (None, BarrierMark(0, 0, None)))
-            starts[p] = start
-            self._ledgers[p] = PartitionLedger(start or 0, mark.acked)
+        p = self.instance
+        start, mark = marks.get(p, (None, BarrierMark(0, 0, None)))
+        self._ledgers[p] = PartitionLedger(start or 0, mark.acked)
+        starts: dict[int, int | None] = {p: start}
         assign(consumer, self.pre, starts)
         if self._view is None:
             self._view = MinTimeView(
@@ -243,9 +275,9 @@ class BarrierService(Service):
             self._view.start()
 
     def _committed(
-        self, consumer: Consumer, partitions: int
+        self, consumer: Consumer, partition: int
     ) -> dict[int, tuple[int | None, BarrierMark]]:
-        asked = [TopicPartition(self.pre, p) for p in range(partitions)]
+        asked = [TopicPartition(self.pre, partition)]
         found = kafka_retry(
             f"cannot read the positions of group {self.group!r}",
             lambda: consumer.committed(asked, timeout=30),
@@ -375,7 +407,7 @@ class BarrierService(Service):
             self.stats.commits += 1
             crash = None
         elif bundle is not None:
-            records = bundle_records(bundle, self.sink.topic, self._out_partitions)
+            records = bundle_records(bundle, self.sink.topic, self._out_partitions, self._owned)
         # Step 2
         node_time = self._node_time
         acks = {slot: value for slot, value in self._acks.items() if value}

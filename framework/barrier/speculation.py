@@ -221,12 +221,15 @@ class BundleWriter(TransactionalWriter):
         *,
         speculation: Speculation | None = None,
         stats: BarrierStats | None = None,
+        owned: Sequence[int] | None = None,
     ) -> None:
-        """Bundles on ``topic`` (``partitions``) under ``transactional_id``; ``stats`` counts
-        the items written ahead, the releases held and the transactions aborted."""
+        """Bundles on ``topic`` (``partitions``, of which it writes ``owned``: all if None)
+        under ``transactional_id``; ``stats`` counts the items written ahead, the releases
+        held and the transactions aborted."""
         super().__init__(bootstrap, consumer, transactional_id)
         self.topic = topic
         self.partitions = partitions
+        self.owned = owned
         self.speculation = speculation if speculation is not None else Speculation()
         self.stats = stats if stats is not None else BarrierStats()
         self._counts = [0] * partitions
@@ -289,7 +292,10 @@ class BundleWriter(TransactionalWriter):
                 self._open = True
             # Step 3
             self._write_items(txn, spec.missing(bundle.records) if spec.size else bundle.records)
-            for header in header_records(bundle.seq, bundle.gt_last, self._counts, self.topic):
+            headers = header_records(
+                bundle.seq, bundle.gt_last, self._counts, self.topic, self.owned
+            )
+            for header in headers:
                 txn.produce(header)
             if failpoint is not None:  # crash tests: the records are in the log, uncommitted
                 failpoints.hit(failpoint, before=txn.flush)

@@ -76,21 +76,28 @@ def _cmd_acker(args: argparse.Namespace) -> int:
 
 def _cmd_barrier(args: argparse.Namespace) -> int:
     from framework.kafka.endpoints import sink_nodes
-    from framework.runners.assembly import barrier_services
+    from framework.runners.assembly import barrier_services, check_instance
 
     graph = _graph(args)
     settings = settings_of(args)
     install_keys(settings)  # before the first record or znode is read
     sinks = [_sink_node(graph, name) for name in args.sink] or sink_nodes(graph)
-    # Instances serving the same sinks are one role: one leads, the others stand by.
+    # Processes serving the same sinks (and instance) are one role: one leads, the others
+    # stand by.
     role = "barrier" if not args.sink else "barrier-" + "-".join(sorted(sinks))
+    if args.instance is not None:
+        role += f"-i{args.instance}"
+    exactly_once, instance = not args.at_least_once, args.instance
+    check_instance(graph, sinks, instance)  # before waiting to lead: fail fast
 
     def build(epoch: int) -> ServiceSet:
-        return barrier_services(settings, graph, epoch, sinks, exactly_once=not args.at_least_once)
+        return barrier_services(
+            settings, graph, epoch, sinks, exactly_once=exactly_once, instance=instance
+        )
 
     def describe(services: ServiceSet) -> str:
         parts = [
-            f"{b.sink_node}->{b.sink.topic}: {b.stats.bundles} bundles, "
+            f"{b.sink_node}[{b.instance}]->{b.sink.topic}: {b.stats.bundles} bundles, "
             f"{b.stats.items_out} items, GT_last {b.gt_last}, "
             f"replays dropped {b.replays_dropped}, {b.stats.timings()}"
             for b in services.barriers
@@ -264,6 +271,11 @@ def add_parsers(
     barrier = sub.add_parser("barrier", parents=[spec], help="run a pipeline's barriers")
     barrier.add_argument(
         "--sink", action="append", default=[], help="sink node, label or topic (default: all)"
+    )
+    barrier.add_argument(
+        "--instance",
+        type=int,
+        help="only this barrier instance of the sinks (KafkaSink barriers=N: 0..N-1)",
     )
     barrier.add_argument(
         "--at-least-once", action="store_true", help="no transactions (for comparison)"

@@ -76,8 +76,11 @@ def pair(window: tuple[list[str], ...]) -> list[Any]:
     return [window[-1][0], [tag for _, tag in window]]
 
 
-def word_pairs(name: str, source: str, sink: str, partitions: int = 2) -> Pipeline:
-    """Which line each word occurred on just before: any reordering changes the output."""
+def word_pairs(name: str, source: str, sink: str | KafkaSink, partitions: int = 2) -> Pipeline:
+    """Which line each word occurred on just before: any reordering changes the output.
+
+    ``sink`` is a topic name or a `KafkaSink` of one's own (more partitions, barriers).
+    """
     p = Pipeline(name)
     (
         p.source(KafkaSource(source, partitions=partitions))
@@ -85,7 +88,7 @@ def word_pairs(name: str, source: str, sink: str, partitions: int = 2) -> Pipeli
         .key_by(_word)
         .group(window=2)
         .map(pair)
-        .sink(KafkaSink(sink))
+        .sink(sink if isinstance(sink, KafkaSink) else KafkaSink(sink))
     )
     return p
 

@@ -54,6 +54,10 @@ def _check_registries(*serdes: Serde | None, writes: bool) -> None:
             serde.check(writes=writes)
 
 
+MAX_BARRIERS = 64
+"""The most barrier instances one sink may have (each holds a transactional producer)."""
+
+
 def _check_partitions(kind: str, partitions: int | None) -> None:
     if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
         raise PipelineError(f"{kind}: partitions must be >= 1, got {partitions!r}")
@@ -175,6 +179,14 @@ class KafkaSink(Sink):
     (a Schema Registry key, say). ``partitions`` is the count flamepipe creates the topic
     with if missing.
 
+    ``barriers`` splits the topic's partitions over that many barrier instances (output
+    partition ``p`` to instance ``p % barriers``), each with its own transactions,
+    ``GT_last`` and bundle sequence per output partition, so consumers verify bundles
+    exactly as with one. One barrier releases 40-50k items per CPU-second
+    (docs/scaling.md); a sink that must take more runs one process per instance:
+    ``flamepipe barrier jobs:p --sink <topic> --instance k``. The count is part of the
+    pipeline's state: change it only in a new epoch (``flamepipe replay``).
+
     >>> from connectors import ConfluentAvro
     >>> schema = {"type": "record", "name": "Count",
     ...           "fields": [{"name": "word", "type": "string"}, {"name": "n", "type": "long"}]}
@@ -187,9 +199,14 @@ class KafkaSink(Sink):
     key: Callable[[Any], Any] | None = None
     partitions: int = 1
     key_serde: Serde | None = None
+    barriers: int = 1
 
     def __post_init__(self) -> None:
         _check_topic("KafkaSink", self.topic)
+        if not isinstance(self.barriers, int) or not 1 <= self.barriers <= MAX_BARRIERS:
+            raise PipelineError(
+                f"KafkaSink {self.topic}: barriers must be 1..{MAX_BARRIERS}, got {self.barriers!r}"
+            )
         _check_serde("KafkaSink", "value", self.value)
         object.__setattr__(self, "value", bind_serde(self.value, self.topic, key=False))
         if self.key is not None and not callable(self.key):
@@ -215,11 +232,17 @@ class KafkaSink(Sink):
 
     def prepare(self, bootstrap: str) -> int:
         """Create the topic and its bundle topic (`framework.wire.bundles`) if missing; the
-        partition count (`ConfigError` if the two differ, or a schema registry does not
-        answer or refuses the sink's schema)."""
+        partition count (`ConfigError` if the two differ, the topic has fewer partitions
+        than barriers, or a schema registry does not answer or refuses the sink's
+        schema)."""
         _check_registries(self.value, self.key_serde, writes=True)
         ensure_topics(bootstrap, [self.topic_spec()])
         partitions = partition_count(bootstrap, self.topic)
+        if partitions < self.barriers:
+            raise ConfigError(
+                f"KafkaSink {self.topic}: barriers={self.barriers} needs as many partitions, "
+                f"the topic has {partitions}: add partitions or lower barriers"
+            )
         control = bundles_topic(self.topic)
         ensure_topics(bootstrap, [TopicSpec(control, partitions)])
         if (found := partition_count(bootstrap, control)) != partitions:
@@ -256,7 +279,8 @@ class KafkaSink(Sink):
         return signed_item(meta, key, value, self.topic)
 
     def __repr__(self) -> str:
-        return f"KafkaSink({self.topic!r}, value={self.value!r})"
+        shown = f", barriers={self.barriers}" if self.barriers > 1 else ""
+        return f"KafkaSink({self.topic!r}, value={self.value!r}{shown})"
 
 
 def kafka_sources(graph: Graph) -> dict[str, KafkaSource]:

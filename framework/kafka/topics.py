@@ -71,10 +71,11 @@ def changelog_topic_spec(name: str, partitions: int) -> TopicSpec:
     return compacted_spec(name, partitions, CHANGELOG_CONFIG)
 
 
-def pre_topic_spec(app: str, sink_node: str, epoch: int = 0) -> TopicSpec:
-    """The pre-barrier topic of ``sink_node``: one partition, so the barrier reads it whole;
-    trimmed below the barrier's ``P_rel``, never expired by time."""
-    return TopicSpec(Topics(app, epoch).pre(sink_node), 1, {**SEGMENTS, "retention.ms": "-1"})
+def pre_topic_spec(app: str, sink_node: str, epoch: int = 0, barriers: int = 1) -> TopicSpec:
+    """The pre-barrier topic of ``sink_node``: a partition per barrier instance, each read
+    whole by its instance; trimmed below the barrier's ``P_rel``, never expired by time."""
+    name = Topics(app, epoch).pre(sink_node)
+    return TopicSpec(name, barriers, {**SEGMENTS, "retention.ms": "-1"})
 
 
 def dlq_topic_spec(app: str) -> TopicSpec:

@@ -68,6 +68,7 @@ from framework.plan.state import (
 )
 from framework.wire.acks import shard_batches
 from framework.wire.auth import MAC_HEADER, authentic
+from framework.wire.bundles import barrier_instance
 from framework.wire.dead_letters import dead_letter
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder, read_items
 from framework.wire.records import InRecord, OutRecord
@@ -93,6 +94,7 @@ class _ExitRoute(NamedTuple):
     aggregation: Aggregation | None  # the target's, if it may be pre-reduced
     pane: int  # slots of the target's window panes (combining)
     encode: Callable[[Meta, Any], Any] | None  # a sink's: the item as its output record
+    sink_partitions: int  # a sink's with several barriers: its topic's partition count
 
 
 class StageProgram:
@@ -128,6 +130,9 @@ class StageProgram:
         target = self.spec.graph.node(exit_.target)
         aggregation = target.aggregation
         combining = aggregation is not None and aggregation.combinable
+        sink_partitions = 0
+        if isinstance(target.endpoint, Sink) and self.spec.partitions[exit_.topic] > 1:
+            sink_partitions = self._sink_partitions(target.endpoint)
         return _ExitRoute(
             port.node,
             exit_.target,
@@ -138,7 +143,16 @@ class StageProgram:
             aggregation if combining else None,
             aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
             target.endpoint.encode_item if isinstance(target.endpoint, Sink) else None,
+            sink_partitions,
         )
+
+    def _sink_partitions(self, sink: Sink) -> int:
+        """The partition count of a sink with several barriers: each item goes to the
+        pre-barrier partition of its output partition's barrier (`barrier_instance`)."""
+        count = self.spec.partitions.get(sink.name)
+        if count is None:
+            raise PipelineError(f"stage {self.spec.stage.id}: no partition count for {sink.name}")
+        return count
 
     def new_state(self) -> StageState | None:
         """Fresh state for one hash unit, if this stage starts with a grouping or aggregate."""
@@ -427,6 +441,9 @@ class _TaskRun:
             if not isinstance(keyed, Keyed):
                 raise UserFunctionError(f"{route.node} must key its output before {route.target}")
             partition = keyed.hash % route.partitions
+        elif route.sink_partitions:  # the value is the output record (key, value, meta, mac)
+            key: bytes | None = value[0]  # type: ignore[index]
+            partition = barrier_instance(key, meta, route.sink_partitions, route.partitions)
         else:
             partition = meta.gt.front % route.partitions
         builder = self.frames.get((route.topic, partition))

@@ -20,9 +20,9 @@ from framework.config import Settings
 from framework.coordination import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.core.time import front_id
-from framework.errors import FlamepipeError, PipelineError
+from framework.errors import ConfigError, FlamepipeError, PipelineError
 from framework.kafka.admin import ensure_topics
-from framework.kafka.endpoints import kafka_sources, sink_nodes
+from framework.kafka.endpoints import KafkaSink, kafka_sources, sink_nodes
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.topics import pre_topic_spec
 from framework.runners.keys import install_keys
@@ -35,8 +35,10 @@ __all__ = [
     "ServiceSet",
     "acker_for",
     "acker_services",
+    "barrier_count",
     "barrier_for",
     "barrier_services",
+    "check_instance",
     "coordinator_for",
     "current_epoch",
     "embedded_services",
@@ -102,13 +104,16 @@ def barrier_for(
     view: MinTimeView | None = None,
     exactly_once: bool = True,
     epoch: int = 0,
+    instance: int = 0,
 ) -> BarrierService:
-    """The barrier of ``sink_node`` in ``epoch``, its pre-barrier topic created if missing."""
+    """Barrier ``instance`` of ``sink_node`` in ``epoch``, its pre-barrier topic created if
+    missing."""
     if sink_node not in sink_nodes(graph):
         known = ", ".join(sink_nodes(graph)) or "none"
         raise PipelineError(f"{graph.name!r} has no sink {sink_node!r} (sinks: {known})")
     bootstrap = settings.kafka_bootstrap
-    ensure_topics(bootstrap, [pre_topic_spec(graph.name, sink_node, epoch)])
+    barriers = barrier_count(graph, sink_node)
+    ensure_topics(bootstrap, [pre_topic_spec(graph.name, sink_node, epoch, barriers)])
     return BarrierService.for_graph(
         bootstrap,
         graph,
@@ -117,7 +122,25 @@ def barrier_for(
         view=view,
         exactly_once=exactly_once,
         epoch=epoch,
+        instance=instance,
     )
+
+
+def check_instance(graph: Graph, sinks: Sequence[str], instance: int | None) -> None:
+    """`ConfigError` unless every sink of ``sinks`` has barrier ``instance`` (None: all)."""
+    for sink in sinks:
+        count = barrier_count(graph, sink)
+        if instance is not None and not 0 <= instance < count:
+            raise ConfigError(
+                f"sink {sink} has {count} barrier instance(s), 0..{count - 1}: "
+                f"--instance {instance} is not one of them"
+            )
+
+
+def barrier_count(graph: Graph, sink_node: str) -> int:
+    """How many barrier instances sink ``sink_node`` has (`KafkaSink` ``barriers``)."""
+    endpoint = graph.node(sink_node).endpoint
+    return endpoint.barriers if isinstance(endpoint, KafkaSink) else 1
 
 
 def coordinator_for(
@@ -202,7 +225,8 @@ class ServiceSet:
 
 def embedded_services(settings: Settings, graph: Graph, epoch: int = 0) -> ServiceSet:
     """Everything beside the stage queries, in the driver: view, acker, snapshots, stall
-    watch, one barrier per sink (`pipeline.run()` with embedded services)."""
+    watch, every barrier instance of every sink (`pipeline.run()` with embedded
+    services)."""
     install_keys(settings)
     view = view_for(settings, graph, epoch)
     return ServiceSet(
@@ -211,7 +235,9 @@ def embedded_services(settings: Settings, graph: Graph, epoch: int = 0) -> Servi
         coordinator=coordinator_for(settings, graph, epoch, view),
         stall_watch=StallWatch(settings, graph, epoch, view),
         barriers=[
-            barrier_for(settings, graph, sink, view=view, epoch=epoch) for sink in sink_nodes(graph)
+            barrier_for(settings, graph, sink, view=view, epoch=epoch, instance=k)
+            for sink in sink_nodes(graph)
+            for k in range(barrier_count(graph, sink))
         ],
     )
 
@@ -244,12 +270,18 @@ def barrier_services(
     sinks: Sequence[str],
     *,
     exactly_once: bool = True,
+    instance: int | None = None,
 ) -> ServiceSet:
-    """``flamepipe barrier``: the barriers of ``sinks`` and the min-time view they read."""
+    """``flamepipe barrier``: the barriers of ``sinks`` (every instance, or ``instance``
+    only) and the min-time view they read."""
     install_keys(settings)
+    check_instance(graph, sinks, instance)
     view = view_for(settings, graph, epoch)
     barriers = [
-        barrier_for(settings, graph, sink, view=view, exactly_once=exactly_once, epoch=epoch)
+        barrier_for(
+            settings, graph, sink, view=view, exactly_once=exactly_once, epoch=epoch, instance=k
+        )
         for sink in sinks
+        for k in (range(barrier_count(graph, sink)) if instance is None else (instance,))
     ]
     return ServiceSet(view=view, barriers=barriers)

@@ -22,6 +22,12 @@ item after the previous ``gt_last`` and at or before its own. Bundles are transa
 one producer, so an output partition holds bundle ``n``'s items before bundle ``n + 1``'s:
 the first ``item_count`` items not yet in a bundle are the bundle's.
 
+A sink may have several barrier instances (`connectors.KafkaSink` ``barriers``): instance
+``k`` of ``n`` owns the output partitions ``p`` with ``p % n == k`` (`owned_partitions`),
+reads the items of those partitions only (the last stage routes each to pre-barrier
+partition ``k``, `barrier_instance`) and writes the headers of those partitions only,
+with a ``seq`` of its own. Each partition is still one bundle sequence, as above.
+
 A keyed item goes to ``crc32(key) % partitions`` (librdkafka's consistent partitioner), an
 unkeyed one to ``gt.front % partitions``: both deterministic, so a replay writes the same
 bytes to the same partitions. A bundle's order is no contract: its items become visible
@@ -47,6 +53,7 @@ __all__ = [
     "META_HEADER",
     "BundleVerifier",
     "Headers",
+    "barrier_instance",
     "bundle_records",
     "bundles_topic",
     "header_records",
@@ -54,6 +61,7 @@ __all__ = [
     "item_record",
     "item_records",
     "output_partition",
+    "owned_partitions",
     "read_bundle_header",
     "read_meta",
     "signed_item",
@@ -81,6 +89,17 @@ def output_partition(key: bytes | None, meta: Meta, partitions: int) -> int:
     if key is not None:
         return zlib.crc32(key) % partitions
     return meta.gt.front % partitions
+
+
+def barrier_instance(key: bytes | None, meta: Meta, partitions: int, barriers: int) -> int:
+    """The barrier instance (of ``barriers``) that writes an item: its output partition's
+    owner (see the module docstring)."""
+    return output_partition(key, meta, partitions) % barriers
+
+
+def owned_partitions(partitions: int, barriers: int, instance: int) -> range:
+    """The output partitions barrier ``instance`` of ``barriers`` writes."""
+    return range(instance, partitions, barriers)
 
 
 def signed_item(
@@ -144,23 +163,40 @@ def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> li
 
 
 def header_records(
-    seq: int, gt_last: GlobalTime, counts: Sequence[int], topic: str
+    seq: int,
+    gt_last: GlobalTime,
+    counts: Sequence[int],
+    topic: str,
+    owned: Sequence[int] | None = None,
 ) -> list[OutRecord]:
     """The records that close bundle ``seq`` of output ``topic``: one per partition of its
-    bundle topic, ``counts`` the items on each output partition."""
+    bundle topic (``owned`` ones only, if given), ``counts`` the items on each output
+    partition. `ProtocolViolation` if an item went to a partition not owned: a stage
+    routed it for another barrier count, and committing it would break that partition's
+    bundle sequence."""
     control = bundles_topic(topic)
+    partitions = range(len(counts)) if owned is None else owned
+    if owned is not None and sum(counts[p] for p in owned) != sum(counts):
+        stray = [p for p, n in enumerate(counts) if n and p not in owned]
+        raise ProtocolViolation(
+            f"a bundle of {topic} has items for partitions {stray}, which another barrier "
+            f"instance writes (this one writes {list(owned)}): run the stages and barriers "
+            "with one KafkaSink barriers count"
+        )
     return [
-        OutRecord(control, partition, None, encode_bundle_header(BundleHeader(seq, gt_last, n)))
-        for partition, n in enumerate(counts)
+        OutRecord(control, p, None, encode_bundle_header(BundleHeader(seq, gt_last, counts[p])))
+        for p in partitions
     ]
 
 
-def bundle_records(bundle: Bundle, topic: str, partitions: int) -> list[OutRecord]:
+def bundle_records(
+    bundle: Bundle, topic: str, partitions: int, owned: Sequence[int] | None = None
+) -> list[OutRecord]:
     """The records of ``bundle`` on output ``topic``: items (`item_record`), then the headers
-    on its bundle topic."""
+    on its bundle topic (``owned`` partitions only, if given)."""
     counts = [0] * partitions
     records = item_records(bundle.records, topic, counts)
-    records.extend(header_records(bundle.seq, bundle.gt_last, counts, topic))
+    records.extend(header_records(bundle.seq, bundle.gt_last, counts, topic, owned))
     return records
 
 

@@ -37,11 +37,13 @@ def service_env(settings: Settings, names: Mapping[str, str], **extra: str) -> d
 class ServiceProcess:
     """One ``flamepipe <command> <spec>`` process with its log in ``log``."""
 
-    def __init__(self, command: str, spec: str, env: Mapping[str, str], log: Path) -> None:
+    def __init__(
+        self, command: str, spec: str, env: Mapping[str, str], log: Path, *args: str
+    ) -> None:
         self.log = log
         self._out = log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "framework.cli", command, spec],
+            [sys.executable, "-m", "framework.cli", command, spec, *args],
             cwd=ROOT,
             env=dict(env),
             stdout=self._out,

@@ -36,3 +36,28 @@ def test_for_graph_needs_a_kafka_sink_and_a_barrier_needs_min_times() -> None:
         BarrierService.for_graph("kafka:9092", graph, sink.id, 1)
     with pytest.raises(PipelineError, match="needs the pipeline's segments"):
         BarrierService("kafka:9092", "shop", sink.id, "s", KafkaSink("out"), shards=1)
+
+
+def test_barrier_instances_have_their_own_names_and_ids() -> None:
+    pipeline = Pipeline("shop")
+    pipeline.source(KafkaSource("orders")).sink(KafkaSink("out", partitions=4, barriers=3))
+    graph = pipeline.graph()
+    (sink,) = graph.by_kind(Kind.SINK)
+    first, second = (
+        BarrierService.for_graph("kafka:9092", graph, sink.id, 1, instance=k) for k in (0, 2)
+    )
+    # Instance 0 keeps a single barrier's names; every instance commits in one group.
+    assert first.transactional_id == first.group == second.group == f"shop.{sink.id}.barrier"
+    assert second.transactional_id == f"shop.{sink.id}.barrier.2"
+    assert first.node == service_node_id("shop", sink.id, "barrier") != second.node
+    assert first.name != second.name and second.instance == 2
+    with pytest.raises(PipelineError, match=r"instances 0\.\.2, not 3"):
+        BarrierService.for_graph("kafka:9092", graph, sink.id, 1, instance=3)
+
+
+def test_a_sink_takes_1_to_64_barriers() -> None:
+    for bad in (0, 65, "2"):
+        with pytest.raises(PipelineError, match=r"barriers must be 1\.\.64"):
+            KafkaSink("out", barriers=bad)  # type: ignore[arg-type]
+    assert "barriers=2" in repr(KafkaSink("out", barriers=2))
+    assert "barriers" not in repr(KafkaSink("out"))

@@ -85,3 +85,28 @@ def test_the_docstring_examples_run() -> None:
 
     failed, tried = doctest.testmod(connectors.registry)
     assert tried >= 5 and failed == 0
+
+
+class _ConflictError(Exception):
+    http_status_code = 409
+
+
+def test_a_registration_race_lost_once_is_asked_again_and_a_real_conflict_still_fails() -> None:
+    sink = KafkaSink("out", value=ConfluentAvro("http://127.0.0.1:8081", "long"))
+    calls: list[int] = []
+
+    def racing(obj: object, _ctx: object) -> bytes:  # the winner registered in between
+        calls.append(1)
+        if len(calls) == 1:
+            raise _ConflictError("artifact version already exists")
+        return b"\x00\x00\x00\x00\x01" + bytes([obj])  # type: ignore[list-item]
+
+    sink.value._cache()["serializer"] = racing  # type: ignore[attr-defined]
+    assert sink.value.dumps(3) == b"\x00\x00\x00\x00\x01\x03" and len(calls) == 2
+
+    def refusing(_obj: object, _ctx: object) -> bytes:
+        raise _ConflictError("incompatible")
+
+    sink.value._cache()["serializer"] = refusing  # type: ignore[attr-defined]
+    with pytest.raises(RegistryError, match="incompatible"):
+        sink.value.dumps(3)

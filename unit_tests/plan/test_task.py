@@ -355,3 +355,37 @@ def test_a_batch_behind_its_key_repairs_each_whole_history_window_once() -> None
         for meta, _, payload in items_of(r)
     ]
     assert sorted(payload for tomb, payload in released if not tomb) == list(range(1, 51))
+
+
+def test_a_sink_with_two_barriers_gets_each_item_on_its_output_partitions_barrier() -> None:
+    from framework.core.ops import key_hash
+    from framework.wire.bundles import output_partition
+
+    sink = KafkaSink("counts", key=lambda word: word, partitions=4, barriers=2)
+    p = Pipeline("wc")
+    p.source(ListSource([], topic="lines")).key_by(lambda w: w).group(1).map(
+        lambda window: window[-1]
+    ).sink(sink)
+    graph = p.graph()
+    _, second = plan_stages(graph, {"0-source": "lines"})
+    program = StageProgram(StageSpec(graph, second, {"wc.4-sink.pre": 2, "counts": 4}, shards=1))
+    builder = FrameBuilder(keyed=True)
+    words = [f"w{i}" for i in range(40)]
+    for offset, word in enumerate(words):
+        builder.add(Meta(GlobalTime(7, 1, offset)), 1 + offset, Keyed(word, key_hash(word), word))
+    result = program.run([frame_record(builder)], program.new_state(), 1, 1)
+    seen: dict[int, set[int]] = defaultdict(set)  # pre-barrier partition -> output partitions
+    for record in result.records:
+        if record.topic == "wc.4-sink.pre":
+            for meta, _, (key, _value, _meta, _mac) in items_of(record):
+                seen[record.partition or 0].add(output_partition(key, meta, 4))
+    assert seen == {0: {0, 2}, 1: {1, 3}}
+
+
+def test_a_sink_with_barriers_needs_the_partition_count_of_its_topic() -> None:
+    p = Pipeline("wc")
+    p.source(ListSource([], topic="lines")).map(str.upper).sink(KafkaSink("out", barriers=2))
+    graph = p.graph()
+    (only,) = plan_stages(graph, {"0-source": "lines"})
+    with pytest.raises(Exception, match="no partition count for out"):
+        StageProgram(StageSpec(graph, only, {"wc.2-sink.pre": 2}, shards=1))

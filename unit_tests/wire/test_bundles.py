@@ -209,3 +209,17 @@ def test_no_tombstone_or_bare_record_leaves_the_barrier() -> None:
         verifier.item([("other", b"")], 1)
     with pytest.raises(ProtocolViolation, match=r"unreadable fp\.meta header"):
         verifier.item([(META_HEADER, b"\xff")], 2)
+
+
+def test_barrier_instances_own_every_nth_partition_and_head_only_those() -> None:
+    from framework.wire.bundles import barrier_instance, header_records, owned_partitions
+
+    assert [list(owned_partitions(5, 2, k)) for k in (0, 1)] == [[0, 2, 4], [1, 3]]
+    key = b"k-word"
+    assert barrier_instance(key, meta(1), 5, 2) == output_partition(key, meta(1), 5) % 2
+    headers = header_records(4, GlobalTime.slot_end(9), [2, 0, 1, 0, 0], "out", range(0, 5, 2))
+    assert [(h.topic, h.partition) for h in headers] == [("out.bundles", p) for p in (0, 2, 4)]
+    assert [read_bundle_header(h.value).item_count for h in headers] == [2, 1, 0]
+    # An item on another instance's partition would break that partition's bundle sequence.
+    with pytest.raises(ProtocolViolation, match=r"items for partitions \[1\]"):
+        header_records(4, GlobalTime.slot_end(9), [2, 1, 0, 0, 0], "out", range(0, 5, 2))

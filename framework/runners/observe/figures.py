@@ -59,7 +59,8 @@ class StageFigures:
 
 @dataclass(frozen=True, slots=True)
 class BarrierFigures:
-    """One sink's barrier: bundles, items, drops and recent timings."""
+    """One sink's barrier (instance): bundles, items, drops and recent timings; ``sink`` is
+    the sink node, with ``.k`` for its instance k > 0."""
 
     sink: str
     bundles: int = 0
@@ -156,8 +157,10 @@ def barrier_figures(barrier: BarrierService) -> BarrierFigures:
     release, write, latency = (
         quantiles(list(values)) for values in (stats.release_s, stats.write_s, stats.latency_s)
     )
+    # A sink's barrier instances are rows of their own: "<sink>", "<sink>.1", ...
+    name = barrier.sink_node + (f".{barrier.instance}" if barrier.instance else "")
     return BarrierFigures(
-        barrier.sink_node,
+        name,
         bundles=stats.bundles,
         commits=stats.commits,
         items_in=stats.items_in,

@@ -50,6 +50,7 @@ from framework.plan.records import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
 from framework.runners.assembly import (
     ServiceSet,
+    barrier_count,
     embedded_services,
     view_for,
 )
@@ -293,7 +294,9 @@ class PipelineRun:
                 specs.append(changelog_topic_spec(topics.state(stage.id), parallelism))
             for exit_ in stage.exits.values():
                 if exit_.kind is ExitKind.SINK:
-                    specs.append(pre_topic_spec(self.graph.name, exit_.target, self.epoch))
+                    barriers = barrier_count(self.graph, exit_.target)
+                    name = self.graph.name
+                    specs.append(pre_topic_spec(name, exit_.target, self.epoch, barriers))
         ensure_topics(self.bootstrap, specs)
         counts.update({spec.name: spec.partitions for spec in specs})
         return counts
