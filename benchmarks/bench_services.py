@@ -17,7 +17,8 @@ performance issue: 100k items/s on one core each).
 ``--barriers N`` gives the sink N barrier instances (`connectors.KafkaSink` ``barriers``),
 each a process of its own: the sink gets 2N partitions, the pre-barrier topic N, and each
 item goes to its output partition's instance, as a last stage routes it. The clock stops
-when every instance has released its share.
+when every instance has released its share. Words are Pareto(1) ranks (half the items are
+one word, so one instance gets most of them) or, with ``--uniform``, uniform.
 
 Run: ``.venv/bin/python benchmarks/bench_services.py [--items 1000000] [--per-slot 1000]
 [--batch 8192] [--barriers 1] [--profile DIR]`` (``--profile`` writes a cProfile of each
@@ -79,6 +80,7 @@ class Run:
     items: int
     profile: str | None
     barriers: int = 1
+    uniform: bool = False
 
 
 def sink_of(run: Run) -> KafkaSink:
@@ -90,6 +92,15 @@ def sink_of(run: Run) -> KafkaSink:
         partitions=2 * run.barriers,
         barriers=run.barriers,
     )
+
+
+def _pareto(rng: random.Random) -> int:
+    """Pareto(1) word ranks: half the items are one word (a hot key)."""
+    return int(rng.paretovariate(1.0)) % len(WORDS)
+
+
+def _uniform(rng: random.Random) -> int:
+    return rng.randrange(len(WORDS))
 
 
 def _word_key(value: list[Any]) -> bytes:
@@ -110,6 +121,7 @@ def write_backlog(run: Run, per_slot: int, batch: int) -> list[int]:
     node_time = 0
     slot0 = time.time_ns() // 10_000_000 - items // per_slot - 100
     shares = [0] * run.barriers
+    pick = _uniform if run.uniform else _pareto
     for first in range(0, items, batch):
         frames = [FrameBuilder(keyed=False) for _ in range(run.barriers)]
         acks: dict[int, int] = {}
@@ -117,7 +129,7 @@ def write_backlog(run: Run, per_slot: int, batch: int) -> list[int]:
             slot = slot0 + i // per_slot
             front = FRONTS[i % 2]
             meta = Meta(GlobalTime(slot, front, i), (), TRACE)  # one path: one trace
-            word = WORDS[int(rng.paretovariate(1.0)) % len(WORDS)]
+            word = WORDS[pick(rng)]
             ack = rng.getrandbits(64) | 1
             record = encode(meta, [word, i])
             to = barrier_instance(record[0], meta, sink.partitions, run.barriers)
@@ -253,6 +265,9 @@ def main() -> None:
     parser.add_argument("--per-slot", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=8192)
     parser.add_argument("--barriers", type=int, default=1, help="barrier instances (processes)")
+    parser.add_argument(
+        "--uniform", action="store_true", help="uniform words (default: Pareto, one hot key)"
+    )
     parser.add_argument("--profile", default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
@@ -266,6 +281,7 @@ def main() -> None:
             args.items,
             args.profile,
             args.barriers,
+            args.uniform,
         )
         topics = Topics(run.app)
         ensure_topics(

@@ -39,6 +39,7 @@ from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.inprocess.endpoints import SourceRecord
 from framework.testing import InProcessRunner, ListSink, ListSource
+from framework.wire.serde import Bytes
 from integration_tests.harness.runs import produce_lines, read_output
 
 WORDTOOLS = '''
@@ -297,7 +298,7 @@ def registered_job():
     value = ConfluentAvro(url, reader_schema=t.LINE_V2)
     source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2, value=value)
     sink = KafkaSink(env["FP_TEST_SINK"], value=ConfluentJson(url, t.SIZE), key=t.size_key,
-                     key_serde=ConfluentAvro(url, "string"))
+                     key_serde=ConfluentAvro(url, "string"), partitions=2, barriers=2)
     p = Pipeline(env["FP_TEST_APP"])
     p.source(source).map(t.size_row).sink(sink)
     return p
@@ -534,7 +535,9 @@ def test_schema_registry_serdes_run_on_the_executors(
     cluster: Settings, user_dir: Path, tmp_path: Path
 ) -> None:
     """Avro values of two schema versions in, JSON Schema values and Avro keys out: the
-    registry serdes are pickled to the executors and make their own clients there."""
+    registry serdes are pickled to the executors and make their own clients there. The
+    sink has two partitions and two barrier instances: the executors route each item to
+    its partition's instance."""
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -544,7 +547,7 @@ def test_schema_registry_serdes_run_on_the_executors(
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-registered-{run}", f"cl-rin-{run}", f"cl-rout-{run}"
     bootstrap = cluster.kafka_bootstrap
-    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 2)])
     url = f"http://127.0.0.1:{cluster.registry_port}/apis/ccompat/v7"
     client = SchemaRegistryClient({"url": url})
     v1 = {
@@ -585,6 +588,16 @@ def test_schema_registry_serdes_run_on_the_executors(
     tail = _shipped(log)
     got = {keys(m.key(), out_key): values(m.value(), out_value) for m in records}
     assert len(records) == len(expected) and got == expected, tail
+    assert {m.partition() for m in records} == {0, 1}
+    assert _verified_items(bootstrap, sink) == len(expected)  # each partition: one sequence
+
+
+def _verified_items(bootstrap: str, topic: str) -> int:
+    """Items in the bundles a verifying consumer reads from every partition of ``topic``."""
+    from connectors import BundleConsumer
+
+    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}", Bytes()) as consumer:
+        return sum(len(bundle.items) for bundle in consumer.bundles(idle_s=5))
 
 
 def _executor_pids(state_dir: Path) -> list[int]:
