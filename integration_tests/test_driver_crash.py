@@ -28,7 +28,7 @@ from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.topics import Topics
-from integration_tests.harness.driver_main import WINDOW_MS
+from integration_tests.harness.driver_main import WINDOW_MS, stateful_names
 from integration_tests.harness.runs import assert_running_counts, produce_lines, read_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,21 +94,22 @@ def _tp(topic: str, partition: int) -> object:
 @contextlib.contextmanager
 def _killed_twice(
     stack: Settings, state: Path, app: str, source: str, sink: str, *, kind: str,
-    bursts: Callable[[int], list[str]],
+    bursts: Callable[[int], dict[str, list[str]]], apps: list[str],
 ) -> Iterator[None]:  # fmt: skip
-    """A ``kind`` driver fed three bursts of ``bursts(n)`` lines, killed with kill -9 after
-    each of the first two once it made progress on it, and restarted; the last one runs
-    until the block ends."""
+    """A ``kind`` driver fed three bursts of ``bursts(n)`` lines (source topic -> lines),
+    killed with kill -9 after each of the first two once every one of ``apps`` made
+    progress on it, and restarted; the last one runs until the block ends."""
     bootstrap = stack.kafka_bootstrap
     driver = _driver(stack, state, app, source, sink, kind)
     kills = 0
     try:
         _await_running(driver)
         for burst in range(3):
-            produce_lines(bootstrap, source, bursts(burst), partitions=2)
-            start = _ack_records(bootstrap, Topics(app).acks)
+            for topic, lines in bursts(burst).items():
+                produce_lines(bootstrap, topic, lines, partitions=2)
+            starts = {a: _ack_records(bootstrap, Topics(a).acks) for a in apps}
             deadline = time.monotonic() + 120
-            while _ack_records(bootstrap, Topics(app).acks) == start:
+            while any(_ack_records(bootstrap, Topics(a).acks) == n for a, n in starts.items()):
                 assert time.monotonic() < deadline, "no progress before the kill"
                 time.sleep(0.05)
             if burst < 2:
@@ -180,76 +181,61 @@ def _wait_for_output(
     )
 
 
-def test_driver_killed_mid_run_windowed_counts_are_exactly_once(
+def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     stack: Settings, tmp_path: Path
 ) -> None:
-    """The same for a combinable windowed count: state, holds and ticks survive kill -9."""
-    app = f"wcrash{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
-    bootstrap = stack.kafka_bootstrap
-    lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
-    # In bursts, so the windows span the kills.
-    with _killed_twice(
-        stack, tmp_path, app, source, sink, kind="windowed", bursts=lambda n: lines[n::3]
-    ):
-        oracle = window_counts_oracle(bootstrap, source, WINDOW_MS)
-        items = _output_until(bootstrap, sink, len(oracle))
-    released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in items})
-    assert len(items) == len(released), "a window was released twice"
-    assert released == oracle
-
-
-def test_driver_killed_mid_run_a_temporal_join_is_exactly_once(
-    stack: Settings, tmp_path: Path
-) -> None:
-    """A table join's state (each item's price as of each order) survives kill -9: every
-    order priced once, exactly as the in-process harness prices what Kafka stored."""
-    from framework.demos.orders import order_lines, priced_orders
-
-    app = f"jcrash{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-priced"
-    bootstrap = stack.kafka_bootstrap
-    lines = order_lines(3000, items=30, seed=9)
-    with _killed_twice(
-        stack, tmp_path, app, source, sink, kind="joined", bursts=lambda n: lines[n::3]
-    ):
-        orders = sum(1 for line in lines if line.startswith("order"))
-        items = _output_until(bootstrap, sink, orders)
-    harness = priced_orders(app, _stored(bootstrap, source), ListSink())
-    expected = harness.run(InProcessRunner()).values()
-    assert Counter(map(str, items)) == Counter(map(str, expected))
-
-
-def test_driver_killed_mid_run_event_time_windows_and_late_letters_are_exactly_once(
-    stack: Settings, tmp_path: Path
-) -> None:
-    """Event-time windows over producer-stamped readings, some ingested too late: after
-    two kill -9 of the driver, every window once and every late reading one dead letter,
-    exactly as the harness computes them from what Kafka stored."""
+    """Three pipelines in one driver, killed -9 twice mid-run, each from its own input in
+    bursts (so state spans the kills): a combinable windowed count (state, holds and ticks);
+    a table join (each order priced as of the order, exactly as the in-process harness
+    prices what Kafka stored); event-time windows over producer-stamped readings, some
+    ingested too late (every window once, every late reading one dead letter, as the
+    harness computes them)."""
     import pickle
 
+    from framework.demos.orders import order_lines, priced_orders
     from framework.demos.readings import reading_lines, windowed_readings
     from framework.kafka.clients import read_to_end
     from framework.wire.dead_letters import read_dead_letter
 
-    app = f"ecrash{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-sums"
+    run = uuid.uuid4().hex[:6]
+    app, source, sink = f"scrash{run}", f"scrash{run}-in", f"scrash{run}-out"
+    names = stateful_names(app, source, sink)
+    (w_app, w_in, w_out), (j_app, j_in, j_out), (e_app, e_in, e_out) = (
+        names[k] for k in ("windowed", "joined", "eventtime")
+    )
     bootstrap = stack.kafka_bootstrap
+    words = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
+    orders = order_lines(3000, items=30, seed=9)
 
-    def burst(n: int) -> list[str]:
+    def burst(n: int) -> dict[str, list[str]]:
         now = time.time_ns() // 1_000_000
-        on_time = reading_lines(600, now, seed=n)
-        return on_time + reading_lines(200, now, late_ms=5_000, seed=10 + n)
+        readings = reading_lines(600, now, seed=n)
+        readings += reading_lines(200, now, late_ms=5_000, seed=10 + n)
+        return {w_in: words[n::3], j_in: orders[n::3], e_in: readings}
 
-    with _killed_twice(stack, tmp_path, app, source, sink, kind="eventtime", bursts=burst):
-        harness = windowed_readings(app, _stored(bootstrap, source), ListSink()).run(
+    with _killed_twice(
+        stack, tmp_path, app, source, sink, kind="stateful", bursts=burst,
+        apps=[w_app, j_app, e_app],
+    ):  # fmt: skip
+        windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
+        counted = _output_until(bootstrap, w_out, len(windows))
+        priced = _output_until(bootstrap, j_out, sum(1 for o in orders if o.startswith("order")))
+        harness = windowed_readings(e_app, _stored(bootstrap, e_in), ListSink()).run(
             InProcessRunner()
         )
-        expected = Counter(map(str, harness.values()))
-        items = _output_until(bootstrap, sink, sum(expected.values()))
-        dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(app).dlq)]
-    assert Counter(map(str, items)) == expected
-    # Trusted here: the test reads its own pipeline's dead letters (pickled frame items).
+        summed = Counter(map(str, harness.values()))
+        sums = _output_until(bootstrap, e_out, sum(summed.values()))
+        dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
+    # Windowed counts: every window once.
+    released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in counted})
+    assert len(counted) == len(released), "a window was released twice"
+    assert released == windows
+    # The table join.
+    expected = priced_orders(j_app, _stored(bootstrap, j_in), ListSink()).run(InProcessRunner())
+    assert Counter(map(str, priced)) == Counter(map(str, expected.values()))
+    # Event-time windows and late letters. Trusted here: the test reads its own pipeline's
+    # dead letters (pickled frame items).
+    assert Counter(map(str, sums)) == summed
     letters = Counter(str(pickle.loads(d.value or b"").value) for d in dead)
     assert letters == Counter(str(d.payload) for d in harness.dead_letters)
     assert sum(letters.values()) >= 600 and all(d.reason.startswith("late:") for d in dead)

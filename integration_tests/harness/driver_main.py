@@ -1,10 +1,12 @@
 """A pipeline driver as its own process, for tests that kill it (``kill -9``) and restart it.
 
 Usage: ``python -m integration_tests.harness.driver_main BOOTSTRAP ZOOKEEPER STATE_DIR APP
-SOURCE SINK [windowed|joined|eventtime]``. It runs `wordcount` (or, with ``windowed``,
-`windowed_counts` over 200 ms windows; with ``joined``, `framework.demos.orders.priced_orders`;
-with ``eventtime``, `framework.demos.readings.windowed_readings`) on Spark until killed; it
-prints ``running`` once every part started.
+SOURCE SINK [windowed|joined|eventtime|stateful]``. It runs `wordcount` (or, with
+``windowed``, `windowed_counts` over 200 ms windows; with ``joined``,
+`framework.demos.orders.priced_orders`; with ``eventtime``,
+`framework.demos.readings.windowed_readings`) on Spark until killed; ``stateful`` runs the
+last three at once, as three pipelines in one Spark session (`stateful_names` gives each
+one's app, source and sink). It prints ``running`` once every part started.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from framework.config import Settings
 from framework.demos.orders import priced_orders
 from framework.demos.readings import windowed_readings
 from framework.demos.wordcount import windowed_counts, wordcount
+from framework.pipeline import Pipeline
 from framework.runners.spark import SparkRunner, spark_session
 
 WINDOW_MS = 200
@@ -33,23 +36,41 @@ def main(argv: list[str]) -> None:
         spark_master="local[2]",
     )
     spark = spark_session(settings, f"driver-{app}")
-    if kind == "windowed":
-        pipeline = windowed_counts(app, source, sink, window_ms=WINDOW_MS)
-    elif kind == "joined":
-        pipeline = priced_orders(app, KafkaSource(source, partitions=2), KafkaSink(sink))
-    elif kind == "eventtime":
-        pipeline = windowed_readings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    if kind == "stateful":
+        named = stateful_names(app, source, sink)
+        pipelines = [_pipeline(k, *named[k]) for k in STATEFUL]
     else:
-        pipeline = wordcount(app, source, sink)
-    run = SparkRunner(settings, spark).start(pipeline.graph())
+        pipelines = [_pipeline(kind, app, source, sink)]
+    runs = [SparkRunner(settings, spark).start(p.graph()) for p in pipelines]
     print("running", flush=True)
     reported = time.monotonic()
     while True:
-        run.check()
+        for run in runs:
+            run.check()
         time.sleep(0.2)
         if time.monotonic() - reported >= 10:  # into the driver log a failing test prints
             reported = time.monotonic()
-            print(f"flamepipe progress: {run.progress()}", file=sys.stderr, flush=True)
+            for run in runs:
+                print(f"flamepipe progress: {run.progress()}", file=sys.stderr, flush=True)
+
+
+STATEFUL = ("windowed", "joined", "eventtime")
+"""The pipelines of the ``stateful`` driver."""
+
+
+def stateful_names(app: str, source: str, sink: str) -> dict[str, tuple[str, str, str]]:
+    """Each ``stateful`` pipeline's app, source and sink, made from the driver's."""
+    return {k: (f"{app}{k[0]}", f"{source}-{k}", f"{sink}-{k}") for k in STATEFUL}
+
+
+def _pipeline(kind: str, app: str, source: str, sink: str) -> Pipeline:
+    if kind == "windowed":
+        return windowed_counts(app, source, sink, window_ms=WINDOW_MS)
+    if kind == "joined":
+        return priced_orders(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    if kind == "eventtime":
+        return windowed_readings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    return wordcount(app, source, sink)
 
 
 if __name__ == "__main__":
