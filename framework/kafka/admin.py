@@ -52,6 +52,7 @@ __all__ = [
     "list_topics",
     "offsets_at",
     "partition_count",
+    "partitions_if_exists",
     "require_log_append_time",
     "timestamp_type",
 ]
@@ -157,6 +158,11 @@ def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
                 with contextlib.suppress(Exception):
                     client.poll(0)
         time.sleep(0.1)
+
+
+def partitions_if_exists(bootstrap: str, topic: str) -> int:
+    """The number of partitions of ``topic``, 0 if it does not exist (yet)."""
+    return len(_describe(bootstrap, [topic]).get(topic, []))
 
 
 def partition_count(bootstrap: str, topic: str) -> int:

@@ -44,8 +44,8 @@ from confluent_kafka import TopicPartition
 from framework.acker.checkpoints import latest
 from framework.core.graph import Graph
 from framework.deadline import DEFAULT_TIMEOUT_S
-from framework.errors import ConfigError, FlamepipeError, ProtocolViolation
-from framework.kafka.admin import delete_records, delete_topics, list_topics, partition_count
+from framework.errors import FlamepipeError, ProtocolViolation
+from framework.kafka.admin import delete_records, delete_topics, list_topics, partitions_if_exists
 from framework.kafka.clients import (
     close_quietly,
     kafka_retry,
@@ -82,20 +82,12 @@ def acker_needs(bootstrap: str, topics: Topics, shards: int) -> Needs:
     return {(topics.acks, shard): checkpoint[0] for shard, checkpoint in saved.items()}
 
 
-def _partitions(bootstrap: str, topic: str) -> int:
-    """The partition count of ``topic`` (0 while it does not exist: nothing to keep)."""
-    try:
-        return partition_count(bootstrap, topic)
-    except ConfigError:
-        return 0
-
-
 def barrier_needs(bootstrap: str, topics: Topics, app: str, sinks: Iterable[str]) -> Needs:
     """Per pre-barrier partition, the barrier's committed ``P_rel`` (verified positions only)."""
     out: dict[tuple[str, int], int] = {}
     for sink in sinks:
         group, pre = f"{app}.{sink}.barrier", topics.pre(sink)
-        asked = [TopicPartition(pre, p) for p in range(_partitions(bootstrap, pre))]
+        asked = [TopicPartition(pre, p) for p in range(partitions_if_exists(bootstrap, pre))]
         if not asked:
             continue
         consumer = new_consumer(bootstrap, group)

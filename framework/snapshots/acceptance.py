@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from framework.core.time import GlobalTime
 from framework.deadline import DEFAULT_TIMEOUT_S
-from framework.errors import ConfigError, KafkaClientError
-from framework.kafka.admin import partition_count
+from framework.errors import KafkaClientError
+from framework.kafka.admin import partitions_if_exists
 from framework.kafka.clients import close_quietly, kafka_retry, new_consumer
 from framework.wire.positions import BarrierMark
 from framework.wire.topics import Topics
@@ -115,9 +115,8 @@ class BarrierMarks:
     def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
-            try:
-                count = partition_count(self.bootstrap, topic)
-            except ConfigError:
+            count = partitions_if_exists(self.bootstrap, topic)
+            if not count:
                 return 0  # not created yet: no barrier has accepted anything
             self._partitions[topic] = count
         return count
