@@ -430,11 +430,14 @@ def main() -> None:
         help="first a windowed backlog of this many lines, not measured: the phases then "
         "compare on a warm JVM (the first Spark session pays its start and JIT)",
     )
+    ap.add_argument(
+        "--fuse", action="store_true", help="fuse_stages: source and keyed stage in one query"
+    )
     args = ap.parse_args()
     text = Text()
     results = []
     with provision() as stack:
-        settings = stack.with_(parallelism=2, spark_master="local[2]")
+        settings = stack.with_(parallelism=2, spark_master="local[2]", fuse_stages=args.fuse)
         if args.warm_lines:
             print(f"warm-up, not measured ({args.warm_lines} lines):", flush=True)
             warm = {**vars(args), "lines": args.warm_lines, "phases": "throughput"}

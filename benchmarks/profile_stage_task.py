@@ -31,7 +31,7 @@ from framework.plan import plan_stages
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.state import apply_changelog
 from framework.plan.task import StageProgram
-from framework.runners.spark.tasks import _records
+from framework.runners.spark.tasks import read_records
 from framework.wire.auth import Keyring, install, signed
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
@@ -110,7 +110,7 @@ def main() -> None:
         if profiler is not None:
             profiler.enable()
         try:
-            return program.run(_records(iter([rows]), topic), grouping, 1, 1)
+            return program.run(read_records(iter([rows]), topic), grouping, 1, 1)
         finally:
             if profiler is not None:
                 profiler.disable()

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer
 
 from framework.config import Settings
@@ -42,12 +43,14 @@ def _driver(
     sink: str,
     *extra: str,
     shared: Path | None = None,
+    fused: bool = False,
 ) -> subprocess.Popen[str]:
     """A driver process; with ``shared``, its checkpoints and snapshots live there (storage
-    that drivers on several hosts see), not in ``state``."""
+    that drivers on several hosts see), not in ``state``; ``fused``: stages fused."""
     cmd = [sys.executable, "-m", "integration_tests.harness.driver_main"]
     cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink, *extra]
     env = dict(os.environ)
+    env["FLAMEPIPE_FUSE_STAGES"] = "true" if fused else "false"
     if shared is not None:
         env["FLAMEPIPE_CHECKPOINT_URI"] = (shared / "checkpoints").as_uri()
         env["FLAMEPIPE_SNAPSHOT_DIR"] = str(shared / "snapshots")
@@ -94,13 +97,13 @@ def _tp(topic: str, partition: int) -> object:
 @contextlib.contextmanager
 def _killed_twice(
     stack: Settings, state: Path, app: str, source: str, sink: str, *, kind: str,
-    bursts: Callable[[int], dict[str, list[str]]], apps: list[str],
+    bursts: Callable[[int], dict[str, list[str]]], apps: list[str], fused: bool = False,
 ) -> Iterator[None]:  # fmt: skip
     """A ``kind`` driver fed three bursts of ``bursts(n)`` lines (source topic -> lines),
     killed with kill -9 after each of the first two once every one of ``apps`` made
     progress on it, and restarted; the last one runs until the block ends."""
     bootstrap = stack.kafka_bootstrap
-    driver = _driver(stack, state, app, source, sink, kind)
+    driver = _driver(stack, state, app, source, sink, kind, fused=fused)
     kills = 0
     try:
         _await_running(driver)
@@ -115,7 +118,7 @@ def _killed_twice(
             if burst < 2:
                 _kill(driver)
                 kills += 1
-                driver = _driver(stack, state, app, source, sink, kind)
+                driver = _driver(stack, state, app, source, sink, kind, fused=fused)
                 _await_running(driver)
         yield
     finally:
@@ -181,8 +184,9 @@ def _wait_for_output(
     )
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["split", "fused"])
 def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
-    stack: Settings, tmp_path: Path
+    stack: Settings, tmp_path: Path, fused: bool
 ) -> None:
     """Three pipelines in one driver, killed -9 twice mid-run, each from its own input in
     bursts (so state spans the kills): a combinable windowed count (state, holds and ticks);
@@ -215,7 +219,7 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
 
     with _killed_twice(
         stack, tmp_path, app, source, sink, kind="stateful", bursts=burst,
-        apps=[w_app, j_app, e_app],
+        apps=[w_app, j_app, e_app], fused=fused,
     ):  # fmt: skip
         windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
         counted = _output_until(bootstrap, w_out, len(windows))

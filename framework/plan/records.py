@@ -37,6 +37,11 @@ class StageSpec:
     source: SourceDecoder | None = None  # how a source stage decodes its input records
     fail_fast: bool = False
     epoch: int = 0
+    # Fused queries (framework.plan.fusion): the map side's keyed target, whose items cross
+    # a Spark shuffle and are not acked; the reduce side, whose input items are not acked
+    # on receipt (docs/decisions/fused-stages.md).
+    fused_exit: str | None = None
+    fused_input: bool = False
 
     @property
     def topics(self) -> Topics:

@@ -95,6 +95,7 @@ class _ExitRoute(NamedTuple):
     pane: int  # slots of the target's window panes (combining)
     encode: Callable[[Meta, Any], Any] | None  # a sink's: the item as its output record
     sink_partitions: int  # a sink's with several barriers: its topic's partition count
+    acked: bool  # False across a fused query's shuffle: the items never leave the batch
 
 
 class StageProgram:
@@ -144,6 +145,7 @@ class StageProgram:
             aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
             target.endpoint.encode_item if isinstance(target.endpoint, Sink) else None,
             sink_partitions,
+            exit_.target != self.spec.fused_exit,
         )
 
     def _sink_partitions(self, sink: Sink) -> int:
@@ -326,9 +328,13 @@ class _TaskRun:
             self._dead(record, reason, Unauthenticated(f"{where}: {reason}"))
             return
         items = read_items(record.headers, record.value, where)
+        append = into.append
+        if self.spec.fused_input:  # no receipt: the items were never sent-acked
+            for index, (meta, _, payload) in enumerate(items):
+                append((Record(meta, payload), record, index))
+            return
         segment = self._entry_segment
         ack = self.acker.ack
-        append = into.append
         for index, (meta, value, payload) in enumerate(items):
             ack(segment, meta[0][0], value)
             append((Record(meta, payload), record, index))
@@ -435,7 +441,8 @@ class _TaskRun:
         meta = record.meta
         value = record.value if route.encode is None else route.encode(meta, record.value)
         ack = self.rng()
-        self.acker.ack(route.segment, meta.gt.slot, ack)
+        if route.acked:
+            self.acker.ack(route.segment, meta.gt.slot, ack)
         if route.shuffle:
             keyed = record.value
             if not isinstance(keyed, Keyed):

@@ -193,9 +193,11 @@ def acker_figures(acker: AckerService) -> AckerFigures:
 
 def _edges(run: PipelineRun) -> tuple[tuple[str, str], ...]:
     edges: list[tuple[str, str]] = []
-    for stage_id, query in run.queries.items():
-        for exit_ in query.spec.stage.exits.values():
-            edges.append((stage_id, exit_.target))
+    for query in run.queries.values():
+        keyed = getattr(query, "keyed", None)  # a fused query's keyed stage (FusedQuery)
+        for spec in (query.spec, *([keyed] if keyed is not None else [])):
+            for exit_ in spec.stage.exits.values():
+                edges.append((spec.stage.id, exit_.target))
     return tuple(edges)
 
 

@@ -193,6 +193,8 @@ class FrontHeartbeats(Service):
         for row in rows:
             if row["skipped"]:  # a batch committed before: heartbeated after it was read
                 continue
+            if not row["source_row"]:  # a fused query's hash unit: no source partition
+                continue
             partition, stamp = row["partition"], row["min_timestamp_ms"]
             promised = self.sent.get(front_id(topic, partition), -1)
             if slot_of(stamp, self.delta_ms) < promised:

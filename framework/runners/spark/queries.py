@@ -22,7 +22,7 @@ from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_tas
 from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 
-__all__ = ["StageQuery", "StageStats"]
+__all__ = ["StageQuery", "StageStats", "summary_type"]
 
 _log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def essence(exc: BaseException, limit: int = 500) -> str:
 
 
 @functools.cache
-def _summary_type() -> Any:
+def summary_type() -> Any:
     """`SUMMARY_SCHEMA` as a Spark type, built once: as a DDL string, `mapInArrow` had it
     parsed by the JVM in every micro-batch (a py4j round trip, 4 ms of the driver's 17-20;
     docs/latency.md)."""
@@ -103,10 +103,12 @@ class StageStats:
     workers: dict[int, str] = field(default_factory=dict)  # per input partition: the last
     # Seconds of recent micro-batches, from the batch function's call to its summary rows.
     batch_s: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
+    fused: bool = False  # a fused query's: timestamps from source rows, placement from units
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, rows: list[Any]) -> None:
-        """Fold one micro-batch's summary rows in."""
+        """Fold one micro-batch's summary rows in. A fused query's rows are of two kinds
+        (`SUMMARY_SCHEMA`): source partitions' (timestamps) and hash units' (placement)."""
         with self._lock:
             self.batches += 1
             for row in rows:
@@ -117,9 +119,11 @@ class StageStats:
                 self.tombstones += row["tombstones"]
                 self.skipped_tasks += int(row["skipped"])
                 partition, stamp = row["partition"], row["max_timestamp_ms"]
-                if stamp > self.last_timestamp_ms.get(partition, -1):
+                newer = stamp > self.last_timestamp_ms.get(partition, -1)
+                if newer and (not self.fused or row["source_row"]):
                     self.last_timestamp_ms[partition] = stamp
-                self._place(partition, row)
+                if not self.fused or not row["source_row"]:
+                    self._place(partition, row)
 
     def _place(self, partition: int, row: Any) -> None:
         self.catchup_bytes += row["catchup_bytes"]
@@ -181,7 +185,7 @@ class StageQuery:
         """Partitions whose next window ``min_slot`` completes, without a recent tick."""
         out: list[int] = []
         with self._due_lock:
-            for partition in range(self.spec.partitions[self.topic]):
+            for partition in range(self._units()):
                 due = self._due.get(partition, 0)
                 if due < 0 or due > min_slot:
                     continue
@@ -192,15 +196,50 @@ class StageQuery:
                 out.append(partition)
         return out
 
+    def _units(self) -> int:
+        """The partitions ticks go to: the stage's input topic's."""
+        return self.spec.partitions[self.topic]
+
     def start(self, spark: Any) -> None:
         """Start the query (it runs on Spark's own thread)."""
         self.run_id = read_or_create_run_id(spark, self.checkpoint)
-        frame = (
+        frame = self._reader(
+            spark, self.spec.stage.topic, self.starting_offsets, self._max_offsets()
+        ).selectExpr(*_COLUMNS, *(_HEADERS if self._headers() else ()))
+        self._write(frame)
+
+    def _write(self, frame: Any) -> None:
+        """Start the streaming query of ``frame`` with this stage's batch function."""
+        self.query = (
+            frame.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", self.checkpoint)
+            .queryName(f"{self.spec.graph.name}.{self.name}")
+            .trigger(processingTime=f"{self.trigger_ms} milliseconds")
+            .start()
+        )
+
+    @property
+    def name(self) -> str:
+        """The query's name after the pipeline's: its stage id."""
+        return self.spec.stage.id
+
+    def _reader(
+        self,
+        spark: Any,
+        topic: str,
+        starting: str,
+        max_offsets: int,
+        *,
+        headers: bool | None = None,
+    ) -> Any:
+        """A Kafka stream of ``topic`` (every column; select what the stage reads)."""
+        headers = self._headers() if headers is None else headers
+        return (
             spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.bootstrap)
-            .option("subscribe", self.spec.stage.topic)
-            .option("startingOffsets", self.starting_offsets)
-            .option("includeHeaders", str(self._headers()).lower())
+            .option("subscribe", topic)
+            .option("startingOffsets", starting)
+            .option("includeHeaders", str(headers).lower())
             # Internal topics are written in transactions; never read an aborted one.
             .option("kafka.isolation.level", "read_committed")
             # The executor's consumer keeps a fetch open after a task (the Java client
@@ -210,17 +249,9 @@ class StageQuery:
             # only inside a task's poll, so the shorter wait costs no idle requests.
             .option("kafka.fetch.max.wait.ms", "5")
             # Bounded batches keep min time moving (so state is pruned) under a backlog.
-            .option("maxOffsetsPerTrigger", str(self._max_offsets()))
+            .option("maxOffsetsPerTrigger", str(max_offsets))
             .options(**security.spark_options())
             .load()
-            .selectExpr(*_COLUMNS, *(_HEADERS if self._headers() else ()))
-        )
-        self.query = (
-            frame.writeStream.foreachBatch(self._batch)
-            .option("checkpointLocation", self.checkpoint)
-            .queryName(f"{self.spec.graph.name}.{self.spec.stage.id}")
-            .trigger(processingTime=f"{self.trigger_ms} milliseconds")
-            .start()
         )
 
     def _headers(self) -> bool:
@@ -260,19 +291,27 @@ class StageQuery:
 
     def _run_batch(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
-        ctx = TaskContext(
-            self.spec,
+        ctx = self._context(self.spec, batch_id, self.min_slot())
+        rows = frame.mapInArrow(stage_task(ctx), summary_type()).collect()
+        self._count(rows, started)
+
+    def _context(self, spec: StageSpec, batch_id: int, min_slot: int) -> TaskContext:
+        """What the tasks of ``spec`` get with this batch."""
+        return TaskContext(
+            spec,
             self.bootstrap,
             self.run_id,
             batch_id,
-            self.min_slot(),
+            min_slot,
             current(),
             tuple(security.installed().items()),
             tuple(self.floors().items()),
             self.front_lag_ms,
             self.worker_log,
         )
-        rows = frame.mapInArrow(stage_task(ctx), _summary_type()).collect()
+
+    def _count(self, rows: list[Any], started: float) -> None:
+        """A committed batch's summary rows: checks, counters, windows due, listeners."""
         if self.on_rows is not None:
             self.on_rows(rows)
         self.stats.add(rows)
@@ -303,18 +342,23 @@ class StageQuery:
         """Spark's last progress report of the query (None before the first)."""
         return None if self.query is None else self.query.lastProgress
 
-    def completed_offsets(self) -> dict[int, int]:
-        """Per input partition, the end offset of the last completed micro-batch: Spark never
-        reads below it again (a restart re-runs at most the batch after it)."""
+    def completed_offsets(self, topic: str | None = None) -> dict[int, int]:
+        """Per partition of ``topic`` (default: the stage's input), the end offset of the
+        last completed micro-batch: Spark never reads below it again (a restart re-runs at
+        most the batch after it)."""
         progress = self.progress()
         if progress is None:
             return {}
+        wanted = topic or self.spec.stage.topic
         try:
-            end = progress["sources"][0]["endOffset"]
-            offsets = json.loads(end) if isinstance(end, str) else end
-            return {int(p): int(o) for p, o in offsets.get(self.spec.stage.topic, {}).items()}
+            for source in progress["sources"]:
+                end = source["endOffset"]
+                offsets = json.loads(end) if isinstance(end, str) else end
+                if isinstance(offsets, dict) and wanted in offsets:
+                    return {int(p): int(o) for p, o in offsets[wanted].items()}
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            return {}  # no batch yet, or a report of another shape: trim nothing
+            pass  # a report of another shape: trim nothing
+        return {}
 
     def failure(self) -> str | None:
         """Why the query died, or None while it is healthy."""

@@ -35,7 +35,13 @@ from framework.config import Settings
 from framework.core.graph import Graph, Kind
 from framework.core.time import GlobalTime
 from framework.deadline import Deadline
-from framework.errors import DeadlineExceeded, FlamepipeError, PipelineError, ServiceFailed
+from framework.errors import (
+    ConfigError,
+    DeadlineExceeded,
+    FlamepipeError,
+    PipelineError,
+    ServiceFailed,
+)
 from framework.kafka.admin import ensure_topics
 from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
 from framework.kafka.topics import (
@@ -46,6 +52,7 @@ from framework.kafka.topics import (
     pre_topic_spec,
     shuffle_topic_spec,
 )
+from framework.plan.fusion import Fused, fuse
 from framework.plan.records import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
 from framework.runners.assembly import (
@@ -61,10 +68,11 @@ from framework.runners.observe.figures import Figures, run_figures
 from framework.runners.observe.server import WatchServer
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
+from framework.runners.spark.fused_query import FusedQuery
 from framework.runners.spark.queries import StageQuery, StageStats
 from framework.runners.spark.shipping import Shipment, ship
-from framework.runners.spark.storage import epoch_checkpoints
-from framework.runners.spark.ticks import WindowTicks
+from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
+from framework.runners.spark.ticks import Due, WindowTicks
 from framework.service import Service
 from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
@@ -195,6 +203,7 @@ class PipelineRun:
         sink_nodes(self.graph)
         self._read_epoch()
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
+        alone, fused = fuse(stages) if self.settings.fuse_stages else (stages, ())
         # Step 2
         self.shipment = ship(self.spark, self.graph, self.graph, self._local_dir())
         # Step 3
@@ -206,8 +215,10 @@ class PipelineRun:
             self.services = ServiceSet(view=view_for(self.settings, self.graph, self.epoch))
         self.services.start()
         # Step 5
-        for stage in stages:
+        for stage in alone:
             self._start_stage(stage, sources, partitions)
+        for pair in fused:
+            self._start_fused(pair, sources, partitions)
         progress = {q.spec.stage.topic: q for q in self.queries.values() if q.spec.stage.is_source}
         self.fronts = FrontHeartbeats(
             self.bootstrap,
@@ -224,11 +235,13 @@ class PipelineRun:
             query.floors = functools.partial(self.fronts.floors, topic)
             query.on_batch = self.fronts.poke
         self.fronts.start()
-        aggregates = [
-            q
-            for q in self.queries.values()
-            if self.graph.node(q.spec.stage.entry).kind is Kind.AGGREGATE
-        ]
+        aggregates: list[Due] = []
+        for q in self.queries.values():
+            if isinstance(q, FusedQuery):
+                if self.graph.node(q.keyed.stage.entry).kind is Kind.AGGREGATE:
+                    aggregates.append(q.ticks)
+            elif self.graph.node(q.spec.stage.entry).kind is Kind.AGGREGATE:
+                aggregates.append(q)
         if aggregates:
             self.ticks = WindowTicks(
                 self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
@@ -257,7 +270,10 @@ class PipelineRun:
             barrier_needs(self.bootstrap, self.topics, self.graph.name, sink_nodes(self.graph))
         )
         for query in self.queries.values():
-            if not query.spec.stage.is_source:
+            if isinstance(query, FusedQuery):  # its keyed stage's topic: ticks
+                topic = query.keyed.stage.topic
+                needs.update({(topic, p): o for p, o in query.tick_offsets().items()})
+            elif not query.spec.stage.is_source:
                 topic = query.spec.stage.topic
                 needs.update({(topic, p): o for p, o in query.completed_offsets().items()})
         return needs
@@ -301,19 +317,73 @@ class PipelineRun:
         counts.update({spec.name: spec.partitions for spec in specs})
         return counts
 
-    def _start_stage(
-        self, stage: Stage, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
-    ) -> None:
-        source = sources.get(stage.entry)
-        spec = StageSpec(
+    def _spec(
+        self,
+        stage: Stage,
+        sources: Mapping[str, KafkaSource],
+        partitions: Mapping[str, int],
+        **fused: Any,
+    ) -> StageSpec:
+        return StageSpec(
             self.graph,
             stage,
             dict(partitions),
             self.settings.acker_shards,
-            source,
+            sources.get(stage.entry),
             self.settings.fail_fast,
             self.epoch,
+            **fused,
         )
+
+    def _start_stage(
+        self, stage: Stage, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
+    ) -> None:
+        spec = self._spec(stage, sources, partitions)
+        self._refuse_other_mode(stage.id, fused=False)
+        query = StageQuery(
+            spec,
+            self.bootstrap,
+            f"{self._checkpoints()}/{stage.id}",
+            self.settings,
+            self._min_slot(stage),
+            starting_offsets=self._starting_offsets(stage),
+        )
+        query.start(self.spark)
+        self.queries[stage.id] = query
+
+    def _start_fused(
+        self, pair: Fused, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
+    ) -> None:
+        """One query for a source stage and the keyed stage it alone feeds."""
+        self._refuse_other_mode(pair.id, fused=True)
+        query = FusedQuery(
+            self._spec(pair.map, sources, partitions, fused_exit=pair.reduce.entry),
+            self._spec(pair.reduce, sources, partitions, fused_input=True),
+            self.bootstrap,
+            f"{self._checkpoints()}/{pair.id}",
+            self.settings,
+            self._min_slot(pair.reduce),
+            starting_offsets=self._starting_offsets(pair.map),
+        )
+        query.start(self.spark)
+        self.queries[pair.map.id] = query
+
+    def _refuse_other_mode(self, query_id: str, *, fused: bool) -> None:
+        """`ConfigError` if this epoch's checkpoints hold the stage in the other mode: a
+        fused query never reads the frames a split one left in the keyed stage's topic,
+        and a split one would read them again."""
+        others = [c for c in checkpoint_names(self.spark, self._checkpoints()) if c != query_id]
+        clash = [c for c in others if ("+" in c) != fused and _overlaps(c, query_id)]
+        if clash:
+            now, before = ("fused", "split") if fused else ("split", "fused")
+            raise ConfigError(
+                f"{self.graph.name!r} ran with stages {before} in epoch {self.epoch} "
+                f"(checkpoint {clash[0]}) and fuse_stages now asks for {now}: switch in a "
+                "new epoch (flamepipe replay), or set FLAMEPIPE_FUSE_STAGES back"
+            )
+
+    def _min_slot(self, stage: Stage) -> Callable[[], int]:
+        """What a stage's tasks prune and complete windows by."""
         segment = self.graph.segments().of_node[stage.entry]
         view, committed = self.services.view, self._committed_slot()
         if view is None:
@@ -326,16 +396,7 @@ class PipelineRun:
             # Prune only below the committed snapshot: a later snapshot is cut from the
             # state, which must still hold what it needs (snapshots-from-changelogs.md).
             min_slot = lambda: min(view.min_time(segment), committed())  # noqa: E731
-        query = StageQuery(
-            spec,
-            self.bootstrap,
-            f"{self._checkpoints()}/{stage.id}",
-            self.settings,
-            min_slot,
-            starting_offsets=self._starting_offsets(stage),
-        )
-        query.start(self.spark)
-        self.queries[stage.id] = query
+        return min_slot
 
     def _committed_slot(self) -> CommittedSlot:
         if self._committed is None:
@@ -443,3 +504,8 @@ class PipelineRun:
             self._committed.close()
         if failure is not None:
             raise failure
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether two query ids (``stage`` or ``stage+stage``) share a stage."""
+    return bool(set(a.split("+")) & set(b.split("+")))

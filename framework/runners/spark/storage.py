@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 from framework.config import Settings
 from framework.errors import StateError
 
-__all__ = ["checkpoint_root", "epoch_checkpoints", "read_or_create_run_id"]
+__all__ = ["checkpoint_names", "checkpoint_root", "epoch_checkpoints", "read_or_create_run_id"]
 
 _log = logging.getLogger(__name__)
 _RUN_ID = "flamepipe-run-id"
@@ -73,6 +73,17 @@ def read_or_create_run_id(spark: Any, checkpoint: str) -> str:
         raise StateError(f"cannot write {path.toString()}: {err}") from err
     _log.debug("new run id %s in %s", run_id, checkpoint)
     return run_id
+
+
+def checkpoint_names(spark: Any, checkpoints: str) -> list[str]:
+    """The query checkpoints under an epoch's ``checkpoints`` (none if it does not exist)."""
+    jvm = spark._jvm
+    path = jvm.org.apache.hadoop.fs.Path(checkpoints)
+    fs = _hadoop_fs(spark, path)
+    if not fs.exists(path):
+        return []
+    statuses = fs.listStatus(path)
+    return sorted(str(s.getPath().getName()) for s in statuses if s.isDirectory())
 
 
 def _hadoop_fs(spark: Any, path: Any) -> Any:

@@ -42,16 +42,31 @@ from framework.plan.task import StageProgram
 from framework.wire.auth import Keyring, install
 from framework.wire.records import InRecord
 
-__all__ = ["SUMMARY_SCHEMA", "TaskContext", "node_id", "stage_task"]
+__all__ = [
+    "SUMMARY_SCHEMA",
+    "WORKER",
+    "TaskContext",
+    "check_lag",
+    "drop_state",
+    "node_id",
+    "partition_state",
+    "program_for",
+    "read_records",
+    "spare_the_collector",
+    "stage_task",
+    "summary_row",
+]
 
 SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
     "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "
     "max_timestamp_ms LONG, next_due LONG, worker STRING, catchup_records LONG, "
-    "catchup_bytes LONG, catchup_ms DOUBLE"
+    "catchup_bytes LONG, catchup_ms DOUBLE, source_row BOOLEAN"
 )
+"""One row per task: ``source_row`` rows describe a source partition (what fronts heartbeat
+by), the others a partition or hash unit of a keyed stage (windows due, placement)."""
 # Which Python worker ran a task: its cache of state is what placement keeps or loses.
-_WORKER = f"{socket.gethostname()}:{os.getpid()}"
+WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _keep(_: object) -> None:
@@ -78,7 +93,7 @@ class TaskContext:
     keyring: Keyring
     kafka_properties: tuple[tuple[str, str], ...] = ()
     # Source stages: per partition, the slot the driver heartbeated (or is heartbeating)
-    # the partition's front up to; a record below it must not commit (`_check_lag`).
+    # the partition's front up to; a record below it must not commit (`check_lag`).
     floors: tuple[tuple[int, int], ...] = ()
     front_lag_ms: int = 0
     worker_log: WorkerLog | None = None
@@ -110,14 +125,14 @@ def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
         enabled = gc.isenabled()
         gc.disable()
         try:
-            records = _records(batches, ctx.spec.stage.topic)
+            records = read_records(batches, ctx.spec.stage.topic)
             summary = run_partition(ctx, records) if records else None
         finally:
             if enabled:
                 gc.enable()
         if summary is not None:
             yield pa.RecordBatch.from_pylist([summary])
-        _spare_the_collector()
+        spare_the_collector()
 
     return run
 
@@ -126,7 +141,7 @@ _FULL_COLLECTION_EVERY = 64
 _tasks_frozen = 0
 
 
-def _spare_the_collector() -> None:
+def spare_the_collector() -> None:
     """Freeze the heap, so the full ``gc.collect()`` Spark's worker runs after every task
     skips it (measured: 80 % of a stateless stage's worker CPU at 1k records/s, more the
     larger the cached states). The cyclic collector then never sees frozen objects, so
@@ -141,19 +156,21 @@ def _spare_the_collector() -> None:
         gc.freeze()
 
 
-def _records(batches: Iterator[Any], topic: str) -> list[InRecord]:
-    # Step 1. Column by column: to_pydict would build a dict per header and index every
-    # column per row; the headers column is split by its list offsets instead.
+def read_records(batches: Iterator[Any], topic: str | None) -> list[InRecord]:
+    """Step 1: a task's rows as records of ``topic`` (None: each row's ``topic`` column, a
+    query reading two topics). Column by column: to_pydict would build a dict per header
+    and index every column per row; the headers column is split by its list offsets."""
     out: list[InRecord] = []
     for batch in batches:
         if not batch.num_rows:
             continue
         column = batch.column
+        topics = repeat(topic, batch.num_rows) if topic else column("topic").to_pylist()
         out.extend(
             map(
                 InRecord._make,
                 zip(
-                    repeat(topic, batch.num_rows),
+                    topics,
                     column("partition").to_pylist(),
                     column("offset").to_pylist(),
                     column("ts").to_pylist(),
@@ -192,13 +209,13 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     committer = TaskCommitter.cached(ctx.bootstrap, f"{app}.{stage}.p{partition}")
     # Step 2
     if committer.is_committed(ctx.group, topic, partition, end):
-        return _summary(partition, records, skipped=True)
-    _check_lag(ctx, partition, records)
-    program = _programs.get((app, stage, ctx.run_id), lambda: StageProgram(spec))
+        return summary_row(partition, records, skipped=True, source_row=spec.stage.is_source)
+    check_lag(ctx, partition, records)
+    program = program_for(ctx)
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
     state_key = (app, stage, partition, ctx.run_id)
-    state, reader, catchup = _state(ctx, program, state_key, partition)
+    state, reader, catchup = partition_state(ctx, program, state_key, partition)
     try:
         # Step 4
         if isinstance(state, Grouping):
@@ -213,10 +230,10 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
                 [o for r, o in zip(result.records, offsets, strict=True) if r.topic == changelog]
             )
     except BaseException:
-        _states.discard(state_key)
+        drop_state(state_key)
         raise
     return {
-        **_summary(partition, records, skipped=False),
+        **summary_row(partition, records, skipped=False, source_row=spec.stage.is_source),
         "items_in": result.items_in,
         "items_out": result.items_out,
         "dead_letters": result.dead_letters,
@@ -229,7 +246,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
 _NO_CATCHUP: dict[str, Any] = {"catchup_records": 0, "catchup_bytes": 0, "catchup_ms": 0.0}
 
 
-def _check_lag(ctx: TaskContext, partition: int, records: list[InRecord]) -> None:
+def check_lag(ctx: TaskContext, partition: int, records: list[InRecord]) -> None:
     """Before anything commits: `ProtocolViolation` if a source record lies in a slot the
     driver already heartbeated its front past. Min time may have passed it, so its output
     would be dropped as a replay; failing here, uncommitted, loses nothing, and a restart
@@ -250,7 +267,7 @@ def _check_lag(ctx: TaskContext, partition: int, records: list[InRecord]) -> Non
         )
 
 
-def _state(
+def partition_state(
     ctx: TaskContext, program: StageProgram, key: tuple[str, str, int, str], partition: int
 ) -> tuple[StageState | None, ChangelogReader | None, dict[str, Any]]:
     """The partition's state brought up to date, its reader, and what catching up cost
@@ -278,7 +295,21 @@ def _state(
     )
 
 
-def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str, Any]:
+def program_for(ctx: TaskContext) -> StageProgram:
+    """This worker's compiled program of the context's stage (made once per run)."""
+    spec = ctx.spec
+    return _programs.get((spec.graph.name, spec.stage.id, ctx.run_id), lambda: StageProgram(spec))
+
+
+def drop_state(key: tuple[str, str, int, str]) -> None:
+    """Forget a cached state after a failed task: it may be ahead of what committed."""
+    _states.discard(key)
+
+
+def summary_row(
+    partition: int, records: list[InRecord], *, skipped: bool, source_row: bool
+) -> dict[str, Any]:
+    """A task's summary (`SUMMARY_SCHEMA`) before its program's counts are added."""
     return {
         "partition": partition,
         "records_in": len(records),
@@ -291,6 +322,7 @@ def _summary(partition: int, records: list[InRecord], skipped: bool) -> dict[str
         "min_timestamp_ms": min(r.timestamp_ms for r in records),
         "max_timestamp_ms": max(r.timestamp_ms for r in records),
         "next_due": -2,  # unknown: the driver keeps what it knew
-        "worker": _WORKER,
+        "worker": WORKER,
         **_NO_CATCHUP,
+        "source_row": source_row,
     }

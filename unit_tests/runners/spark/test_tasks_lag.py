@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from framework.errors import ProtocolViolation
-from framework.runners.spark.tasks import _check_lag
+from framework.runners.spark.tasks import check_lag
 from framework.wire.records import InRecord
 
 
@@ -24,12 +24,12 @@ def _records(*stamps: int) -> list[InRecord]:
 
 
 def test_records_at_or_above_the_floor_pass() -> None:
-    _check_lag(_ctx({0: 100}), 0, _records(1_000, 1_005, 2_000))
-    _check_lag(_ctx({}), 0, _records(5))  # nothing heartbeated yet
-    _check_lag(_ctx({1: 10**9}), 0, _records(5))  # another partition's floor
+    check_lag(_ctx({0: 100}), 0, _records(1_000, 1_005, 2_000))
+    check_lag(_ctx({}), 0, _records(5))  # nothing heartbeated yet
+    check_lag(_ctx({1: 10**9}), 0, _records(5))  # another partition's floor
 
 
 def test_a_record_below_the_floor_fails_naming_the_setting() -> None:
     with pytest.raises(ProtocolViolation, match="FLAMEPIPE_FRONT_LAG_MS") as caught:
-        _check_lag(_ctx({0: 101}), 0, _records(1_020, 1_009))
+        check_lag(_ctx({0: 101}), 0, _records(1_020, 1_009))
     assert "lines[0]" in str(caught.value) and "Nothing of this batch" in str(caught.value)

@@ -1,0 +1,120 @@
+"""Driver side of a fused query: a source stage and the keyed stage it alone feeds.
+
+The query reads the source topic and the keyed stage's topic, which now carries only the
+driver's window ticks, as one stream (a union of two Kafka sources), and runs
+``mapInArrow(map side) -> repartition(units) -> mapInArrow(reduce side)`` per micro-batch
+(`framework.runners.spark.fused_tasks`; the argument: docs/decisions/fused-stages.md).
+Registered under the source stage's id, it is what the fronts heartbeat by: its source
+rows carry the source partitions' timestamps.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from framework.config import Settings
+from framework.plan.records import StageSpec
+from framework.runners.spark.fused_tasks import (
+    MAP_SCHEMA,
+    FusedContext,
+    map_task,
+    reduce_task,
+    spark_partition_keys,
+)
+from framework.runners.spark.queries import StageQuery, summary_type
+from framework.runners.spark.storage import read_or_create_run_id
+
+__all__ = ["FusedQuery"]
+
+# As a stage reads its topic (queries._COLUMNS), plus the topic: the union has two.
+_COLUMNS = ("topic", "key", "value", "partition", "offset", "unix_millis(timestamp) AS ts")
+_NO_HEADERS = "CAST(NULL AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers"
+
+
+class FusedQuery(StageQuery):
+    """The query of source stage ``spec`` fused with keyed stage ``keyed``.
+
+    ``min_slot`` is the keyed stage's (what completes its windows and prunes its
+    groupings); the map side is stateless.
+    """
+
+    def __init__(  # noqa: PLR0917 - StageQuery's arguments and the keyed stage's spec
+        self,
+        spec: StageSpec,
+        keyed: StageSpec,
+        bootstrap: str,
+        checkpoint: str,
+        settings: Settings,
+        min_slot: Any,
+        *,
+        starting_offsets: str = "earliest",
+    ) -> None:
+        super().__init__(
+            spec, bootstrap, checkpoint, settings, min_slot, starting_offsets=starting_offsets
+        )
+        self.keyed = keyed
+        self.pkeys = spark_partition_keys(keyed.partitions[keyed.stage.topic])
+        self.stats.fused = True
+        self.ticks = FusedTicks(self)
+
+    @property
+    def name(self) -> str:
+        """Both stage ids."""
+        return f"{self.spec.stage.id}+{self.keyed.stage.id}"
+
+    def _units(self) -> int:
+        return len(self.pkeys)
+
+    def start(self, spark: Any) -> None:
+        """Start the query over the source topic and the tick topic."""
+        self.run_id = read_or_create_run_id(spark, self.checkpoint)
+        source_headers = self._headers()
+        source = self._reader(
+            spark, self.spec.stage.topic, self.starting_offsets, self.max_batch_records
+        ).selectExpr(*_COLUMNS, "headers" if source_headers else _NO_HEADERS)
+        # The tick topic is this epoch's: it starts at its beginning.
+        ticks = self._reader(
+            spark, self.keyed.stage.topic, "earliest", self.max_batch_records, headers=True
+        ).selectExpr(*_COLUMNS, "headers")
+        self._write(source.unionByName(ticks))
+
+    def _run_batch(self, frame: Any, batch_id: int) -> None:
+        started = time.monotonic()
+        ctx = FusedContext(
+            self._context(self.spec, batch_id, 0),
+            self._context(self.keyed, batch_id, self.min_slot()),
+            self.pkeys,
+        )
+        rows = (
+            frame.mapInArrow(map_task(ctx), MAP_SCHEMA)
+            .repartition(len(self.pkeys), "pkey")
+            .mapInArrow(reduce_task(ctx), summary_type())
+            .collect()
+        )
+        self._count(rows, started)
+
+    def tick_offsets(self) -> dict[int, int]:
+        """The tick topic's offsets the last completed batch read to (for trimming)."""
+        return self.completed_offsets(self.keyed.stage.topic)
+
+
+class FusedTicks:
+    """A fused query as `WindowTicks` sees an aggregate stage: ticks go to the keyed
+    stage's topic, one partition per unit."""
+
+    def __init__(self, query: FusedQuery) -> None:
+        self.query = query
+
+    @property
+    def topic(self) -> str:
+        """The keyed stage's topic (ticks only, when fused)."""
+        return self.query.keyed.stage.topic
+
+    def min_slot(self) -> int:
+        """The keyed stage's min time."""
+        return int(self.query.min_slot())
+
+    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
+        """Units whose next window ``min_slot`` completes, without a recent tick."""
+        return self.query.ticks_due(min_slot, now, retry_s)
