@@ -14,9 +14,10 @@ The same pipeline object runs unchanged on any `Runner`: the in-process harness 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
+from framework.core.calls import AsyncCall
 from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
 from framework.core.joins import LEFT, RIGHT, SideKey, TableLookup, Tag, WindowPairs, check_how
 from framework.core.rolling import First
@@ -133,6 +134,44 @@ class Stream(_Handle):
     def map(self, fn: Callable[[Any], Any], *, name: str = "") -> Stream:
         """One output per payload: ``fn(payload)``."""
         return Stream(self.pipeline, self._then(Kind.MAP, fn, name))
+
+    def map_async(
+        self,
+        fn: Callable[[Any], Awaitable[Any]],
+        *,
+        concurrency: int = 16,
+        timeout_s: float = 10.0,
+        retries: int = 2,
+        backoff_s: float = 0.1,
+        name: str = "",
+    ) -> Stream:
+        """One output per payload: ``await fn(payload)``, an external service's answer.
+
+        Guarantee: each payload's output is in the committed output exactly once, in the
+        order of the payloads; the service may be called more than once for a payload
+        (a retried attempt, a task run again, a replay), and one call's answer is kept.
+        Up to ``concurrency`` calls of a task's batch are in flight at once; a call
+        that raises or takes over ``timeout_s`` is retried ``retries`` times after
+        ``backoff_s``, 2x, 4x...; a payload whose every attempt failed goes to the
+        dead-letter topic with each attempt's error. It cannot follow a ``group``
+        (its repairs would call the service again). See `framework.core.calls`.
+
+        >>> import asyncio
+        >>> from framework.testing import InProcessRunner, ListSink, ListSource
+        >>> async def price(item):
+        ...     await asyncio.sleep(0.01)  # an HTTP call, say
+        ...     return (item, len(item) * 10)
+        >>> p = Pipeline("prices")
+        >>> out = ListSink()
+        >>> _ = p.source(ListSource(["tea", "cake"])).map_async(price).sink(out)
+        >>> p.run(InProcessRunner()).values()
+        [('tea', 30), ('cake', 40)]
+        """
+        call = AsyncCall(concurrency, timeout_s, retries, backoff_s)
+        port = self.pipeline._add(
+            Kind.MAP_ASYNC, [self.port], fn=fn, call=call, label=_label(fn, name)
+        )
+        return Stream(self.pipeline, port)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str = "") -> Stream:
         """Zero or more outputs per payload, in the order ``fn`` yields them."""

@@ -40,6 +40,7 @@ from framework.local.stack import LocalStack
 from framework.runners.inprocess.endpoints import SourceRecord
 from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.serde import Bytes
+from integration_tests.harness.http_service import PriceService
 from integration_tests.harness.runs import produce_lines, read_output
 
 WORDTOOLS = '''
@@ -85,6 +86,24 @@ def count_row(update):
 
 def located(message):
     return [message.value, message.partition, message.offset, message.timestamp_ms, message.key]
+
+
+def priced_by(url):
+    """A map_async function: the price service's answer for the row's line (httpx). Its
+    client is made on the first call and kept: map_async's event loop outlives a batch."""
+    clients = []
+
+    async def priced(row):
+        import httpx
+
+        if not clients:
+            clients.append(httpx.AsyncClient(timeout=5.0))
+        line_id = row[0].split()[0]
+        answer = await clients[0].get(url + "/price", params={"line": line_id})
+        answer.raise_for_status()
+        return [*row, answer.json()["price"]]
+
+    return priced
 
 
 def opening(line):
@@ -194,8 +213,11 @@ def running(app, source, sink):
 
 
 def whereabouts(app, source, sink):
+    """Each record's context, priced by an HTTP service (map_async: calls in flight
+    together, the odd ones failing and retried, a broken line's item a dead letter)."""
     p = Pipeline(app)
-    p.source(source).map(t.located).sink(sink)
+    priced = t.priced_by(os.environ["FP_TEST_SERVICE"])
+    p.source(source).map(t.located).map_async(priced, concurrency=8, backoff_s=0.01).sink(sink)
     return p
 
 
@@ -351,7 +373,10 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
 # "words" merges the windowed count, the running count (a whole-history grouping), the
 # rolling count, the table join and two groupings in a row: one driver start for five
 # (each took about a minute alone, mostly starting a driver and its executors).
-PIPELINES = ("words", "whereabouts", "operators")
+# "running-fused": the running count with its source stage and its grouping fused into one
+# query (a Spark shuffle instead of a Kafka topic between them): the shuffle crosses the
+# executors' JVMs.
+PIPELINES = ("words", "whereabouts", "operators", "running-fused")
 CONTEXT = frozenset({"whereabouts", "operators"})  # pipelines whose source gives records' context
 LINES = 400
 _TIMEOUT_S = 240.0
@@ -382,6 +407,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 
 @pytest.fixture(scope="module")
+def service() -> Iterator[PriceService]:
+    """The price service the whereabouts job calls, for its driver and for the oracle."""
+    broken = frozenset(i for i in range(LINES) if i % 50 == 7)
+    with (
+        PriceService(latency_s=0.005, broken=broken) as running,
+        pytest.MonkeyPatch.context() as env,
+    ):
+        env.setenv("FP_TEST_SERVICE", running.url)
+        yield running
+
+
+@pytest.fixture(scope="module")
 def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The user's code: NOT on the executors' path, nor on this process's."""
     root = tmp_path_factory.mktemp("user-code")
@@ -408,6 +445,7 @@ def _driver_env(settings: Settings, app: str, source: str, sink: str) -> dict[st
         FP_TEST_APP=app,
         FP_TEST_SOURCE=source,
         FP_TEST_SINK=sink,
+        FP_TEST_SERVICE=os.environ.get("FP_TEST_SERVICE", ""),
     )
     return env
 
@@ -493,10 +531,11 @@ def _shipped(log: Path) -> str:
 
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_a_users_jobs_run_unchanged_on_the_cluster(
-    cluster: Settings, user_dir: Path, pipeline: str, tmp_path: Path
+    cluster: Settings, user_dir: Path, service: PriceService, pipeline: str, tmp_path: Path
 ) -> None:
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-{pipeline.replace('_', '-')}-{run}", f"cl-in-{run}", f"cl-out-{run}"
+    pipeline, _, mode = pipeline.partition("-")
     bootstrap = cluster.kafka_bootstrap
     ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
     lines = [f"{i} {line}" for i, line in enumerate(generate_lines(LINES, seed=11))]
@@ -505,12 +544,10 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     assert sum(expected.values()) > 0
 
     log = tmp_path / "driver.log"
-    driver = _launch(
-        ["-m", "framework.cli", "run", f"jobs:{pipeline}_job"],
-        user_dir,
-        _driver_env(cluster, app, source, sink),
-        log,
-    )
+    env = _driver_env(cluster, app, source, sink)
+    if mode == "fused":
+        env["FLAMEPIPE_FUSE_STAGES"] = "true"
+    driver = _launch(["-m", "framework.cli", "run", f"jobs:{pipeline}_job"], user_dir, env, log)
     try:
         deadline = time.monotonic() + _TIMEOUT_S
         seen: Counter[str] = Counter()
@@ -524,11 +561,15 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     finally:
         _stop(driver)
     tail = _shipped(log)
+    assert ("run fused as one query" in log.read_text(errors="replace")) == (mode == "fused"), tail
     assert seen == expected, (
         f"{pipeline}: {sum(seen.values())} items read, {sum(expected.values())} expected; "
         f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
         f"\n{tail}"
     )
+    if pipeline == "whereabouts":  # the broken lines' items, each a dead letter
+        dead = [m.value() for m in read_to_end(bootstrap, f"{app}.dlq")]
+        assert sorted(int((v or b"").split()[0]) for v in dead) == sorted(service.broken)
 
 
 def test_schema_registry_serdes_run_on_the_executors(

@@ -138,34 +138,6 @@ def _output_until(bootstrap: str, sink: str, count: int) -> list[list[object]]:
     return read_output(bootstrap, sink)
 
 
-def test_driver_killed_mid_run_output_is_exactly_once(stack: Settings, tmp_path: Path) -> None:
-    app = f"crash{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
-    bootstrap = stack.kafka_bootstrap
-    lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=3)
-    kills = 0
-    driver = _driver(stack, tmp_path, app, source, sink)
-    try:
-        _await_running(driver)
-        until = produce_lines(bootstrap, source, lines, partitions=2)
-        # Kill as soon as some task batches committed, twice, then let it finish.
-        for _ in range(2):
-            start = _ack_records(bootstrap, Topics(app).acks)
-            deadline = time.monotonic() + 120
-            while _ack_records(bootstrap, Topics(app).acks) == start:
-                assert time.monotonic() < deadline, "no progress before the kill"
-                time.sleep(0.05)
-            _kill(driver)
-            kills += 1
-            driver = _driver(stack, tmp_path, app, source, sink)
-            _await_running(driver)
-        items = _wait_for_output(bootstrap, sink, lines, until, tmp_path / "driver.log")
-    finally:
-        _kill(driver)
-    assert kills == 2
-    assert_running_counts(items, lines)
-
-
 def _wait_for_output(
     bootstrap: str, sink: str, lines: list[str], until: int, log: Path
 ) -> list[object]:
@@ -188,8 +160,10 @@ def _wait_for_output(
 def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     stack: Settings, tmp_path: Path, fused: bool
 ) -> None:
-    """Three pipelines in one driver, killed -9 twice mid-run, each from its own input in
-    bursts (so state spans the kills): a combinable windowed count (state, holds and ticks);
+    """Four pipelines in one driver, killed -9 twice mid-run, each from its own input in
+    bursts (so state spans the kills): the running word count (a whole-history grouping:
+    every word's count at each occurrence); a combinable windowed count (state, holds and
+    ticks);
     a table join (each order priced as of the order, exactly as the in-process harness
     prices what Kafka stored); event-time windows over producer-stamped readings, some
     ingested too late (every window once, every late reading one dead letter, as the
@@ -204,22 +178,23 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"scrash{run}", f"scrash{run}-in", f"scrash{run}-out"
     names = stateful_names(app, source, sink)
-    (w_app, w_in, w_out), (j_app, j_in, j_out), (e_app, e_in, e_out) = (
-        names[k] for k in ("windowed", "joined", "eventtime")
+    (w_app, w_in, w_out), (j_app, j_in, j_out), (e_app, e_in, e_out), (c_app, c_in, c_out) = (
+        names[k] for k in ("windowed", "joined", "eventtime", "counted")
     )
     bootstrap = stack.kafka_bootstrap
     words = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
+    counted_lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=3)
     orders = order_lines(3000, items=30, seed=9)
 
     def burst(n: int) -> dict[str, list[str]]:
         now = time.time_ns() // 1_000_000
         readings = reading_lines(600, now, seed=n)
         readings += reading_lines(200, now, late_ms=5_000, seed=10 + n)
-        return {w_in: words[n::3], j_in: orders[n::3], e_in: readings}
+        return {w_in: words[n::3], j_in: orders[n::3], e_in: readings, c_in: counted_lines[n::3]}
 
     with _killed_twice(
         stack, tmp_path, app, source, sink, kind="stateful", bursts=burst,
-        apps=[w_app, j_app, e_app], fused=fused,
+        apps=[w_app, j_app, e_app, c_app], fused=fused,
     ):  # fmt: skip
         windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
         counted = _output_until(bootstrap, w_out, len(windows))
@@ -230,6 +205,9 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
         summed = Counter(map(str, harness.values()))
         sums = _output_until(bootstrap, e_out, sum(summed.values()))
         dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
+        running = _output_until(bootstrap, c_out, sum(word_counts(counted_lines).values()))
+    # The running count: every word's count at each of its occurrences, once.
+    assert_running_counts(running, counted_lines)
     # Windowed counts: every window once.
     released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in counted})
     assert len(counted) == len(released), "a window was released twice"

@@ -1,4 +1,4 @@
-"""Commands that run a user's pipeline or its services: run, acker, barrier, replay.
+"""Commands that run a user's pipeline or its services: run, acker, barrier, replay, rescale.
 
 A pipeline is named ``package.module:attribute`` (`framework.cli.spec`). ``run`` starts the
 Spark queries and, by default, the acker and barriers in the same process; with
@@ -193,6 +193,31 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_rescale(args: argparse.Namespace) -> int:
+    from framework.runners.rescale import refuse_unkeyed, start_rescale
+
+    graph = _graph(args)
+    if args.parallelism < 1:
+        raise ConfigError(f"--parallelism {args.parallelism}: give a count of hash units >= 1")
+    refuse_unkeyed(graph)  # before a stack starts
+    with stack_for(args) as found:
+        settings = found.with_(parallelism=args.parallelism)
+        record = start_rescale(settings, graph, from_start=args.from_start)
+        print(
+            f"{graph.name}: epoch {record.epoch} runs with parallelism {args.parallelism}, "
+            f"from {record.offsets}"
+            + (f" (snapshot at slot {record.snapshot})" if record.snapshot is not None else "")
+            + f"; run it with FLAMEPIPE_PARALLELISM={args.parallelism} from now on",
+            file=sys.stderr,
+            flush=True,
+        )
+        if not args.no_run:
+            from framework.runners.spark import SparkRunner
+
+            SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S).run(graph)
+    return 0
+
+
 def _cmd_gc(args: argparse.Namespace) -> int:
     from framework.kafka.admin import delete_records
     from framework.kafka.endpoints import sink_nodes
@@ -301,6 +326,18 @@ def add_parsers(
     replay.add_argument("--no-run", action="store_true", help="only start the epoch")
     replay.add_argument("--services", choices=("embedded", "external"), default="embedded")
     replay.add_argument("--keep-stack", action="store_true", help="leave the local stack running")
+    rescale = sub.add_parser(
+        "rescale",
+        parents=[spec],
+        help="start the next epoch with another parallelism, keyed state moved, then run",
+    )
+    rescale.add_argument("--parallelism", type=int, required=True, help="the new hash units")
+    rescale.add_argument(
+        "--from-start", action="store_true", help="empty state, sources from their first offsets"
+    )
+    rescale.add_argument("--no-run", action="store_true", help="only start the epoch")
+    rescale.add_argument("--services", choices=("embedded", "external"), default="embedded")
+    rescale.add_argument("--keep-stack", action="store_true", help="leave the local stack running")
 
 
 COMMANDS = {
@@ -308,6 +345,7 @@ COMMANDS = {
     "acker": _cmd_acker,
     "barrier": _cmd_barrier,
     "replay": _cmd_replay,
+    "rescale": _cmd_rescale,
     "acls": _cmd_acls,
     "gc": _cmd_gc,
 }

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from framework.core.calls import AsyncCall
 from framework.core.meta import Meta
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.core.windows import Aggregation
@@ -71,6 +72,7 @@ class Kind(StrEnum):
 
     SOURCE = "source"
     MAP = "map"
+    MAP_ASYNC = "map_async"
     FLAT_MAP = "flat_map"
     FILTER = "filter"
     KEY_BY = "key_by"
@@ -81,7 +83,7 @@ class Kind(StrEnum):
     SINK = "sink"
 
 
-_FUNCTION_KINDS = frozenset({Kind.MAP, Kind.FLAT_MAP, Kind.FILTER, Kind.KEY_BY})
+_FUNCTION_KINDS = frozenset({Kind.MAP, Kind.MAP_ASYNC, Kind.FLAT_MAP, Kind.FILTER, Kind.KEY_BY})
 _KEYED_INPUT = frozenset({Kind.GROUP, Kind.AGGREGATE})
 _SEGMENT_HEADS = frozenset({Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE})
 
@@ -97,9 +99,10 @@ class Port(NamedTuple):
 class Node:
     """One logical operation; only the fields of its kind are set.
 
-    ``fn`` is the user function of map, flat_map, filter and key_by; ``window`` the
-    group's window; ``ports`` the broadcast's copies; ``endpoint`` the source or sink
-    descriptor; ``aggregation`` the aggregate's `Aggregation`.
+    ``fn`` is the user function of map, map_async, flat_map, filter and key_by; ``window``
+    the group's window; ``ports`` the broadcast's copies; ``endpoint`` the source or sink
+    descriptor; ``aggregation`` the aggregate's `Aggregation`; ``call`` how map_async
+    calls its function.
     """
 
     id: str
@@ -111,6 +114,7 @@ class Node:
     endpoint: Source | Sink | None = None
     aggregation: Aggregation | None = None
     label: str = ""
+    call: AsyncCall | None = None
 
     def describe(self) -> str:
         """The node for error messages: its id and user label."""
@@ -190,6 +194,7 @@ def _validate(graph: Graph) -> None:
     _check_consumers(graph)
     _check_keys(graph)
     _check_combinable(graph)
+    _check_async_calls(graph)
     _check_names(graph)
 
 
@@ -224,6 +229,8 @@ def _check_node(node: Node, nodes: Mapping[str, Node]) -> None:
         raise PipelineError(f"sink {node.describe()} needs a Sink, got {node.endpoint!r}")
     if node.kind is Kind.AGGREGATE and node.aggregation is None:
         raise PipelineError(f"aggregate {node.describe()} needs an aggregation")
+    if node.kind is Kind.MAP_ASYNC and node.call is None:
+        raise PipelineError(f"map_async {node.describe()} needs its call options")
 
 
 def _check_acyclic(graph: Graph) -> None:
@@ -316,21 +323,42 @@ def _check_names(graph: Graph) -> None:
         raise PipelineError(f"sink names must be unique, repeated: {repeated}")
 
 
+def _check_async_calls(graph: Graph) -> None:
+    """A grouping's repairs retract items with tombstones: a tombstone must carry the value
+    its item had, which a second call of a service need not return."""
+    for node in graph.by_kind(Kind.MAP_ASYNC):
+        grouping = _upstream_grouping(graph, node)
+        if grouping is not None:
+            raise PipelineError(
+                f"{node.describe()} follows {grouping.describe()}, whose repairs retract "
+                "items with tombstones that would call the service again and may get "
+                "another answer: call the service before the grouping"
+            )
+
+
+def _upstream_grouping(graph: Graph, node: Node) -> Node | None:
+    """A grouping upstream of ``node``, if any."""
+    nodes = {n.id: n for n in graph.nodes}
+    todo, seen = [p.node for p in node.inputs], set()
+    while todo:
+        upstream = nodes[todo.pop()]
+        if upstream.kind is Kind.GROUP:
+            return upstream
+        if upstream.id not in seen:
+            seen.add(upstream.id)
+            todo.extend(p.node for p in upstream.inputs)
+    return None
+
+
 def _check_combinable(graph: Graph) -> None:
     """A pre-reduced value cannot drop one payload again: no tombstones may reach it."""
-    nodes = {node.id: node for node in graph.nodes}
     for node in graph.nodes:
         if node.aggregation is None or not node.aggregation.combinable:
             continue
-        todo, seen = [p.node for p in node.inputs], set()
-        while todo:
-            upstream = nodes[todo.pop()]
-            if upstream.kind is Kind.GROUP:
-                raise PipelineError(
-                    f"{node.describe()} is combinable but {upstream.describe()} upstream "
-                    "retracts items with tombstones, which a pre-reduced value cannot undo: "
-                    "drop combinable=True"
-                )
-            if upstream.id not in seen:
-                seen.add(upstream.id)
-                todo.extend(p.node for p in upstream.inputs)
+        upstream = _upstream_grouping(graph, node)
+        if upstream is not None:
+            raise PipelineError(
+                f"{node.describe()} is combinable but {upstream.describe()} upstream "
+                "retracts items with tombstones, which a pre-reduced value cannot undo: "
+                "drop combinable=True"
+            )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.core.calls import MapAsyncOp
 from framework.core.graph import Kind, Node
 from framework.core.ops import (
     BroadcastOp,
@@ -27,6 +28,9 @@ def stateless_operation(pipeline: str, node: Node) -> Operation:
     fn: Any = node.fn
     if node.kind is Kind.MAP:
         return MapOp(name, op_id, fn)
+    if node.kind is Kind.MAP_ASYNC:
+        assert node.call is not None  # validated
+        return MapAsyncOp(name, op_id, fn, node.call)
     if node.kind is Kind.FLAT_MAP:
         return FlatMapOp(name, op_id, fn)
     if node.kind is Kind.FILTER:

@@ -17,6 +17,9 @@ transaction. Per task and batch:
    output record (`Sink.encode_item`: a Kafka sink's key and value bytes with the item's
    meta header and tag), so the barrier only moves bytes; a payload the sink cannot
    encode is a dead letter here.
+   Items that reach a ``map_async`` node wait there until the batch has run through the
+   stage; then their calls run together (`framework.core.calls`) and each output goes on
+   from the node, in the items' order, until no item waits.
 4. A user function that raises turns the item it failed on into a dead letter (with the
    stage input's coordinates and the traceback), or fails the task in fail-fast mode.
 5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
@@ -43,6 +46,7 @@ from typing import Any, NamedTuple
 
 from framework.core.acker.local import LocalAcker
 from framework.core.aggregate import aggregator
+from framework.core.calls import MapAsyncOp
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack
@@ -201,6 +205,7 @@ class StageProgram:
             run.emit_windows(state, min_slot)
             due = state.next_due()
             result.next_due = -1 if due is None else due
+        run.call_services()
         run.write_frames()
         # Step 5
         run.close(node, node_time)
@@ -253,8 +258,14 @@ class _TaskRun:
                 self._appliers[node_id] = _batch_only
             elif kind is Kind.AGGREGATE:
                 self._appliers[node_id] = self._aggregate
+            elif kind is Kind.MAP_ASYNC:
+                self._appliers[node_id] = partial(self._wait_for_call, node_id)
             else:
                 self._appliers[node_id] = program._ops[node_id].apply
+        # Step 3, map_async: items waiting for their calls, with the input they are due to
+        # (None: a window's result).
+        self._origin: tuple[Record, InRecord, int] | None = None
+        self._waiting: list[tuple[str, Record, tuple[Record, InRecord, int] | None]] = []
 
     def decode(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
         """Step 1 for one input record: its items, with their index in a frame, ``into``."""
@@ -269,10 +280,46 @@ class _TaskRun:
 
     def flow(self, item: Record, record: InRecord, index: int) -> None:
         """Steps 2-4 for one decoded item (``index``: its place in a frame, else -1)."""
+        self._origin = (item, record, index)
         try:
             self._flow(self.spec.stage.entry, item)
         except RECORD_ERRORS as exc:
             self._failed(exc, item, record, index)
+        finally:
+            self._origin = None
+
+    def _wait_for_call(self, node_id: str, record: Record) -> list[Record]:
+        self._waiting.append((node_id, record, self._origin))
+        return []
+
+    def call_services(self) -> None:
+        """Step 3, map_async: run the waiting items' calls, one node's batch at a time, and
+        send each output on; outputs may reach another map_async node, which waits next."""
+        while self._waiting:
+            node_id = self._waiting[0][0]
+            batch = [w for w in self._waiting if w[0] == node_id]
+            self._waiting = [w for w in self._waiting if w[0] != node_id]
+            op = self.program._ops[node_id]
+            assert isinstance(op, MapAsyncOp)
+            outcomes = op.apply_batch([record for _, record, _ in batch])
+            for (_, record, origin), outcome in zip(batch, outcomes, strict=True):
+                self._origin = origin
+                try:
+                    if isinstance(outcome, UserFunctionError):
+                        raise outcome
+                    self._forward(node_id, outcome)
+                except RECORD_ERRORS as exc:
+                    if origin is None:
+                        letter = _item_record(self._result_record(), record)
+                        self._dead(letter, f"{exc} (a window's result)", exc.__cause__ or exc)
+                    else:
+                        self._failed(exc, *origin)
+                finally:
+                    self._origin = None
+
+    def _result_record(self) -> InRecord:
+        """Where a dead letter of a window's result says it was: the stage's input."""
+        return InRecord(self.spec.stage.topic, self.partition, -1, 0, None, None)
 
     def flow_grouped(self, grouping: Grouping, decoded: list[tuple[Record, InRecord, int]]) -> None:
         """Steps 2-4 for a stage that starts with a grouping: the grouping takes the whole

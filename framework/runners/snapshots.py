@@ -47,11 +47,14 @@ class CommittedSlot:
         self._registry.close()
 
 
-def restorer(settings: Settings, graph: Graph) -> Callable[[Offsets, int], ReplayStart | None]:
+def restorer(
+    settings: Settings, graph: Graph, *, units: int | None = None
+) -> Callable[[Offsets, int], ReplayStart | None]:
     """The ``restore`` step of `framework.runners.replay.start_replay` for ``graph``.
 
     Picks the newest kept snapshot whose offsets are all at or before the asked ones and
-    seeds the new epoch's changelogs with its state.
+    seeds the new epoch's changelogs with its state, in ``units`` hash units per grouping
+    (None: as many as the snapshot has; `framework.runners.rescale`).
     """
 
     def restore(offsets: Offsets, new_epoch: int) -> ReplayStart | None:
@@ -68,7 +71,9 @@ def restorer(settings: Settings, graph: Graph) -> Callable[[Offsets, int], Repla
                 ):
                     backend = open_backend(settings, graph.name)
                     try:
-                        restore_epoch(settings.kafka_bootstrap, graph, record, backend, new_epoch)
+                        restore_epoch(
+                            settings.kafka_bootstrap, graph, record, backend, new_epoch, units=units
+                        )
                     finally:
                         backend.close()
                     start = {t: dict(parts) for t, parts in record.offsets.items()}

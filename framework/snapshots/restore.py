@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 
 from framework.core.graph import Graph, Kind
+from framework.core.ops import key_hash
 from framework.errors import (
     ConfigError,
     KafkaClientError,
@@ -57,36 +58,47 @@ class Restored:
 
 
 def restore_epoch(
-    bootstrap: str, graph: Graph, record: SnapshotRecord, backend: StateBackend, new_epoch: int
+    bootstrap: str,
+    graph: Graph,
+    record: SnapshotRecord,
+    backend: StateBackend,
+    new_epoch: int,
+    *,
+    units: int | None = None,
 ) -> Restored:
     """Seed the changelogs of ``new_epoch`` with the state of snapshot ``record``.
 
     1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node
        (and, as each is read, the window of the node).
-    2. Create each node's changelog in ``new_epoch`` with ``n`` partitions (compacted,
-       16 MB records); an existing one must have exactly ``n``.
+    2. Create each node's changelog in ``new_epoch`` with ``units`` partitions (None: the
+       snapshot's ``n``; compacted, 16 MB records); an existing one must have exactly that.
     3. Start one transactional producer (its ``transactional.id`` names the app and
        epoch, so it aborts whatever an earlier, crashed attempt left open).
     4. Read every unit's snapshot from the backend and turn it into changelog records
-       (`changelog_records`: the format stage tasks write). A key an earlier attempt
-       committed and the snapshot lacks gets a deletion record.
+       (`changelog_records`: the format stage tasks write), each bucket in the partition
+       its key routes to among ``units`` (``key_hash(key) % units``, as stage tasks route
+       items: a rescale moves keys between units). A key an earlier attempt committed and
+       the snapshot lacks gets a deletion record.
     5. Write everything in one transaction: a crash before its commit leaves nothing
        visible, and running it again gives the same result.
     """
     if new_epoch <= record.epoch:
         raise ConfigError(f"new epoch {new_epoch} must be after the snapshot's {record.epoch}")
+    if units is not None and units < 1:
+        raise ConfigError(f"units={units} must be >= 1")
     topics = Topics(graph.name, new_epoch)
     # Step 1
-    partitions = {node.id: _partitions(record, node.id) for node in graph.by_kind(Kind.GROUP)}
+    saved = {node.id: _partitions(record, node.id) for node in graph.by_kind(Kind.GROUP)}
     windows = {node.id: node.window for node in graph.by_kind(Kind.GROUP)}
+    target = {node: units or count for node, count in saved.items()}
     # Step 2
-    specs = [changelog_topic_spec(topics.state(n), count) for n, count in partitions.items()]
+    specs = [changelog_topic_spec(topics.state(n), count) for n, count in target.items()]
     ensure_topics(bootstrap, specs)
     for spec in specs:
         actual = partition_count(bootstrap, spec.name)
         if actual != spec.partitions:
             raise ConfigError(
-                f"{spec.name} has {actual} partitions, the snapshot {spec.partitions}: "
+                f"{spec.name} has {actual} partitions, the restore needs {spec.partitions}: "
                 "delete the topic or restore into another epoch"
             )
     # Step 3
@@ -97,10 +109,10 @@ def restore_epoch(
     try:
         txn.begin()
         buckets = deleted = 0
-        for node, count in partitions.items():
-            topic = topics.state(node)
+        for node, count in saved.items():
+            topic, into = topics.state(node), target[node]
             # Step 4
-            stale = _committed_keys(bootstrap, topic, count)
+            stale = _committed_keys(bootstrap, topic, into)
             for p in range(count):
                 unit = unit_name(node, p)
                 state = decode_unit(
@@ -113,13 +125,17 @@ def restore_epoch(
                         f"snapshot {unit}@{record.slot} has window {state['window']}, the "
                         f"pipeline's {node} {windows[node]}: restore needs the same pipeline"
                     )
-                for key, value in changelog_records(state):
-                    txn.produce(OutRecord(topic, p, key, value))
-                    stale[p].pop(key, None)
+                for key, (kafka_key, value) in zip(
+                    (b[0] for b in state["buckets"]), changelog_records(state), strict=True
+                ):
+                    q = p if into == count else key_hash(key) % into
+                    txn.produce(OutRecord(topic, q, kafka_key, value))
+                    stale[q].pop(kafka_key, None)
                     buckets += 1
-                for original in stale[p].values():
-                    key, value = bucket_record(original, None)
-                    txn.produce(OutRecord(topic, p, key, value))
+            for q in range(into):
+                for original in stale[q].values():
+                    kafka_key, value = bucket_record(original, None)
+                    txn.produce(OutRecord(topic, q, kafka_key, value))
                     deleted += 1
         # Step 5
         txn.commit()
@@ -131,7 +147,7 @@ def restore_epoch(
         raise
     finally:
         txn.close()
-    return Restored(sum(partitions.values()), buckets, deleted)
+    return Restored(sum(target.values()), buckets, deleted)
 
 
 def _partitions(record: SnapshotRecord, node: str) -> int:

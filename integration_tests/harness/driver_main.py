@@ -4,9 +4,9 @@ Usage: ``python -m integration_tests.harness.driver_main BOOTSTRAP ZOOKEEPER STA
 SOURCE SINK [windowed|joined|eventtime|stateful]``. It runs `wordcount` (or, with
 ``windowed``, `windowed_counts` over 200 ms windows; with ``joined``,
 `framework.demos.orders.priced_orders`; with ``eventtime``,
-`framework.demos.readings.windowed_readings`) on Spark until killed; ``stateful`` runs the
-last three at once, as three pipelines in one Spark session (`stateful_names` gives each
-one's app, source and sink). It prints ``running`` once every part started.
+`framework.demos.readings.windowed_readings`) on Spark until killed; ``stateful`` runs all
+four at once, as four pipelines in one Spark session (`stateful_names` gives each one's
+app, source and sink; ``counted`` is `wordcount`). It prints ``running`` once every part started.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> None:
                 print(f"flamepipe progress: {run.progress()}", file=sys.stderr, flush=True)
 
 
-STATEFUL = ("windowed", "joined", "eventtime")
+STATEFUL = ("windowed", "joined", "eventtime", "counted")
 """The pipelines of the ``stateful`` driver."""
 
 

@@ -23,6 +23,10 @@ def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "raises.py").write_text("raise RuntimeError('no database here')\n")
     (tmp_path / "binary.toml").write_bytes(b"\x00\x01\xff")
     (tmp_path / "folder.toml").mkdir()
+    (tmp_path / "stateless.py").write_text(
+        "from connectors import KafkaSink, KafkaSource\nfrom framework import Pipeline\n"
+        "p = Pipeline('s')\np.source(KafkaSource('in')).map(str).sink(KafkaSink('out'))\n"
+    )
     (tmp_path / "five.toml").write_text("flamepipe = 5\n")
     (tmp_path / "typo.toml").write_text("[flamepipe]\nparalelism = 3\n")
     return tmp_path
@@ -41,6 +45,8 @@ CASES = [
     (["run", "--config", "missing.toml", DEPLOYED], "does not exist"),
     (["replay", DEPLOYED, "--offsets", "lines:0=²"], "write topic:partition=offset"),
     (["replay", DEPLOYED, "--offsets", "lines"], "write topic:partition=offset"),
+    (["rescale", DEPLOYED, "--parallelism", "0"], "give a count of hash units >= 1"),
+    (["rescale", "stateless:p", "--parallelism", "3"], "needs no rescale"),
 ]
 
 

@@ -5,7 +5,8 @@ Start-up protocol of `SparkRunner.start`:
 1. Read the pipeline's epoch from ZooKeeper (`framework.coordination.Epochs`; 0 before the first
    replay or recovery) and plan the stages on that epoch's topics; every source must be a
    `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
-   offsets its record gives.
+   offsets its record gives. A keyed pipeline that ran in this epoch with another
+   ``parallelism`` is refused (`framework.runners.rescale`).
 2. Ship the user's modules to the executors (`framework.runners.spark.shipping`); a user
    function that cannot be pickled fails here, before anything starts.
 3. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
@@ -66,6 +67,7 @@ from framework.runners.keys import install_keys
 from framework.runners.observe.console import LiveConsole
 from framework.runners.observe.figures import Figures, run_figures
 from framework.runners.observe.server import WatchServer
+from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.fused_query import FusedQuery
@@ -202,6 +204,8 @@ class PipelineRun:
         sources = kafka_sources(self.graph)
         sink_nodes(self.graph)
         self._read_epoch()
+        # Keys routed to units that do not hold their state would go unnoticed.
+        check_parallelism(self.bootstrap, self.graph, self.epoch, self.settings.parallelism)
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
         alone, fused = fuse(stages) if self.settings.fuse_stages else (stages, ())
         # Step 2
@@ -367,6 +371,7 @@ class PipelineRun:
         )
         query.start(self.spark)
         self.queries[pair.map.id] = query
+        _log.info("stages %s and %s run fused as one query", pair.map.id, pair.reduce.id)
 
     def _refuse_other_mode(self, query_id: str, *, fused: bool) -> None:
         """`ConfigError` if this epoch's checkpoints hold the stage in the other mode: a

@@ -1,0 +1,110 @@
+"""Rescaling (``flamepipe rescale``) against the real stack: another parallelism in the same
+epoch is refused; a new epoch moves the keyed state to the new hash units.
+
+Word pairs (a window-2 grouping: each word's item pairs with the word's previous one) run
+with 2 units, then 3, then 1, with input between the steps. A key whose state stayed in a
+unit that no longer receives it would pair its next word with nothing: the output, read
+with read_committed and by the verifying consumer across every epoch, equals the oracle of
+the whole input only if every key's state moved with it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from connectors import BundleConsumer
+from framework.config import Settings
+from framework.coordination import SnapshotRegistry
+from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
+from framework.demos.text import generate_lines
+from framework.demos.wordcount import windowed_counts, word_pairs
+from framework.errors import ConfigError
+from framework.kafka.admin import partition_count
+from framework.runners.rescale import keyed_nodes, start_rescale
+from framework.wire.topics import Topics
+from integration_tests.harness.runs import produce_lines, read_output, running
+
+_NONE = SimpleNamespace(slot=0)
+
+
+def _verified_pairs(bootstrap: str, topic: str) -> Counter[Any]:
+    seen: Counter[Any] = Counter()
+    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
+        for bundle in consumer.bundles(idle_s=5):
+            seen.update(pair_key(item.value) for item in bundle.items)
+    return seen
+
+
+def _snapshot_past(settings: Settings, app: str, until_ms: int) -> None:
+    registry = SnapshotRegistry(settings.zookeeper, app)
+    try:
+        deadline = time.monotonic() + 90
+        while (registry.latest() or _NONE).slot * settings.delta_ms <= until_ms:
+            assert time.monotonic() < deadline, "no snapshot past the input so far"
+            time.sleep(0.2)
+    finally:
+        registry.close()
+
+
+def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark: Any) -> None:
+    base = stack.with_(parallelism=2, snapshot_interval_ms=200)
+    bootstrap = base.kafka_bootstrap
+    app = f"rescale{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-pairs"
+    texts = generate_lines(360, words_per_line=5, vocabulary=30, seed=13)
+    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    pipeline = word_pairs(app, source, sink)
+    graph = pipeline.graph()
+    epochs = []
+    for step, units in enumerate((2, 3, 1)):
+        settings = base.with_(parallelism=units)
+        if step:
+            refused = r"runs with parallelism \d+ in epoch .* flamepipe rescale"
+            with pytest.raises(ConfigError, match=refused), running(settings, spark, pipeline):
+                pass
+            record = start_rescale(settings, graph)
+            assert record.snapshot is not None and record.reason.startswith("rescale")
+            epochs.append(record.epoch)
+        with running(settings, spark, pipeline) as run:
+            until = produce_lines(bootstrap, source, lines[step::3], partitions=2)
+            run.wait_released(until, timeout_s=180)
+            changelog = Topics(app, run.epoch).state(keyed_nodes(graph)[0])
+            assert partition_count(bootstrap, changelog) == units
+            if step < 2:
+                _snapshot_past(settings, app, until)
+    assert len(set(epochs)) == 2
+    output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
+    assert output == word_pairs_oracle(bootstrap, source, base.delta_ms)
+    assert _verified_pairs(bootstrap, sink) == output
+
+
+def test_a_pipeline_with_aggregates_rescales_from_the_start(stack: Settings, spark: Any) -> None:
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = f"rescalewin{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-counts"
+    lines = generate_lines(300, words_per_line=5, vocabulary=30, seed=17)
+    pipeline = windowed_counts(app, source, sink, window_ms=200)
+    graph = pipeline.graph()
+    with running(settings, spark, pipeline) as run:
+        until = produce_lines(bootstrap, source, lines[:150], partitions=2)
+        run.wait_released(until + 200, timeout_s=180)
+    wider = settings.with_(parallelism=3)
+    with pytest.raises(ConfigError, match=r"aggregates .*--from-start"):
+        start_rescale(wider, graph)
+    record = start_rescale(wider, graph, from_start=True)
+    assert record.snapshot is None
+    with running(wider, spark, pipeline) as run:
+        assert run.epoch == record.epoch
+        until = produce_lines(bootstrap, source, lines[150:], partitions=2)
+        run.wait_released(until + 200, timeout_s=180)
+    items = read_output(bootstrap, sink)
+    released = Counter({(word, start): n for word, start, n in items})
+    assert len(items) == len(released), "a window was released twice"
+    assert released == window_counts_oracle(bootstrap, source, 200)
