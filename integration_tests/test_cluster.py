@@ -373,10 +373,7 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
 # "words" merges the windowed count, the running count (a whole-history grouping), the
 # rolling count, the table join and two groupings in a row: one driver start for five
 # (each took about a minute alone, mostly starting a driver and its executors).
-# "running-fused": the running count with its source stage and its grouping fused into one
-# query (a Spark shuffle instead of a Kafka topic between them): the shuffle crosses the
-# executors' JVMs.
-PIPELINES = ("words", "whereabouts", "operators", "running-fused")
+PIPELINES = ("words", "whereabouts", "operators")
 CONTEXT = frozenset({"whereabouts", "operators"})  # pipelines whose source gives records' context
 LINES = 400
 _TIMEOUT_S = 240.0
@@ -535,7 +532,6 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
 ) -> None:
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-{pipeline.replace('_', '-')}-{run}", f"cl-in-{run}", f"cl-out-{run}"
-    pipeline, _, mode = pipeline.partition("-")
     bootstrap = cluster.kafka_bootstrap
     ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
     lines = [f"{i} {line}" for i, line in enumerate(generate_lines(LINES, seed=11))]
@@ -545,8 +541,6 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
 
     log = tmp_path / "driver.log"
     env = _driver_env(cluster, app, source, sink)
-    if mode == "fused":
-        env["FLAMEPIPE_FUSE_STAGES"] = "true"
     driver = _launch(["-m", "framework.cli", "run", f"jobs:{pipeline}_job"], user_dir, env, log)
     try:
         deadline = time.monotonic() + _TIMEOUT_S
@@ -561,7 +555,6 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     finally:
         _stop(driver)
     tail = _shipped(log)
-    assert ("run fused as one query" in log.read_text(errors="replace")) == (mode == "fused"), tail
     assert seen == expected, (
         f"{pipeline}: {sum(seen.values())} items read, {sum(expected.values())} expected; "
         f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
@@ -733,7 +726,9 @@ def test_a_script_or_notebook_calling_pipeline_run_runs_on_the_cluster(
     cluster: Settings, user_dir: Path, tmp_path: Path, how: str
 ) -> None:
     """``python run_it.py``, or the same cells in a Jupyter kernel (``Pipeline.run()``): a
-    function of ``__main__`` travels by value, the modules it uses are shipped."""
+    function of ``__main__`` travels by value, the modules it uses are shipped. The script
+    runs with ``fuse_stages``: its source stage and its grouping are one query, whose
+    shuffle crosses the executors' JVMs."""
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-script-{run}", f"cl-sin-{run}", f"cl-sout-{run}"
     bootstrap = cluster.kafka_bootstrap
@@ -744,6 +739,8 @@ def test_a_script_or_notebook_calling_pipeline_run_runs_on_the_cluster(
     log = tmp_path / "script.log"
     argv = ["run_it.py"] if how == "script" else ["run_notebook.py"]
     env = _driver_env(cluster, app, source, sink)
+    if how == "script":
+        env["FLAMEPIPE_FUSE_STAGES"] = "true"
     script = _launch(argv, user_dir, env, log, own_session=how == "notebook")
     try:
         _wait(
@@ -766,6 +763,11 @@ def test_a_script_or_notebook_calling_pipeline_run_runs_on_the_cluster(
         "shipped wordtools to the executors" in line and f"/apps/{app}/" in line
         for line in driver_log.splitlines()
     ), tail
+    fused = any(
+        f"{app}: stages" in line and "run fused as one query" in line
+        for line in driver_log.splitlines()
+    )
+    assert fused == (how == "script"), tail
     assert seen == expected, (
         f"{sum(seen.values())} items read, {sum(expected.values())} expected\n{tail}"
     )

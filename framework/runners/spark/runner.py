@@ -371,7 +371,8 @@ class PipelineRun:
         )
         query.start(self.spark)
         self.queries[pair.map.id] = query
-        _log.info("stages %s and %s run fused as one query", pair.map.id, pair.reduce.id)
+        name = self.graph.name
+        _log.info("%s: stages %s and %s run fused as one query", name, pair.map.id, pair.reduce.id)
 
     def _refuse_other_mode(self, query_id: str, *, fused: bool) -> None:
         """`ConfigError` if this epoch's checkpoints hold the stage in the other mode: a
