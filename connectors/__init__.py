@@ -1,9 +1,12 @@
-"""User-facing connectors: Kafka sources and sinks, and the serdes their payloads use
-(Schema Registry formats included)."""
+"""User-facing connectors: Kafka sources and sinks, the serdes their payloads use (Schema
+Registry formats included), and readers of the exactly-once output (verified bundles, a
+database table, bucketed files)."""
 
 from __future__ import annotations
 
 from connectors.bundles import BundleConsumer
+from connectors.database import DatabaseSink, Table, sqlite
+from connectors.files import FileSink
 from connectors.registry import ConfluentAvro, ConfluentJson, ConfluentProtobuf
 from framework.kafka.endpoints import KafkaSink, KafkaSource
 from framework.wire.serde import AvroSerde, Bytes, Json, Serde, Utf8
@@ -15,9 +18,13 @@ __all__ = [
     "ConfluentAvro",
     "ConfluentJson",
     "ConfluentProtobuf",
+    "DatabaseSink",
+    "FileSink",
     "Json",
     "KafkaSink",
     "KafkaSource",
     "Serde",
+    "Table",
     "Utf8",
+    "sqlite",
 ]

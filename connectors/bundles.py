@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -56,6 +56,7 @@ from framework.wire.serde import Json, Serde
 
 __all__ = [
     "BundleConsumer",
+    "BundleStart",
     "OutputItem",
     "VerifiedBundle",
     "last_bundle_header",
@@ -92,6 +93,25 @@ class VerifiedBundle:
     items_end: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BundleStart:
+    """Where a partition resumes after a bundle its reader applied and keeps the position
+    of itself (with its own output, e.g. in a database transaction): the bundle topic's
+    offset after that bundle's header, the output topic's offset after its last item
+    (None: no item read yet), and its ``seq`` and ``gt_last``."""
+
+    bundles_offset: int
+    items_offset: int | None
+    seq: int
+    gt_last: GlobalTime
+
+    @classmethod
+    def after(cls, bundle: VerifiedBundle, items_offset: int | None) -> BundleStart:
+        """The start after ``bundle``; ``items_offset``: the partition's before it."""
+        end = bundle.items_end if bundle.items_end is not None else items_offset
+        return cls(bundle.offset + 1, end, bundle.header.seq, bundle.header.gt_last)
+
+
 @dataclass
 class _Partition:
     """What one output partition and its bundle partition hold between records."""
@@ -114,7 +134,9 @@ class BundleConsumer:
     """Verified bundles of ``topic`` for consumer group ``group`` (see the module docstring).
 
     ``serde`` decodes item values. Any broken rule raises `ProtocolViolation` naming the
-    partition, offset and rule; nothing of the broken bundle is handed out.
+    partition, offset and rule; nothing of the broken bundle is handed out. With
+    ``starts`` the reader keeps its positions itself: partitions resume there (the others
+    from their first bundle) and nothing is committed to Kafka.
     """
 
     def __init__(
@@ -125,6 +147,7 @@ class BundleConsumer:
         serde: Serde | None = None,
         *,
         poll_s: float = 0.05,
+        starts: Mapping[int, BundleStart] | None = None,
     ) -> None:
         """A consumer of ``topic``; it connects on `open` (or entering ``with``)."""
         self.bootstrap = bootstrap
@@ -133,6 +156,7 @@ class BundleConsumer:
         self.control = bundles_topic(topic)
         self.serde: Serde = serde if serde is not None else Json()
         self.poll_s = poll_s
+        self.starts = None if starts is None else dict(starts)
         self._consumer: Consumer | None = None
         self._parts: dict[int, _Partition] = {}
         self._ready: deque[VerifiedBundle] = deque()
@@ -157,6 +181,16 @@ class BundleConsumer:
             starts: dict[str, dict[int, int | None]] = {self.topic: {}, self.control: {}}
             for p in range(partitions):
                 control, items = committed[(self.control, p)], committed[(self.topic, p)]
+                given = None if self.starts is None else self.starts.get(p)
+                if self.starts is not None and given is None:  # nothing applied yet
+                    control = items = TopicPartition(self.control, p)
+                if given is not None:
+                    at = f"{self.topic}[{p}]"
+                    verifier = BundleVerifier(at, given.seq + 1, given.gt_last)
+                    self._parts[p] = _Partition(verifier)
+                    starts[self.control][p] = given.bundles_offset
+                    starts[self.topic][p] = given.items_offset
+                    continue
                 starts[self.control][p] = self._resume(consumer, control)
                 starts[self.topic][p] = int(items.offset) if items.offset >= 0 else None
             assign_topics(consumer, starts)
@@ -213,7 +247,7 @@ class BundleConsumer:
     def commit(self) -> None:
         """Acknowledge the last bundle handed out: commit its positions and header."""
         bundle, self._unacked = self._unacked, None
-        if bundle is None or self._consumer is None:
+        if bundle is None or self._consumer is None or self.starts is not None:
             return
         consumer = self._consumer
         mark = BundleMark(bundle.header.seq, bundle.header.gt_last).encode()

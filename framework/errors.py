@@ -4,7 +4,7 @@ Which to expect where: `ConfigError` before anything starts; `PipelineError` whi
 is built or planned; `UserFunctionError` from a user function in fail-fast mode;
 `EncodeError` / `DecodeError` at the byte formats; `KafkaClientError` and
 `DeadlineExceeded` from the Kafka layer; `RegistryError` from a schema registry;
-`CoordinationError` from ZooKeeper; `StateError`
+`CoordinationError` from ZooKeeper; `SinkError` from an external sink; `StateError`
 from a state backend; `ServiceFailed` when a running service or stage stops on an error;
 `ProtocolViolation` when an exactly-once invariant breaks (never retried).
 """
@@ -24,6 +24,7 @@ __all__ = [
     "ProtocolViolation",
     "RegistryError",
     "ServiceFailed",
+    "SinkError",
     "SnapshotMissing",
     "StackError",
     "StateError",
@@ -83,6 +84,11 @@ class ServiceFailed(FlamepipeError):  # noqa: N818 - reports a failure, not a ca
 
 class ProtocolViolation(FlamepipeError):  # noqa: N818 - a violation, not an error of the caller
     """An exactly-once invariant was broken (bundle gap, duplicate, time going backwards)."""
+
+
+class SinkError(FlamepipeError):
+    """An external sink (a database, files) refused what a committed bundle holds; the
+    bundle was not applied, so a restart after the fix loses nothing."""
 
 
 class StackError(FlamepipeError):

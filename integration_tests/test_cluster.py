@@ -217,7 +217,7 @@ def whereabouts(app, source, sink):
     together, the odd ones failing and retried, a broken line's item a dead letter)."""
     p = Pipeline(app)
     priced = t.priced_by(os.environ["FP_TEST_SERVICE"])
-    p.source(source).map(t.located).map_async(priced, concurrency=8, backoff_s=0.01).sink(sink)
+    p.source(source).map(t.located).map_async(priced, concurrency=8, backoff_s=0.002).sink(sink)
     return p
 
 
@@ -408,7 +408,7 @@ def service() -> Iterator[PriceService]:
     """The price service the whereabouts job calls, for its driver and for the oracle."""
     broken = frozenset(i for i in range(LINES) if i % 50 == 7)
     with (
-        PriceService(latency_s=0.005, broken=broken) as running,
+        PriceService(latency_s=0.001, broken=broken) as running,
         pytest.MonkeyPatch.context() as env,
     ):
         env.setenv("FP_TEST_SERVICE", running.url)

@@ -21,7 +21,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Consumer
 
 from framework.config import Settings
@@ -43,14 +42,14 @@ def _driver(
     sink: str,
     *extra: str,
     shared: Path | None = None,
-    fused: bool = False,
 ) -> subprocess.Popen[str]:
     """A driver process; with ``shared``, its checkpoints and snapshots live there (storage
-    that drivers on several hosts see), not in ``state``; ``fused``: stages fused."""
+    that drivers on several hosts see), not in ``state``. Stages are split unless the
+    driver fuses them itself (``stateful``)."""
     cmd = [sys.executable, "-m", "integration_tests.harness.driver_main"]
     cmd += [stack.kafka_bootstrap, stack.zookeeper, str(state), app, source, sink, *extra]
     env = dict(os.environ)
-    env["FLAMEPIPE_FUSE_STAGES"] = "true" if fused else "false"
+    env["FLAMEPIPE_FUSE_STAGES"] = "false"
     if shared is not None:
         env["FLAMEPIPE_CHECKPOINT_URI"] = (shared / "checkpoints").as_uri()
         env["FLAMEPIPE_SNAPSHOT_DIR"] = str(shared / "snapshots")
@@ -97,13 +96,13 @@ def _tp(topic: str, partition: int) -> object:
 @contextlib.contextmanager
 def _killed_twice(
     stack: Settings, state: Path, app: str, source: str, sink: str, *, kind: str,
-    bursts: Callable[[int], dict[str, list[str]]], apps: list[str], fused: bool = False,
+    bursts: Callable[[int], dict[str, list[str]]], apps: list[str],
 ) -> Iterator[None]:  # fmt: skip
     """A ``kind`` driver fed three bursts of ``bursts(n)`` lines (source topic -> lines),
     killed with kill -9 after each of the first two once every one of ``apps`` made
     progress on it, and restarted; the last one runs until the block ends."""
     bootstrap = stack.kafka_bootstrap
-    driver = _driver(stack, state, app, source, sink, kind, fused=fused)
+    driver = _driver(stack, state, app, source, sink, kind)
     kills = 0
     try:
         _await_running(driver)
@@ -118,7 +117,7 @@ def _killed_twice(
             if burst < 2:
                 _kill(driver)
                 kills += 1
-                driver = _driver(stack, state, app, source, sink, kind, fused=fused)
+                driver = _driver(stack, state, app, source, sink, kind)
                 _await_running(driver)
         yield
     finally:
@@ -156,18 +155,18 @@ def _wait_for_output(
     )
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["split", "fused"])
 def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
-    stack: Settings, tmp_path: Path, fused: bool
+    stack: Settings, tmp_path: Path
 ) -> None:
-    """Four pipelines in one driver, killed -9 twice mid-run, each from its own input in
+    """Six pipelines in one driver, killed -9 twice mid-run, each from its own input in
     bursts (so state spans the kills): the running word count (a whole-history grouping:
     every word's count at each occurrence); a combinable windowed count (state, holds and
     ticks);
     a table join (each order priced as of the order, exactly as the in-process harness
     prices what Kafka stored); event-time windows over producer-stamped readings, some
     ingested too late (every window once, every late reading one dead letter, as the
-    harness computes them)."""
+    harness computes them); and the windowed and running counts again with stages fused
+    (docs/decisions/fused-stages.md)."""
     import pickle
 
     from framework.demos.orders import order_lines, priced_orders
@@ -181,6 +180,9 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     (w_app, w_in, w_out), (j_app, j_in, j_out), (e_app, e_in, e_out), (c_app, c_in, c_out) = (
         names[k] for k in ("windowed", "joined", "eventtime", "counted")
     )
+    (wf_app, wf_in, wf_out), (cf_app, cf_in, cf_out) = (
+        names[k] for k in ("windowed-fused", "counted-fused")
+    )
     bootstrap = stack.kafka_bootstrap
     words = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
     counted_lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=3)
@@ -190,11 +192,18 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
         now = time.time_ns() // 1_000_000
         readings = reading_lines(600, now, seed=n)
         readings += reading_lines(200, now, late_ms=5_000, seed=10 + n)
-        return {w_in: words[n::3], j_in: orders[n::3], e_in: readings, c_in: counted_lines[n::3]}
+        return {
+            w_in: words[n::3],
+            j_in: orders[n::3],
+            e_in: readings,
+            c_in: counted_lines[n::3],
+            wf_in: words[n::3],
+            cf_in: counted_lines[n::3],
+        }
 
     with _killed_twice(
         stack, tmp_path, app, source, sink, kind="stateful", bursts=burst,
-        apps=[w_app, j_app, e_app, c_app], fused=fused,
+        apps=[w_app, j_app, e_app, c_app, wf_app, cf_app],
     ):  # fmt: skip
         windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
         counted = _output_until(bootstrap, w_out, len(windows))
@@ -205,9 +214,17 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
         summed = Counter(map(str, harness.values()))
         sums = _output_until(bootstrap, e_out, sum(summed.values()))
         dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
-        running = _output_until(bootstrap, c_out, sum(word_counts(counted_lines).values()))
+        total = sum(word_counts(counted_lines).values())
+        running = {out: _output_until(bootstrap, out, total) for out in (c_out, cf_out)}
+        fused_windows = window_counts_oracle(bootstrap, wf_in, WINDOW_MS)
+        fused_counted = _output_until(bootstrap, wf_out, len(fused_windows))
     # The running count: every word's count at each of its occurrences, once.
-    assert_running_counts(running, counted_lines)
+    for items in running.values():
+        assert_running_counts(items, counted_lines)
+    # The windowed count, fused: every window once.
+    released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in fused_counted})
+    assert len(fused_counted) == len(released), "a fused window was released twice"
+    assert released == fused_windows
     # Windowed counts: every window once.
     released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in counted})
     assert len(counted) == len(released), "a window was released twice"

@@ -30,6 +30,16 @@ if ! command -v chromium-headless-shell >/dev/null 2>&1 && ! command -v chromium
   fi
 fi
 
+# Only the tests need PostgreSQL (the database sink's test starts a server of its own).
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing postgresql with apt-get (for the database sink's test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  else
+    say "no PostgreSQL: the database sink's PostgreSQL test will fail until postgresql is installed"
+  fi
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"

@@ -5,8 +5,9 @@ SOURCE SINK [windowed|joined|eventtime|stateful]``. It runs `wordcount` (or, wit
 ``windowed``, `windowed_counts` over 200 ms windows; with ``joined``,
 `framework.demos.orders.priced_orders`; with ``eventtime``,
 `framework.demos.readings.windowed_readings`) on Spark until killed; ``stateful`` runs all
-four at once, as four pipelines in one Spark session (`stateful_names` gives each one's
-app, source and sink; ``counted`` is `wordcount`). It prints ``running`` once every part started.
+four at once, as four pipelines in one Spark session, and the windowed and running counts
+again with fused stages (`stateful_names` gives each one's app, source and sink;
+``counted`` is `wordcount`). It prints ``running`` once every part started.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ def main(argv: list[str]) -> None:
         spark_master="local[2]",
     )
     spark = spark_session(settings, f"driver-{app}")
+    pipelines = [(settings, _pipeline(kind, app, source, sink))]
     if kind == "stateful":
         named = stateful_names(app, source, sink)
-        pipelines = [_pipeline(k, *named[k]) for k in STATEFUL]
-    else:
-        pipelines = [_pipeline(kind, app, source, sink)]
-    runs = [SparkRunner(settings, spark).start(p.graph()) for p in pipelines]
+        fused = settings.with_(fuse_stages=True)
+        pipelines = [(settings, _pipeline(k, *named[k])) for k in STATEFUL]
+        pipelines += [(fused, _pipeline(k, *named[f"{k}-fused"])) for k in FUSED]
+    runs = [SparkRunner(s, spark).start(p.graph()) for s, p in pipelines]
     print("running", flush=True)
     reported = time.monotonic()
     while True:
@@ -56,11 +58,17 @@ def main(argv: list[str]) -> None:
 
 STATEFUL = ("windowed", "joined", "eventtime", "counted")
 """The pipelines of the ``stateful`` driver."""
+FUSED = ("windowed", "counted")
+"""Those the ``stateful`` driver also runs with fused stages, as pipelines of their own."""
 
 
 def stateful_names(app: str, source: str, sink: str) -> dict[str, tuple[str, str, str]]:
-    """Each ``stateful`` pipeline's app, source and sink, made from the driver's."""
-    return {k: (f"{app}{k[0]}", f"{source}-{k}", f"{sink}-{k}") for k in STATEFUL}
+    """Each ``stateful`` pipeline's app, source and sink, made from the driver's (the fused
+    copies' names end in ``-fused``)."""
+    names = {k: (f"{app}{k[0]}", f"{source}-{k}", f"{sink}-{k}") for k in STATEFUL}
+    for k in FUSED:
+        names[f"{k}-fused"] = (f"{app}{k[0]}f", f"{source}-{k}-fused", f"{sink}-{k}-fused")
+    return names
 
 
 def _pipeline(kind: str, app: str, source: str, sink: str) -> Pipeline:

@@ -1,0 +1,298 @@
+"""Files of a flamepipe output topic, bucketed by time, exactly once.
+
+Like `connectors.database`, the output topic is the write-ahead log: `FileSink` reads its
+verified bundles (`connectors.BundleConsumer`) and writes each item's row into the file of
+its time bucket (the item's global time, ``bucket_ms`` wide) and output partition. Files
+move through three states; readers list only the third:
+
+* in progress: ``_in_progress/<bucket>-<partition>.jsonl``, rows appended per bundle;
+* pending: ``_pending/<bucket>-<partition>.<format>``, the whole file, written and synced;
+* committed: ``bucket=<bucket start ms>/part-<partition>.<format>``, by an atomic rename.
+
+A bucket of a partition is complete once a bundle of that partition has a ``GT_last`` at
+or past its end: bundles of a partition release items in global-time order, so no later
+one can hold an item of it. Protocol per bundle of partition ``p``:
+
+1. Append each item's row to its bucket's in-progress file; an item of a bucket already
+   committed is skipped (a restart reads again from before the oldest open bucket).
+2. For each bucket of ``p`` the bundle completes, oldest first, write the pending file.
+3. Replace ``_state.json`` atomically (write, sync, rename): per partition the committed
+   bucket and the bundle position to resume from (before the first bundle of the oldest
+   bucket still in progress), and the pending files it commits.
+4. Rename each pending file into place.
+
+On start (and after a kill -9 anywhere): pending files the state lists are renamed into
+place (step 4 again, idempotent), every other pending and in-progress file is deleted, and
+reading resumes at the state's positions. So a committed file is whole, appears once, and
+its rows are never written into another; what was in progress is written again from the
+output topic.
+
+Example::
+
+    >>> FileSink("127.0.0.1:9092", "counts", "/data/counts", bucket_ms=60_000,  # doctest: +SKIP
+    ...          format="parquet", row=lambda c: {"word": c[0], "n": c[2]}).run()
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from connectors.bundles import BundleConsumer, BundleStart, VerifiedBundle
+from framework import failpoints
+from framework.core.time import DEFAULT_DELTA_MS
+from framework.errors import ConfigError, SinkError, UserFunctionError
+from framework.wire.positions import BundleMark
+from framework.wire.serde import Serde
+
+__all__ = ["FileSink", "FileSinkStats"]
+
+_log = logging.getLogger(__name__)
+_FORMATS = ("jsonl", "parquet")
+_STATE = "_state.json"
+
+
+@dataclass(slots=True)
+class FileSinkStats:
+    """What a run wrote."""
+
+    bundles: int = 0
+    rows: int = 0
+    committed: int = 0  # files
+    skipped: int = 0  # items of committed buckets, read again after a restart
+    recovered: int = 0  # pending files a restart renamed into place
+    discarded: int = 0  # in-progress and unlisted pending files a restart deleted
+
+
+@dataclass(slots=True)
+class _Partition:
+    """One output partition: its committed bucket, open buckets and where they began."""
+
+    committed: int | None = None  # start ms of the last committed bucket
+    last: BundleStart | None = None  # after the last bundle applied
+    opened: dict[int, BundleStart | None] = field(default_factory=dict)  # bucket -> before
+
+
+class FileSink:
+    """Writes output ``topic`` into ``directory`` (module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        directory: str | os.PathLike[str],
+        *,
+        bucket_ms: int = 60_000,
+        format: str = "jsonl",
+        row: Callable[[Any], Any] | None = None,
+        delta_ms: int = DEFAULT_DELTA_MS,
+        serde: Serde | None = None,
+    ) -> None:
+        if format not in _FORMATS:
+            raise ConfigError(f"format {format!r}: one of {', '.join(_FORMATS)}")
+        if bucket_ms < 1 or bucket_ms % delta_ms:
+            raise ConfigError(f"bucket_ms={bucket_ms}: a positive multiple of delta ({delta_ms})")
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.root = Path(directory)
+        self.bucket_ms = bucket_ms
+        self.format = format
+        self.row = row if row is not None else _same
+        self.delta_ms = delta_ms
+        self.serde = serde
+        self.stats = FileSinkStats()
+        self._parts: dict[int, _Partition] = {}
+
+    def run(
+        self, *, idle_s: float | None = None, stop: threading.Event | None = None
+    ) -> FileSinkStats:
+        """Write bundles until ``idle_s`` seconds pass without one (None: until ``stop``)."""
+        starts = self._recover()
+        group = f"flamepipe-filesink-{self.topic}"  # never committed to: positions are ours
+        with BundleConsumer(self.bootstrap, self.topic, group, self.serde, starts=starts) as c:
+            while stop is None or not stop.is_set():
+                bundle = c.poll(idle_s if idle_s is not None else 1.0)
+                if bundle is None:
+                    if idle_s is not None:
+                        break
+                    continue
+                self._apply(bundle)
+        return self.stats
+
+    # -- recovery --------------------------------------------------------------------
+
+    def _recover(self) -> dict[int, BundleStart]:
+        for sub in ("_in_progress", "_pending"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        state = self._read_state()
+        listed = set()
+        for name, target in state.get("pending", []):
+            listed.add(name)
+            pending = self.root / "_pending" / name
+            if pending.exists():  # Step 4 again
+                self._publish(pending, self.root / target)
+                self.stats.recovered += 1
+        for sub in ("_in_progress", "_pending"):
+            for path in (self.root / sub).iterdir():
+                if sub == "_in_progress" or path.name not in listed:
+                    path.unlink()
+                    self.stats.discarded += 1
+        starts: dict[int, BundleStart] = {}
+        for key, entry in state.get("partitions", {}).items():
+            p = int(key)
+            part = self._parts[p] = _Partition(committed=entry.get("committed"))
+            resume = entry.get("resume")
+            if resume is not None:
+                mark = BundleMark.decode(resume["mark"], f"{self.root / _STATE} [{p}]")
+                start = BundleStart(resume["bundles"], resume["items"], mark.seq, mark.gt_last)
+                starts[p] = part.last = start
+        if starts or self.stats.discarded:
+            _log.info(
+                "%s: resuming %s (%d pending files committed, %d partial files discarded)",
+                self.root, {p: s.seq for p, s in starts.items()}, self.stats.recovered,
+                self.stats.discarded,
+            )  # fmt: skip
+        return starts
+
+    def _read_state(self) -> dict[str, Any]:
+        path = self.root / _STATE
+        if not path.exists():
+            return {}
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise SinkError(
+                f"{path}: unreadable state ({exc}); it is written by FileSink only"
+            ) from exc
+        if not isinstance(state, dict) or state.get("format") != 1:
+            raise SinkError(f"{path}: not a FileSink state of format 1")
+        return state
+
+    # -- one bundle ------------------------------------------------------------------
+
+    def _apply(self, bundle: VerifiedBundle) -> None:
+        p = bundle.partition
+        part = self._parts.setdefault(p, _Partition())
+        before = part.last
+        # Step 1
+        rows: dict[int, list[str]] = {}
+        for item in bundle.items:
+            bucket = self._bucket(item.meta.gt.slot)
+            if part.committed is not None and bucket <= part.committed:
+                self.stats.skipped += 1
+                continue
+            try:
+                line = json.dumps(self.row(item.value), sort_keys=True, default=str)
+            except Exception as exc:
+                raise UserFunctionError(
+                    f"{self.root}: the row of {self.topic}[{p}]@{item.offset} failed: {exc!r}; "
+                    "nothing of its bundle was committed"
+                ) from exc
+            rows.setdefault(bucket, []).append(line)
+            part.opened.setdefault(bucket, before)
+        for bucket, lines in rows.items():
+            with open(self._in_progress(bucket, p), "a", encoding="utf-8") as out:
+                out.write("".join(f"{line}\n" for line in lines))
+        part.last = BundleStart.after(bundle, before.items_offset if before else None)
+        self.stats.bundles += 1
+        self.stats.rows += sum(len(lines) for lines in rows.values())
+        # Step 2
+        end_ms = bundle.header.gt_last.slot * self.delta_ms
+        done = sorted(b for b in part.opened if b + self.bucket_ms <= end_ms)
+        if not done:
+            return
+        pending = [self._finish(bucket, p) for bucket in done]
+        for bucket in done:
+            del part.opened[bucket]
+        part.committed = done[-1]
+        # Step 3
+        failpoints.hit("filesink.state")
+        self._write_state(pending)
+        # Step 4
+        failpoints.hit("filesink.rename")
+        for name, target in pending:
+            self._publish(self.root / "_pending" / name, self.root / target)
+        self.stats.committed += len(pending)
+
+    def _finish(self, bucket: int, p: int) -> tuple[str, str]:
+        """Step 2 for one bucket: its whole file in ``_pending``, synced; (name, target)."""
+        source = self._in_progress(bucket, p)
+        name = f"{bucket}-{p}.{self.format}"
+        pending = self.root / "_pending" / name
+        if self.format == "jsonl":
+            _sync(source)
+            os.replace(source, pending)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            with open(source, encoding="utf-8") as lines:
+                rows = [json.loads(line) for line in lines]
+            if not all(isinstance(r, dict) for r in rows):
+                raise SinkError(f"{self.root}: parquet rows must be mappings (give row=...)")
+            pq.write_table(pa.Table.from_pylist(rows), pending)
+            _sync(pending)
+            source.unlink()
+        _sync_dir(pending.parent)
+        return name, f"bucket={bucket}/part-{p}.{self.format}"
+
+    def _write_state(self, pending: list[tuple[str, str]]) -> None:
+        partitions = {}
+        for p, part in self._parts.items():
+            opened = list(part.opened.values())
+            resume = part.last if not opened else _earliest(opened)
+            partitions[str(p)] = {
+                "committed": part.committed,
+                "resume": None if resume is None else {
+                    "bundles": resume.bundles_offset,
+                    "items": resume.items_offset,
+                    "mark": BundleMark(resume.seq, resume.gt_last).encode(),
+                },
+            }  # fmt: skip
+        state = {"format": 1, "partitions": partitions, "pending": pending}
+        tmp = self.root / f"{_STATE}.tmp"
+        tmp.write_text(json.dumps(state, sort_keys=True))
+        _sync(tmp)
+        os.replace(tmp, self.root / _STATE)
+        _sync_dir(self.root)
+
+    def _publish(self, pending: Path, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(pending, target)
+        _sync_dir(target.parent)
+
+    def _bucket(self, slot: int) -> int:
+        ms = slot * self.delta_ms
+        return ms - ms % self.bucket_ms
+
+    def _in_progress(self, bucket: int, p: int) -> Path:
+        return self.root / "_in_progress" / f"{bucket}-{p}.jsonl"
+
+
+def _earliest(starts: list[BundleStart | None]) -> BundleStart | None:
+    """The earliest resume point; None (from the partition's first bundle) beats all."""
+    if any(s is None for s in starts):
+        return None
+    return min((s for s in starts if s is not None), key=lambda s: s.bundles_offset)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(path: Path) -> None:
+    _sync(path)

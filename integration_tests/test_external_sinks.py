@@ -1,0 +1,194 @@
+"""`connectors.DatabaseSink` and `connectors.FileSink` against the real stack: a SQLite
+table, a PostgreSQL table (a server of the test's own) and bucketed files fed from an
+exactly-once output topic, each sink's process killed with kill -9 mid-run, hold the output
+exactly.
+
+Word pairs run on Spark into a 2-partition sink while the three sinks, processes of their
+own, apply the bundles. Each is killed by failpoints at the points of its commit (the database:
+between a bundle's rows and its commit; the files: before the state that commits pending
+files, and between that state and the renames) and once with SIGKILL from outside. The
+table's rows are inserted (no key), so a bundle applied twice would leave duplicate rows
+and a skipped one missing rows: the table must hold exactly the read_committed output,
+which equals the oracle; the committed files must hold exactly the output items of every
+bucket that a later bundle closed, and nothing partial may be visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from connectors import BundleConsumer, KafkaSink
+from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
+from framework.demos.oracle import pair_key, word_pairs_oracle
+from framework.demos.text import generate_lines
+from framework.demos.wordcount import word_pairs
+from framework.failpoints import ENV
+from integration_tests.harness.postgres import LocalPostgres
+from integration_tests.harness.runs import produce_lines, read_output, running
+from integration_tests.harness.sink_main import BUCKET_MS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _sink(
+    kind: str, bootstrap: str, topic: str, path: Path, idle_s: float, *, fail: str = ""
+) -> Any:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(ENV, None)
+    if fail:
+        env[ENV] = fail
+    args = [sys.executable, "-m", "integration_tests.harness.sink_main", kind]
+    return subprocess.Popen(
+        [*args, bootstrap, topic, str(path), str(idle_s)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _table_rows(where: Path | str, query: str = "SELECT pair FROM pairs") -> Counter[Any]:
+    """The rows of a SQLite file (a path) or a PostgreSQL database (a DSN)."""
+    if isinstance(where, str):
+        import psycopg
+
+        with psycopg.connect(where) as conn:
+            try:
+                return Counter(r[0] for r in conn.execute(query))
+            except psycopg.errors.UndefinedTable:  # not created yet
+                return Counter()
+    if not where.exists():
+        return Counter()
+    with sqlite3.connect(where) as conn:
+        try:
+            return Counter(r[0] for r in conn.execute(query))
+        except sqlite3.OperationalError:  # not created yet
+            return Counter()
+
+
+def _file_rows(root: Path) -> Counter[str]:
+    return Counter(
+        json.loads(line)["pair"]
+        for f in root.glob("bucket=*/*.jsonl")
+        for line in f.read_text().splitlines()
+    )
+
+
+def _killed(proc: Any) -> str:
+    out, _ = proc.communicate(timeout=120)
+    text: str = out.decode(errors="replace")[-2000:]
+    assert proc.returncode == -signal.SIGKILL, text
+    return text
+
+
+def _kill_running(proc: Any) -> None:
+    """SIGKILL ``proc``, which must still be running."""
+    if proc.poll() is not None:
+        out, _ = proc.communicate()
+        raise AssertionError(f"the sink ended by itself: {out.decode(errors='replace')[-3000:]}")
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(30) == -signal.SIGKILL
+
+
+def _closed_items(bootstrap: str, topic: str) -> Counter[str]:
+    """The output items whose 1 s bucket a later bundle of their partition closed."""
+    items: list[tuple[int, int, str]] = []
+    last: dict[int, int] = {}
+    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
+        for bundle in consumer.bundles(idle_s=5):
+            last[bundle.partition] = bundle.header.gt_last.slot * DEFAULT_DELTA_MS
+            items += [
+                (bundle.partition, i.meta.gt.slot * DEFAULT_DELTA_MS, pair_key(i.value))
+                for i in bundle.items
+            ]
+    return Counter(key for p, ms, key in items if ms - ms % BUCKET_MS + BUCKET_MS <= last[p])
+
+
+def test_database_and_file_sinks_killed_mid_run_hold_the_output_exactly_once(
+    stack: Settings, spark: Any, tmp_path: Path
+) -> None:
+    with LocalPostgres() as postgres:
+        _run_sinks(stack, spark, tmp_path, postgres.dsn)
+
+
+def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str) -> None:
+    settings = stack.with_(parallelism=2)
+    bootstrap = settings.kafka_bootstrap
+    app = f"xsink{uuid.uuid4().hex[:6]}"
+    source, sink = f"{app}-lines", f"{app}-pairs"
+    db, files = tmp_path / "pairs.db", tmp_path / "files"
+    texts = generate_lines(900, words_per_line=5, vocabulary=40, seed=21)
+    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+
+    def trickle(part: list[str]) -> int:
+        """``part`` in 12 small bursts 0.25 s apart: a release, and a bundle, per burst."""
+        until = 0
+        for i in range(12):
+            until = produce_lines(bootstrap, source, part[i::12], partitions=2)
+            time.sleep(0.25)
+        return until
+
+    with running(settings, spark, word_pairs(app, source, KafkaSink(sink, partitions=2))) as run:
+        # Killed at each point of a commit, each process at its own count, while bundles
+        # keep coming: the database sinks between a bundle's rows and its commit, the file
+        # sink before the state that commits pending files, then between it and the renames.
+        for round_, failing in enumerate(
+            [
+                [("db", db, "dbsink.bundle=2"), ("pg", dsn, "dbsink.bundle=3"),
+                 ("files", files, "filesink.state=1")],
+                [("db", db, "dbsink.bundle=4"), ("pg", dsn, "dbsink.bundle=2"),
+                 ("files", files, "filesink.rename=1")],
+            ]
+        ):  # fmt: skip
+            procs = [
+                _sink(kind, bootstrap, sink, path, 60, fail=fail) for kind, path, fail in failing
+            ]
+            trickle(lines[300 * round_ : 300 * (round_ + 1)])
+            for proc in procs:
+                _killed(proc)
+        # kill -9 from outside while they apply what keeps arriving.
+        db_proc = _sink("db", bootstrap, sink, db, 60)
+        pg_proc = _sink("pg", bootstrap, sink, dsn, 60)
+        file_proc = _sink("files", bootstrap, sink, files, 60)
+        trickle(lines[600:750])
+        for proc in (db_proc, pg_proc, file_proc):
+            _kill_running(proc)
+        until = trickle(lines[750:])
+        run.wait_released(until, timeout_s=180)
+    finals = [
+        _sink(kind, bootstrap, sink, path, 6)
+        for kind, path in (("db", db), ("pg", dsn), ("files", files))
+    ]
+    for proc in finals:
+        out, _ = proc.communicate(timeout=180)
+        assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
+    output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
+    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    # The tables: every output item once.
+    for where in (db, dsn):
+        rows = _table_rows(where)
+        assert sum(rows.values()) == sum(output.values()), (
+            f"{where}: {sum(rows.values())} rows for {sum(output.values())} output items: "
+            f"missing {sum((output - rows).values())}, extra {sum((rows - output).values())}"
+        )
+        assert rows == output
+        parts = _table_rows(where, "SELECT part FROM flamepipe_sink_positions")
+        assert set(parts) == {0, 1}
+    # The files: every item of a closed bucket once, in committed files only.
+    closed = _closed_items(bootstrap, sink)
+    written = _file_rows(files)
+    assert sum(closed.values()) > 0 and len(list(files.glob("bucket=*"))) >= 3
+    assert written == closed, (
+        f"{sum(written.values())} rows in files, {sum(closed.values())} expected: missing "
+        f"{sum((closed - written).values())}, extra {sum((written - closed).values())}"
+    )
