@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -234,10 +235,14 @@ class BundleConsumer:
         self._unacked = self._ready.popleft()
         return self._unacked
 
-    def bundles(self, idle_s: float | None = None) -> Iterator[VerifiedBundle]:
-        """Bundles as they come; stops after ``idle_s`` seconds without one (None: never)."""
-        while True:
-            bundle = self.poll(idle_s if idle_s is not None else 3600.0)
+    def bundles(
+        self, idle_s: float | None = None, stop: threading.Event | None = None
+    ) -> Iterator[VerifiedBundle]:
+        """Bundles as they come; stops after ``idle_s`` seconds without one (None: never),
+        or once ``stop`` is set (seen within a second while idle)."""
+        wait = idle_s if idle_s is not None else (1.0 if stop is not None else 3600.0)
+        while stop is None or not stop.is_set():
+            bundle = self.poll(wait)
             if bundle is None:
                 if idle_s is not None:
                     return

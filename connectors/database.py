@@ -171,12 +171,7 @@ class DatabaseSink:
             consumer = BundleConsumer(self.bootstrap, self.topic, group, self.serde, starts=starts)
             # Step 2
             with consumer:
-                while stop is None or not stop.is_set():
-                    bundle = consumer.poll(idle_s if idle_s is not None else 1.0)
-                    if bundle is None:
-                        if idle_s is not None:
-                            break
-                        continue
+                for bundle in consumer.bundles(idle_s, stop):
                     # Step 3
                     self._apply(conn, bundle, starts)
         finally:

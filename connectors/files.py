@@ -116,12 +116,7 @@ class FileSink:
         starts = self._recover()
         group = f"flamepipe-filesink-{self.topic}"  # never committed to: positions are ours
         with BundleConsumer(self.bootstrap, self.topic, group, self.serde, starts=starts) as c:
-            while stop is None or not stop.is_set():
-                bundle = c.poll(idle_s if idle_s is not None else 1.0)
-                if bundle is None:
-                    if idle_s is not None:
-                        break
-                    continue
+            for bundle in c.bundles(idle_s, stop):
                 self._apply(bundle)
         return self.stats
 
@@ -239,7 +234,7 @@ class FileSink:
             pq.write_table(pa.Table.from_pylist(rows), pending)
             _sync(pending)
             source.unlink()
-        _sync_dir(pending.parent)
+        _sync(pending.parent)
         return name, f"bucket={bucket}/part-{p}.{self.format}"
 
     def _write_state(self, pending: list[tuple[str, str]]) -> None:
@@ -260,12 +255,12 @@ class FileSink:
         tmp.write_text(json.dumps(state, sort_keys=True))
         _sync(tmp)
         os.replace(tmp, self.root / _STATE)
-        _sync_dir(self.root)
+        _sync(self.root)
 
     def _publish(self, pending: Path, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(pending, target)
-        _sync_dir(target.parent)
+        _sync(target.parent)
 
     def _bucket(self, slot: int) -> int:
         ms = slot * self.delta_ms
@@ -292,7 +287,3 @@ def _sync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _sync_dir(path: Path) -> None:
-    _sync(path)

@@ -29,7 +29,6 @@ Protocol of `reduce_task` (the rows of one or more units):
 
 from __future__ import annotations
 
-import gc
 import json
 import struct
 from collections.abc import Callable, Iterator
@@ -38,20 +37,20 @@ from typing import Any
 
 from framework.core.grouping import Grouping
 from framework.errors import ProtocolViolation
-from framework.kafka import security
 from framework.kafka.transactions import TaskCommitter
 from framework.runners.spark.tasks import (
     TaskContext,
     check_lag,
     drop_state,
     node_id,
+    on_worker,
     partition_state,
     program_for,
     read_records,
     spare_the_collector,
     summary_row,
 )
-from framework.wire.auth import install, signed
+from framework.wire.auth import signed
 from framework.wire.records import InRecord, OutRecord
 
 __all__ = [
@@ -178,17 +177,8 @@ def _with_context(
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        install(ctx.keyring)
-        security.install(dict(ctx.kafka_properties))
-        if ctx.worker_log is not None:
-            ctx.worker_log.install()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with on_worker(ctx):
             rows = body(batches)
-        finally:
-            if enabled:
-                gc.enable()
         if rows:
             yield pa.RecordBatch.from_pylist(rows, schema=_arrow_schema(schema))
         spare_the_collector()

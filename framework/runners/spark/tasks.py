@@ -18,6 +18,7 @@ Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and b
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -49,6 +50,7 @@ __all__ = [
     "check_lag",
     "drop_state",
     "node_id",
+    "on_worker",
     "partition_state",
     "program_for",
     "read_records",
@@ -109,27 +111,37 @@ def node_id(app: str, stage: str, partition: int, run_id: str) -> int:
     return stable_id(f"{app}/{stage}/{partition}/{run_id}")
 
 
+@contextlib.contextmanager
+def on_worker(ctx: TaskContext) -> Iterator[None]:
+    """What a task's body runs under in a Python worker: the keys, the Kafka client
+    properties and the worker log installed, the cyclic collector off.
+
+    A batch allocates a large graph of small objects; the cyclic collector would rescan it
+    again and again (measured: half the task's time). Nothing here makes cycles, so it
+    runs once after the task instead (`spare_the_collector`).
+    """
+    install(ctx.keyring)
+    security.install(dict(ctx.kafka_properties))
+    if ctx.worker_log is not None:
+        ctx.worker_log.install()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def stage_task(ctx: TaskContext) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The function Spark's ``mapInArrow`` runs for each partition of the batch."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
 
-        # A batch allocates a large graph of small objects; the cyclic collector would
-        # rescan it again and again (measured: half the task's time). Nothing here makes
-        # cycles, so collect once after the task instead.
-        install(ctx.keyring)
-        security.install(dict(ctx.kafka_properties))
-        if ctx.worker_log is not None:
-            ctx.worker_log.install()
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
+        with on_worker(ctx):
             records = read_records(batches, ctx.spec.stage.topic)
             summary = run_partition(ctx, records) if records else None
-        finally:
-            if enabled:
-                gc.enable()
         if summary is not None:
             yield pa.RecordBatch.from_pylist([summary])
         spare_the_collector()
