@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from framework.core.calls import AsyncCall
 from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
 from framework.core.joins import LEFT, RIGHT, SideKey, TableLookup, Tag, WindowPairs, check_how
+from framework.core.names import IdStyle, OperatorIds
 from framework.core.rolling import First
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.core.windows import (
@@ -60,21 +61,56 @@ def _label(fn: Callable[..., Any] | None, name: str) -> str:
     return name or getattr(fn, "__name__", "")
 
 
-class Pipeline:
-    """A named pipeline under construction; ``name`` seeds every op id (keep it stable)."""
+class _Part(str):
+    """The name of an operator a composite (a join) adds for an unnamed call: its label,
+    and what its id is derived from, without pinning it (two unnamed joins coexist)."""
 
-    def __init__(self, name: str, *, delta_ms: int = DEFAULT_DELTA_MS) -> None:
+    __slots__ = ()
+
+
+def _part(name: str, part: str) -> str:
+    """``<name>-<part>``, pinned when the composite was named."""
+    return f"{name}-{part}" if name else _Part(f"join-{part}")
+
+
+def _derived(fn: object) -> str:
+    """What an unnamed operator's id is derived from: its function's name (a callable
+    object's class name)."""
+    return str(getattr(fn, "__name__", "") or type(fn).__name__)
+
+
+class Pipeline:
+    """A named pipeline under construction; ``name`` seeds every op id (keep it stable).
+
+    Every operator gets a stable id (`framework.core.names`): ``name=`` pins it, otherwise
+    it comes from the operator's kind and function. ``operator_ids="positional"`` keeps the
+    ids of pipelines deployed before stable ids (docs/operations.md, "Upgrading a
+    pipeline").
+    """
+
+    def __init__(
+        self, name: str, *, delta_ms: int = DEFAULT_DELTA_MS, operator_ids: IdStyle = "stable"
+    ) -> None:
         if not name:
             raise PipelineError("a pipeline needs a non-empty name (it seeds the op ids)")
         self.name = name
         self.delta_ms = delta_ms
+        self._ids = OperatorIds(operator_ids)
         self._nodes: list[Node] = []
 
     def source(self, source: Source, *, name: str = "") -> Stream:
         """A stream of the records of ``source``."""
         if not isinstance(source, Source):
             raise PipelineError(f"source() needs a Source descriptor, got {source!r}")
-        return Stream(self, self._add(Kind.SOURCE, (), endpoint=source, label=name or source.name))
+        port = self._add(
+            Kind.SOURCE,
+            (),
+            name=name,
+            derived=source.name,
+            label=name or source.name,
+            endpoint=source,
+        )
+        return Stream(self, port)
 
     def graph(self) -> Graph:
         """The validated graph of everything added so far."""
@@ -93,9 +129,23 @@ class Pipeline:
             runner = default_runner()
         return runner.run(graph)
 
-    def _add(self, kind: Kind, inputs: Iterable[Port], **fields: Any) -> Port:
-        node_id = f"{len(self._nodes)}-{kind}"
-        self._nodes.append(Node(node_id, kind, tuple(inputs), **fields))
+    def _add(
+        self,
+        kind: Kind,
+        inputs: Iterable[Port],
+        *,
+        name: str,
+        derived: str = "",
+        label: str | None = None,
+        **fields: Any,
+    ) -> Port:
+        """Add a node whose id ``name`` pins, or is derived from ``derived``; its label
+        (for messages) is ``label``, by default ``name``."""
+        if isinstance(name, _Part):
+            name, derived, label = "", str(name), str(name)
+        node_id = self._ids.claim(kind.value, name, derived)
+        label = name if label is None else label
+        self._nodes.append(Node(node_id, kind, tuple(inputs), label=label, **fields))
         return Port(node_id)
 
     def __repr__(self) -> str:
@@ -129,7 +179,9 @@ class Stream(_Handle):
     __slots__ = ()
 
     def _then(self, kind: Kind, fn: Callable[[Any], Any], name: str) -> Port:
-        return self.pipeline._add(kind, [self.port], fn=fn, label=_label(fn, name))
+        return self.pipeline._add(
+            kind, [self.port], name=name, derived=_derived(fn), label=_label(fn, name), fn=fn
+        )
 
     def map(self, fn: Callable[[Any], Any], *, name: str = "") -> Stream:
         """One output per payload: ``fn(payload)``."""
@@ -169,7 +221,13 @@ class Stream(_Handle):
         """
         call = AsyncCall(concurrency, timeout_s, retries, backoff_s)
         port = self.pipeline._add(
-            Kind.MAP_ASYNC, [self.port], fn=fn, call=call, label=_label(fn, name)
+            Kind.MAP_ASYNC,
+            [self.port],
+            name=name,
+            derived=_derived(fn),
+            label=_label(fn, name),
+            fn=fn,
+            call=call,
         )
         return Stream(self.pipeline, port)
 
@@ -190,11 +248,11 @@ class Stream(_Handle):
         if not others:
             raise PipelineError("merge() needs at least one other stream")
         ports = self._ports(others)
-        return Stream(self.pipeline, self.pipeline._add(Kind.MERGE, ports, label=name))
+        return Stream(self.pipeline, self.pipeline._add(Kind.MERGE, ports, name=name))
 
     def broadcast(self, copies: int = 2, *, name: str = "") -> tuple[Stream, ...]:
         """``copies`` streams, each carrying every payload."""
-        node = self.pipeline._add(Kind.BROADCAST, [self.port], ports=copies, label=name)
+        node = self.pipeline._add(Kind.BROADCAST, [self.port], name=name, ports=copies)
         return tuple(Stream(self.pipeline, Port(node.node, i)) for i in range(copies))
 
     def join_window(
@@ -228,8 +286,8 @@ class Stream(_Handle):
         if not isinstance(window, Tumbling):
             raise PipelineError(f"join_window() needs a Tumbling window, got {window!r}")
         merged = self._sides(other, key, other_key, name)
-        windows = merged.aggregate(window, name=f"{name or 'join'}-window")
-        return windows.flat_map(WindowPairs(how), name=f"{name or 'join'}-pairs")  # type: ignore[arg-type]
+        windows = merged.aggregate(window, name=_part(name, "window"))
+        return windows.flat_map(WindowPairs(how), name=_part(name, "pairs"))  # type: ignore[arg-type]
 
     def join_table(
         self,
@@ -265,7 +323,7 @@ class Stream(_Handle):
         merged = self._sides(table, key, table_key, name)
         lookup = TableLookup(how)  # type: ignore[arg-type]
         aggregation = Aggregation(Count(1), rolling=True, ttl_ms=ttl_ms, step=lookup)
-        return merged._rolling(aggregation, f"{name or 'join'}-lookup")
+        return merged._rolling(aggregation, _part(name, "lookup"))
 
     def _sides(
         self,
@@ -277,16 +335,23 @@ class Stream(_Handle):
         """Both streams tagged with their side, keyed by the payload inside, merged."""
         if not isinstance(other, Stream) or other.pipeline is not self.pipeline:
             raise PipelineError("a join needs another stream of the same pipeline")
-        prefix = name or "join"
-        left = self.map(Tag(LEFT), name=f"{prefix}-left").key_by(SideKey(key))
-        right = other.map(Tag(RIGHT), name=f"{prefix}-right")
-        return left.merge(right.key_by(SideKey(other_key or key)), name=prefix)
+        left = self.map(Tag(LEFT), name=_part(name, "left")).key_by(SideKey(key))
+        right = other.map(Tag(RIGHT), name=_part(name, "right"))
+        merged = name or _Part("join")
+        return left.merge(right.key_by(SideKey(other_key or key)), name=merged)
 
     def sink(self, sink: Sink, *, name: str = "") -> Pipeline:
         """Send the stream through a barrier to ``sink``; returns the pipeline."""
         if not isinstance(sink, Sink):
             raise PipelineError(f"sink() needs a Sink descriptor, got {sink!r}")
-        self.pipeline._add(Kind.SINK, [self.port], endpoint=sink, label=name or sink.name)
+        self.pipeline._add(
+            Kind.SINK,
+            [self.port],
+            name=name,
+            derived=sink.name,
+            label=name or sink.name,
+            endpoint=sink,
+        )
         return self.pipeline
 
 
@@ -302,7 +367,7 @@ class KeyedStream(_Handle):
         Speculative: a late payload repairs the windows it changes (tombstones cancel the
         old ones before the sink's barrier), so the output equals in-order processing.
         """
-        port = self.pipeline._add(Kind.GROUP, [self.port], window=window, label=name)
+        port = self.pipeline._add(Kind.GROUP, [self.port], name=name, window=window)
         return Stream(self.pipeline, port)
 
     def aggregate(
@@ -358,7 +423,7 @@ class KeyedStream(_Handle):
             lateness_ms=lateness_ms,
             updates_ms=updates_ms,
         )
-        port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
+        port = self.pipeline._add(Kind.AGGREGATE, [self.port], name=name, aggregation=aggregation)
         return Stream(self.pipeline, port)
 
     def reduce(
@@ -442,7 +507,7 @@ KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         return Tumbling(every_ms)
 
     def _rolling(self, aggregation: Aggregation, name: str) -> Stream:
-        port = self.pipeline._add(Kind.AGGREGATE, [self.port], aggregation=aggregation, label=name)
+        port = self.pipeline._add(Kind.AGGREGATE, [self.port], name=name, aggregation=aggregation)
         return Stream(self.pipeline, port)
 
     def merge(self, *others: KeyedStream, name: str = "") -> KeyedStream:
@@ -450,4 +515,4 @@ KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         if not others:
             raise PipelineError("merge() needs at least one other stream")
         ports = self._ports(others)
-        return KeyedStream(self.pipeline, self.pipeline._add(Kind.MERGE, ports, label=name))
+        return KeyedStream(self.pipeline, self.pipeline._add(Kind.MERGE, ports, name=name))

@@ -85,7 +85,7 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
         _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts[:150]), 180, failures)
         now_ms = time.time_ns() // 1_000_000
         now_slot = GlobalTime.of_record(now_ms, "", 0, 0, settings.delta_ms).slot
-        segment = graph.segments().of_node["3-group"]
+        segment = graph.segments().of_node["group"]
         # Half a second ahead: min time cannot have passed it yet, and the next round
         # takes longer than that to produce, so its later lines cannot be released
         # without a recovery.

@@ -141,7 +141,7 @@ def test_avro_in_json_schema_out_with_evolution_keys_and_dead_letters(
         run.wait_released(time.time_ns() // 1_000_000, timeout_s=180)
         records = read_to_end(bootstrap, sink)
         dead = read_to_end(bootstrap, Topics(app).dlq)
-        dead_count = run.stats["0-source"].dead_letters
+        dead_count = run.stats[f"source-{source}"].dead_letters
 
     out_ctx = SerializationContext(sink, MessageField.VALUE)
     out_key_ctx = SerializationContext(sink, MessageField.KEY)

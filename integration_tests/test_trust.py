@@ -52,7 +52,7 @@ def _inject(settings: Settings, app: str, source: str, group_topic: str, pre: st
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap})
     for topic in (group_topic, pre):
         producer.produce(topic, value=evil_frame, partition=0, headers=list(FRAME_HEADERS))
-    producer.produce(topics.state("3-group"), key=b"the", value=evil_bucket, partition=0)
+    producer.produce(topics.state("group"), key=b"the", value=evil_bucket, partition=0)
     far = slot_of(time.time_ns() // 1_000_000 + 10**10, 10)  # ~116 days ahead
     beat = Heartbeat(front_id(source, 0), far)
     for shard, value in shard_batches(424242, 1, (), settings.acker_shards, [beat]):

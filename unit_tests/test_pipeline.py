@@ -39,9 +39,9 @@ def test_wordcount_shape_and_labels() -> None:
         Kind.MAP,
         Kind.SINK,
     ]
-    assert [n.id for n in graph.nodes][:2] == ["0-source", "1-flat_map"]
+    assert [n.id for n in graph.nodes][:2] == ["source-input", "flat_map-split"]
     assert [n.label for n in graph.nodes] == ["input", "split", "<lambda>", "", "size", "output"]
-    assert graph.node("3-group").window == 2
+    assert graph.node("group").window == 2
 
 
 def test_run_without_runner_checks_the_endpoints_before_starting_anything() -> None:

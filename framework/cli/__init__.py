@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from framework.cli import jobs, stack
+from framework.cli import jobs, savepoints, stack
 from framework.errors import FlamepipeError
 from framework.logs import show_on_console
 
@@ -39,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     stack.add_parsers(sub, common)
     jobs.add_parsers(sub, common)
+    savepoints.add_parsers(sub, common)
     sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
     sub.add_parser(
         "keygen",
@@ -54,7 +55,7 @@ def _keygen(_args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS, "keygen": _keygen}
+_COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS, **savepoints.COMMANDS, "keygen": _keygen}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,8 +29,8 @@ Example::
     >>> p = Pipeline("wc")
     >>> _ = p.source(KafkaSource("in")).key_by(str).group(window=2).sink(KafkaSink("out"))
     >>> sorted(epoch_topics(p.graph(), 1))  # doctest: +NORMALIZE_WHITESPACE
-    ['wc.e1.2-group', 'wc.e1.2-group.state', 'wc.e1.3-sink.pre', 'wc.e1.acker',
-     'wc.e1.acks', 'wc.e1.mintime']
+    ['wc.e1.acker', 'wc.e1.acks', 'wc.e1.group', 'wc.e1.group.state', 'wc.e1.mintime',
+     'wc.e1.sink-out.pre']
 """
 
 from __future__ import annotations

@@ -65,11 +65,13 @@ def restore_epoch(
     new_epoch: int,
     *,
     units: int | None = None,
+    empty: frozenset[str] = frozenset(),
 ) -> Restored:
     """Seed the changelogs of ``new_epoch`` with the state of snapshot ``record``.
 
-    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node
-       (and, as each is read, the window of the node).
+    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node but
+       those in ``empty`` (new in an upgrade: they start empty, in ``units`` partitions),
+       and, as each is read, the window of the node.
     2. Create each node's changelog in ``new_epoch`` with ``units`` partitions (None: the
        snapshot's ``n``; compacted, 16 MB records); an existing one must have exactly that.
     3. Start one transactional producer (its ``transactional.id`` names the app and
@@ -86,9 +88,12 @@ def restore_epoch(
         raise ConfigError(f"new epoch {new_epoch} must be after the snapshot's {record.epoch}")
     if units is not None and units < 1:
         raise ConfigError(f"units={units} must be >= 1")
+    if empty and units is None:
+        raise ConfigError("groupings that start empty need units= (the parallelism)")
     topics = Topics(graph.name, new_epoch)
     # Step 1
-    saved = {node.id: _partitions(record, node.id) for node in graph.by_kind(Kind.GROUP)}
+    groups = graph.by_kind(Kind.GROUP)
+    saved = {n.id: 0 if n.id in empty else _partitions(record, n.id) for n in groups}
     windows = {node.id: node.window for node in graph.by_kind(Kind.GROUP)}
     target = {node: units or count for node, count in saved.items()}
     # Step 2

@@ -27,6 +27,10 @@ def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "from connectors import KafkaSink, KafkaSource\nfrom framework import Pipeline\n"
         "p = Pipeline('s')\np.source(KafkaSource('in')).map(str).sink(KafkaSink('out'))\n"
     )
+    (tmp_path / "windowed.py").write_text(
+        "from framework.demos.wordcount import windowed_counts\n"
+        "p = windowed_counts('w', 'in', 'out')\n"
+    )
     (tmp_path / "five.toml").write_text("flamepipe = 5\n")
     (tmp_path / "typo.toml").write_text("[flamepipe]\nparalelism = 3\n")
     return tmp_path
@@ -47,6 +51,11 @@ CASES = [
     (["replay", DEPLOYED, "--offsets", "lines"], "write topic:partition=offset"),
     (["rescale", DEPLOYED, "--parallelism", "0"], "give a count of hash units >= 1"),
     (["rescale", "stateless:p", "--parallelism", "3"], "needs no rescale"),
+    (["savepoint", "stateless:p"], "give --name NAME"),
+    (["savepoint", "stateless:p", "--name", "a/b"], "letters, digits, '_' and '-' only"),
+    (["savepoint", "windowed:p", "--name", "v1"], "aggregates"),
+    (["savepoint", "stateless:p", "--delete", "v1"], "no savepoint 'v1'"),
+    (["upgrade", "stateless:p", "--savepoint", "v1", "--rename", "x"], "write saved_id=new_id"),
 ]
 
 

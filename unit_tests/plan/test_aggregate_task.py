@@ -111,7 +111,7 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
     early = run_aggregate(second, shuffled, min_slot=110, states=states)  # 1100 ms: first window
-    pre = topics.pre("5-sink")
+    pre = topics.pre("sink-output")
     assert {(w, s) for w, s, _ in results(early, pre)} == {
         (w, s) for (w, s) in oracle(source_texts, 100) if s == 1000
     }
@@ -130,13 +130,13 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
     for records in (one.records, early, late):
         for cell, value in xor_table(records, topics.acks).items():
             table[cell] ^= value
-    assert all(value == 0 for (segment, _), value in table.items() if segment != "4-map")
+    assert all(value == 0 for (segment, _), value in table.items() if segment != "map")
     # What remains in the results' segment is exactly the results in flight to the barrier.
     in_flight: dict[tuple[str, int], int] = defaultdict(int)
     for r in early + late:
         if r.topic == pre:
             for meta, ack, _ in read_items(r.headers, r.value, "t"):
-                in_flight[("4-map", meta.gt.slot)] ^= ack
+                in_flight[("map", meta.gt.slot)] ^= ack
     assert {k: v for k, v in table.items() if v} == {k: v for k, v in in_flight.items() if v}
 
 
@@ -213,9 +213,9 @@ def test_count_windows_emit_full_runs_and_rebuild_from_the_changelog() -> None:
         apply_changelog(reordered, sorted(((r.key, r.value) for r in mine), key=_min_last))
         assert reordered.hold_counts == live.hold_counts
         assert reordered.next_due() == live.next_due()
-    assert results(early, topics.pre("5-sink")), "min time 118 completes some runs"
+    assert results(early, topics.pre("sink-output")), "min time 118 completes some runs"
     late = run_aggregate(second, [], min_slot=400, states=states)
-    pre = topics.pre("5-sink")
+    pre = topics.pre("sink-output")
     got = Counter(w for w, _, n in results(early + late, pre) if n == 3)
     words = Counter(w for t in source_texts for w in t.decode().split())
     assert got == Counter({w: n // 3 for w, n in words.items() if n >= 3})

@@ -120,7 +120,7 @@ def test_source_stage_computes_global_time_and_partitions_by_key() -> None:
     graph = wordcount()
     first, _ = programs(graph)
     result = first.run(lines(b"a b", b"b"), None, node=1, node_time=1)
-    shuffle = [r for r in result.records if r.topic == Topics("wc").shuffle("3-group")]
+    shuffle = [r for r in result.records if r.topic == Topics("wc").shuffle("group")]
     assert (result.records_in, result.items_in, result.items_out) == (2, 2, 3)
     assert len(shuffle) == len({r.partition for r in shuffle})  # one frame per partition
     keys = []
@@ -139,12 +139,14 @@ def test_acks_of_both_stages_and_the_barrier_balance_to_zero() -> None:
     topics = Topics("wc")
     one = first.run(lines(b"a b a", b"b c", b"a"), None, node=1, node_time=1)
     grouping = second.new_state()
-    two = second.run(as_input(one.records, topics.shuffle("3-group")), grouping, 2, 1)
-    pre = [item for r in two.records if r.topic == topics.pre("5-sink") for item in items_of(r)]
+    two = second.run(as_input(one.records, topics.shuffle("group")), grouping, 2, 1)
+    pre = [
+        item for r in two.records if r.topic == topics.pre("sink-output") for item in items_of(r)
+    ]
     assert len(pre) == 6 == two.items_out  # one window per word occurrence
     assert two.items_in == 6 == one.items_out
     table = xor_table([*one.records, *two.records], topics.acks)
-    segment = graph.segments().of_node["5-sink"]
+    segment = graph.segments().of_node["sink-output"]
     for meta, ack, _ in pre:  # the barrier acks receipt of each pre-barrier item
         table[(segment, meta.gt.slot)] ^= ack
     assert table and all(value == 0 for value in table.values())
@@ -166,7 +168,7 @@ def test_late_item_repairs_with_tombstones_and_changelog_rebuilds_state() -> Non
     first, second = programs(graph)
     topics = Topics("wc")
     one = first.run(lines(b"a", b"a", b"a"), None, node=1, node_time=1)
-    shuffled = one_per_frame(one.records, topics.shuffle("3-group"))
+    shuffled = one_per_frame(one.records, topics.shuffle("group"))
     grouping = second.new_state()
     assert grouping is not None
     in_order = second.run(shuffled[::-1][:2][::-1], grouping, 2, 1)  # items 1 and 2 first
@@ -177,7 +179,7 @@ def test_late_item_repairs_with_tombstones_and_changelog_rebuilds_state() -> Non
     changes = [
         (r.key, r.value)
         for r in [*in_order.records, *late.records]
-        if r.topic == topics.state("3-group")
+        if r.topic == topics.state("group")
     ]
     apply_changelog(rebuilt, changes)
     assert rebuilt.bucket_state("a") == grouping.bucket_state("a")
@@ -201,7 +203,7 @@ def test_fail_fast_raises_with_the_fix() -> None:
         first.run(lines(b"boom"), None, node=1, node_time=1)
 
 
-def frame_record(builder: FrameBuilder, topic: str = "wc.3-group") -> InRecord:
+def frame_record(builder: FrameBuilder, topic: str = "wc.group") -> InRecord:
     (value,) = builder.frames()
     return InRecord(topic, 0, 7, 0, None, value, signed(topic, None, value, FRAME_HEADERS))
 
@@ -221,8 +223,8 @@ def test_a_failing_item_of_a_frame_becomes_a_dead_letter_of_its_own() -> None:
     p = Pipeline("wc")
     p.source(ListSource([], topic="lines")).key_by(lambda w: w).group(2).map(pair).sink(ListSink())
     graph = p.graph()
-    _, second = plan_stages(graph, {"0-source": "lines"})
-    spec = StageSpec(graph, second, {"wc.4-sink.pre": 1}, shards=1)
+    _, second = plan_stages(graph, {"source-lines": "lines"})
+    spec = StageSpec(graph, second, {"wc.sink-output.pre": 1}, shards=1)
     program = StageProgram(spec)
     builder = FrameBuilder(keyed=True)
     for offset, word in enumerate(["x", "y", "z"]):
@@ -334,8 +336,8 @@ def test_a_batch_behind_its_key_repairs_each_whole_history_window_once() -> None
         ListSink()
     )
     graph = p.graph()
-    _, second = plan_stages(graph, {"0-source": "lines"})
-    program = StageProgram(StageSpec(graph, second, {"wc.4-sink.pre": 1}, shards=1))
+    _, second = plan_stages(graph, {"source-lines": "lines"})
+    program = StageProgram(StageSpec(graph, second, {"wc.sink-output.pre": 1}, shards=1))
     state = program.new_state()
 
     def batch(slot: int, n: int) -> list[InRecord]:
@@ -351,7 +353,7 @@ def test_a_batch_behind_its_key_repairs_each_whole_history_window_once() -> None
     released = [
         (meta.tombstone, payload)
         for r in earlier.records
-        if r.topic == "wc.4-sink.pre"
+        if r.topic == "wc.sink-output.pre"
         for meta, _, payload in items_of(r)
     ]
     assert sorted(payload for tomb, payload in released if not tomb) == list(range(1, 51))
@@ -367,8 +369,10 @@ def test_a_sink_with_two_barriers_gets_each_item_on_its_output_partitions_barrie
         lambda window: window[-1]
     ).sink(sink)
     graph = p.graph()
-    _, second = plan_stages(graph, {"0-source": "lines"})
-    program = StageProgram(StageSpec(graph, second, {"wc.4-sink.pre": 2, "counts": 4}, shards=1))
+    _, second = plan_stages(graph, {"source-lines": "lines"})
+    program = StageProgram(
+        StageSpec(graph, second, {"wc.sink-counts.pre": 2, "counts": 4}, shards=1)
+    )
     builder = FrameBuilder(keyed=True)
     words = [f"w{i}" for i in range(40)]
     for offset, word in enumerate(words):
@@ -376,7 +380,7 @@ def test_a_sink_with_two_barriers_gets_each_item_on_its_output_partitions_barrie
     result = program.run([frame_record(builder)], program.new_state(), 1, 1)
     seen: dict[int, set[int]] = defaultdict(set)  # pre-barrier partition -> output partitions
     for record in result.records:
-        if record.topic == "wc.4-sink.pre":
+        if record.topic == "wc.sink-counts.pre":
             for meta, _, (key, _value, _meta, _mac) in items_of(record):
                 seen[record.partition or 0].add(output_partition(key, meta, 4))
     assert seen == {0: {0, 2}, 1: {1, 3}}
@@ -386,6 +390,6 @@ def test_a_sink_with_barriers_needs_the_partition_count_of_its_topic() -> None:
     p = Pipeline("wc")
     p.source(ListSource([], topic="lines")).map(str.upper).sink(KafkaSink("out", barriers=2))
     graph = p.graph()
-    (only,) = plan_stages(graph, {"0-source": "lines"})
+    (only,) = plan_stages(graph, {"source-lines": "lines"})
     with pytest.raises(Exception, match="no partition count for out"):
-        StageProgram(StageSpec(graph, only, {"wc.2-sink.pre": 2}, shards=1))
+        StageProgram(StageSpec(graph, only, {"wc.sink-out.pre": 2}, shards=1))

@@ -1,0 +1,443 @@
+"""Savepoints: a committed snapshot copied out of the backend, kept until deleted.
+
+A savepoint is a directory ``<savepoints>/<name>/`` holding the snapshot's unit bytes
+(``units/<node>.<p>``, signed as the backend holds them: `framework.snapshots.units`) and
+``savepoint.json``: the slot, the sources' replay offsets, the graph's operators (id, kind,
+label, a grouping's window and units) and each unit file's SHA-256, behind a MAC of the
+pipeline's keyring. Offsets move time, so a manifest that does not verify is refused
+before anything in it is used, and a unit file is checked against its digest before it
+is read.
+
+A pipeline whose graph changed starts from a savepoint by operator id
+(`plan_upgrade`): an operator of the savepoint and of the graph with the same id keeps its
+state; a grouping of the graph the savepoint lacks starts empty; one of the savepoint the
+graph lacks is reported as removed. An id that names a grouping with another window, or
+another kind of operator, is an incompatible change and is refused. Ids come from
+`framework.core.names`; ``renames`` maps a saved id to its new one.
+
+The copy is written under a temporary name and renamed into place: a savepoint either
+exists whole or not at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from framework.core.graph import Graph, Kind
+from framework.core.names import slug
+from framework.errors import ConfigError, DecodeError, SnapshotMissing, Unauthenticated
+from framework.snapshots.backends.base import SLOT_MAX, StateBackend
+from framework.snapshots.units import decode_unit, encode_unit, unit_label, unit_name
+from framework.wire.auth import MAC_HEADER, current
+from framework.wire.znodes import SnapshotRecord
+
+__all__ = [
+    "SAVEPOINT_FORMAT",
+    "SavedOperator",
+    "Savepoint",
+    "SavepointBackend",
+    "Upgrade",
+    "check_savable",
+    "delete_savepoint",
+    "list_savepoints",
+    "load_savepoint",
+    "plan_upgrade",
+    "save_savepoint",
+]
+
+SAVEPOINT_FORMAT = 1
+"""Version of ``savepoint.json``; `load_savepoint` reads this version only."""
+
+_MANIFEST = "savepoint.json"
+_UNITS = "units"
+
+
+@dataclass(frozen=True, slots=True)
+class SavedOperator:
+    """One operator of the saved graph: its id, kind and label; a grouping's window and
+    hash units (0 for an operator without saved state)."""
+
+    id: str
+    kind: str
+    label: str
+    window: int | None = None
+    units: int = 0
+
+
+@dataclass(frozen=True)
+class Savepoint:
+    """A savepoint as `load_savepoint` verified it."""
+
+    name: str
+    app: str
+    slot: int
+    epoch: int
+    created_ms: int
+    offsets: Mapping[str, Mapping[int, int]]
+    operators: tuple[SavedOperator, ...]
+    directory: Path
+    digests: Mapping[str, str] = field(repr=False)
+
+    def operator(self, node: str) -> SavedOperator | None:
+        """The saved operator with id ``node``, or None."""
+        return next((op for op in self.operators if op.id == node), None)
+
+    def unit_bytes(self, unit: str) -> bytes:
+        """The saved bytes of ``unit`` (``"<node>/<p>"``), checked against the manifest."""
+        digest = self.digests.get(unit)
+        if digest is None:
+            raise SnapshotMissing(f"savepoint {self.name!r} has no unit {unit!r}")
+        data = (self.directory / _UNITS / _unit_file(unit)).read_bytes()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise Unauthenticated(
+                f"savepoint {self.name!r}: unit {unit} does not match its digest (changed "
+                "since it was saved), not decoded"
+            )
+        return data
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """How a graph starts from a savepoint (`plan_upgrade`).
+
+    ``kept``: graph grouping id -> saved id whose state it gets; ``new``: groupings that
+    start empty; ``removed``: saved operators the graph lacks; ``new_sources``: source
+    topics the savepoint has no offsets for (read from their first offsets);
+    ``removed_sources``: saved source topics the graph no longer reads.
+    """
+
+    kept: Mapping[str, str]
+    new: tuple[str, ...]
+    removed: tuple[str, ...]
+    new_sources: tuple[str, ...]
+    removed_sources: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line for the operator: what keeps state, what starts empty, what went."""
+        kept = [n if n == o else f"{n} (from {o})" for n, o in self.kept.items()]
+        parts = [f"state kept: {', '.join(kept) or 'none'}"]
+        if self.new:
+            parts.append(f"new, empty: {', '.join(self.new)}")
+        if self.removed:
+            parts.append(f"removed: {', '.join(self.removed)}")
+        if self.new_sources:
+            parts.append(f"new sources from their first offsets: {', '.join(self.new_sources)}")
+        if self.removed_sources:
+            parts.append(f"sources no longer read: {', '.join(self.removed_sources)}")
+        return "; ".join(parts)
+
+
+def _unit_file(unit: str) -> str:
+    node, _, p = unit.rpartition("/")
+    return f"{node}.{p}"
+
+
+def _check_name(name: str) -> str:
+    if not name or slug(name) != name:
+        raise ConfigError(
+            f"savepoint name {name!r}: use letters, digits, '_' and '-' only (e.g. v1-2026-11-26)"
+        )
+    return name
+
+
+def check_savable(graph: Graph, name: str) -> None:
+    """`ConfigError` with the fix if ``name`` is not a savepoint name or ``graph`` has
+    aggregates (snapshots do not cover their state: a savepoint would lose it)."""
+    _check_name(name)
+    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
+    if aggregates:
+        raise ConfigError(
+            f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state snapshots "
+            "do not cover yet: a savepoint would lose it; start new versions from the start"
+        )
+
+
+def _manifest_label(app: str, name: str) -> str:
+    return f"{app}/savepoint/{name}"
+
+
+def _operators(graph: Graph, record: SnapshotRecord) -> list[SavedOperator]:
+    operators = []
+    for node in graph.nodes:
+        units = len(record.units.get(node.id, ())) if node.kind == Kind.GROUP else 0
+        window = node.window if node.kind == Kind.GROUP else None
+        operators.append(SavedOperator(node.id, node.kind.value, node.label, window, units))
+    return operators
+
+
+def save_savepoint(
+    root: Path, name: str, graph: Graph, record: SnapshotRecord, backend: StateBackend
+) -> Savepoint:
+    """Copy snapshot ``record`` of ``graph`` out of ``backend`` as savepoint ``name``.
+
+    1. Refuse a name in use (delete it first) and a graph with aggregates (snapshots do
+       not cover their state).
+    2. Copy every unit's bytes, verified for its label, into ``<root>/.<name>.tmp``,
+       each file synced.
+    3. Write the signed manifest, synced.
+    4. Rename the directory to ``<root>/<name>``: the savepoint exists whole or not at all.
+
+    `SnapshotMissing` if the backend dropped a unit meanwhile (a newer snapshot was
+    committed twice since ``record``): take the newer one.
+    """
+    # Step 1
+    check_savable(graph, name)
+    final = root / name
+    if final.exists():
+        raise ConfigError(
+            f"savepoint {name!r} exists in {root}: delete it first or pick a new name"
+        )
+    # Step 2
+    root.mkdir(parents=True, exist_ok=True)
+    work = root / f".{name}.tmp"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / _UNITS).mkdir(parents=True)
+    digests: dict[str, str] = {}
+    try:
+        for unit in sorted(u for units in record.units.values() for u in units):
+            data = backend.get(unit, record.slot)
+            label = unit_label(graph.name, unit, record.slot)
+            decode_unit(data, label, f"snapshot {unit}@{record.slot}")  # refuse a bad one now
+            _write_synced(work / _UNITS / _unit_file(unit), data)
+            digests[unit] = hashlib.sha256(data).hexdigest()
+        # Step 3
+        body = {
+            "format": SAVEPOINT_FORMAT,
+            "name": name,
+            "app": graph.name,
+            "slot": record.slot,
+            "epoch": record.epoch,
+            "created_ms": time.time_ns() // 1_000_000,
+            "snapshot_created_ms": record.created_ms,
+            "offsets": {t: {str(p): o for p, o in ps.items()} for t, ps in record.offsets.items()},
+            "operators": [_op_json(op) for op in _operators(graph, record)],
+            "units": digests,
+        }
+        payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+        mac = current().sign(_manifest_label(graph.name, name), None, payload)
+        manifest = {"mac": base64.b64encode(mac).decode("ascii"), "body": body}
+        _write_synced(work / _MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
+        # Step 4
+        os.rename(work, final)
+        _sync_dir(root)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return load_savepoint(root, name)
+
+
+def _op_json(op: SavedOperator) -> dict[str, Any]:
+    return {"id": op.id, "kind": op.kind, "label": op.label, "window": op.window, "units": op.units}
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_savepoint(root: Path, name: str) -> Savepoint:
+    """Savepoint ``name`` under ``root``, its manifest verified.
+
+    `ConfigError` if there is none (naming the ones there are); `Unauthenticated` if the
+    manifest's MAC does not verify (nothing in it is used); `DecodeError` if it is not a
+    savepoint of this format.
+    """
+    _check_name(name)
+    path = root / name / _MANIFEST
+    if not path.is_file():
+        known = ", ".join(sp.name for sp in list_savepoints(root)) or "none"
+        raise ConfigError(f"no savepoint {name!r} in {root} (there: {known})")
+    where = str(path)
+    try:
+        manifest = json.loads(path.read_bytes())
+        mac, body = base64.b64decode(str(manifest["mac"]), validate=True), manifest["body"]
+        app = str(body["app"])
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise DecodeError(f"{where}: not a savepoint manifest ({exc!r})") from None
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    if not current().verify(_manifest_label(app, name), None, payload, [(MAC_HEADER, mac)]):
+        raise Unauthenticated(
+            f"{where}: its MAC does not verify (written with another key, changed, or "
+            "renamed), not used"
+        )
+    if body.get("format") != SAVEPOINT_FORMAT or body.get("name") != name:
+        raise DecodeError(
+            f"{where}: savepoint format {body.get('format')!r}; this flamepipe reads "
+            f"{SAVEPOINT_FORMAT}"
+        )
+    try:
+        return Savepoint(
+            name=name,
+            app=app,
+            slot=int(body["slot"]),
+            epoch=int(body["epoch"]),
+            created_ms=int(body["created_ms"]),
+            offsets={
+                t: {int(p): int(o) for p, o in ps.items()} for t, ps in body["offsets"].items()
+            },
+            operators=tuple(SavedOperator(**op) for op in body["operators"]),
+            directory=root / name,
+            digests={str(u): str(d) for u, d in body["units"].items()},
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DecodeError(f"{where}: not a savepoint manifest ({exc!r})") from None
+
+
+def list_savepoints(root: Path) -> list[Savepoint]:
+    """The savepoints under ``root`` that verify, oldest first (others are skipped)."""
+    found = []
+    if root.is_dir():
+        for entry in sorted(root.iterdir()):
+            if entry.name.startswith(".") or not (entry / _MANIFEST).is_file():
+                continue
+            try:
+                found.append(load_savepoint(root, entry.name))
+            except (DecodeError, ConfigError):
+                continue
+    return sorted(found, key=lambda sp: sp.created_ms)
+
+
+def delete_savepoint(root: Path, name: str) -> None:
+    """Delete savepoint ``name`` (`ConfigError` if there is none)."""
+    _check_name(name)
+    if not (root / name / _MANIFEST).is_file():
+        raise ConfigError(f"no savepoint {name!r} in {root}")
+    shutil.rmtree(root / name)
+
+
+def plan_upgrade(
+    savepoint: Savepoint, graph: Graph, renames: Mapping[str, str] | None = None
+) -> Upgrade:
+    """How ``graph`` starts from ``savepoint`` (see the module docstring); `ConfigError`
+    naming the operator and the way out for an incompatible change."""
+    renames = dict(renames or {})
+    if savepoint.app != graph.name:
+        raise ConfigError(
+            f"savepoint {savepoint.name!r} is of {savepoint.app!r}, not {graph.name!r}: a "
+            "savepoint starts the pipeline it was taken of"
+        )
+    saved = {op.id: op for op in savepoint.operators}
+    unknown = sorted(set(renames) - set(saved))
+    if unknown:
+        raise ConfigError(f"--rename {unknown}: savepoint {savepoint.name!r} has no such operator")
+    by_new = {renames.get(op_id, op_id): op for op_id, op in saved.items()}
+    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
+    if aggregates:
+        raise ConfigError(
+            f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state snapshots "
+            "do not cover yet: start it from the start (flamepipe replay --from-start)"
+        )
+    kept: dict[str, str] = {}
+    new: list[str] = []
+    for node in graph.nodes:
+        op = by_new.get(node.id)
+        if op is None:
+            if node.kind == Kind.GROUP:
+                new.append(node.id)
+            continue
+        if op.kind != node.kind.value:
+            raise ConfigError(
+                f"operator {node.id!r} was a {op.kind} in savepoint {savepoint.name!r} and is "
+                f"a {node.kind.value} now: give the new one another name="
+            )
+        if node.kind == Kind.GROUP:
+            if op.window != node.window:
+                raise ConfigError(
+                    f"grouping {node.id!r} had window {op.window} in savepoint "
+                    f"{savepoint.name!r} and has {node.window} now: its state does not fit; "
+                    "give it another name= to start it empty"
+                )
+            kept[node.id] = op.id
+    present = {node.id for node in graph.nodes}
+    removed = tuple(op.id for new_id, op in by_new.items() if new_id not in present)
+    sources = [node.endpoint.name for node in graph.by_kind(Kind.SOURCE) if node.endpoint]
+    new_sources = tuple(t for t in sources if t not in savepoint.offsets)
+    gone = tuple(t for t in savepoint.offsets if t not in sources)
+    return Upgrade(kept, tuple(new), removed, new_sources, gone)
+
+
+class SavepointBackend:
+    """The state of ``savepoint`` as a read-only `StateBackend` for `restore_epoch`.
+
+    Unit ``<new id>/<p>`` at the savepoint's slot is the saved unit of the operator it was
+    kept from (`Upgrade.kept`), verified for its saved label and signed again for the new
+    one, so the restore's checks hold for a renamed operator too.
+    """
+
+    def __init__(self, savepoint: Savepoint, upgrade: Upgrade) -> None:
+        self.savepoint = savepoint
+        self.upgrade = upgrade
+
+    def record(self, epoch: int) -> SnapshotRecord:
+        """The snapshot record `restore_epoch` restores, with the graph's ids."""
+        units = {
+            new: tuple(unit_name(new, p) for p in range(self._saved(old).units))
+            for new, old in self.upgrade.kept.items()
+        }
+        return SnapshotRecord(
+            slot=self.savepoint.slot,
+            offsets=self.savepoint.offsets,
+            units=units,
+            epoch=epoch,
+            created_ms=self.savepoint.created_ms,
+        )
+
+    def _saved(self, op_id: str) -> SavedOperator:
+        op = self.savepoint.operator(op_id)
+        assert op is not None  # plan_upgrade only keeps saved operators
+        return op
+
+    def get(self, unit: str, slot: int) -> bytes:
+        node, _, p = unit.rpartition("/")
+        old = self.upgrade.kept.get(node)
+        if old is None or slot != self.savepoint.slot:
+            raise SnapshotMissing(f"savepoint {self.savepoint.name!r} has no {unit}@{slot}")
+        sp = self.savepoint
+        saved = unit_name(old, int(p))
+        state = decode_unit(
+            sp.unit_bytes(saved), unit_label(sp.app, saved, slot), f"savepoint {sp.name} {saved}"
+        )
+        return encode_unit(state, unit_label(sp.app, unit, slot))
+
+    def put(self, unit: str, slot: int, data: bytes) -> None:
+        raise ConfigError("a savepoint is read-only")
+
+    def latest(self, unit: str, at_or_below: int = SLOT_MAX) -> tuple[int, bytes] | None:
+        if self.savepoint.slot > at_or_below:
+            return None
+        try:
+            return self.savepoint.slot, self.get(unit, self.savepoint.slot)
+        except SnapshotMissing:
+            return None
+
+    def units(self, slot: int) -> list[str]:
+        if slot != self.savepoint.slot:
+            return []
+        record = self.record(0)
+        return sorted(u for us in record.units.values() for u in us)
+
+    def drop_below(self, slot: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        return None
