@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from framework.cli import jobs, savepoints, stack
+from framework.cli import jobs, savepoints, stack, state
 from framework.errors import FlamepipeError
 from framework.logs import show_on_console
 
@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     stack.add_parsers(sub, common)
     jobs.add_parsers(sub, common)
     savepoints.add_parsers(sub, common)
+    state.add_parsers(sub, common)
     sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
     sub.add_parser(
         "keygen",
@@ -55,7 +56,13 @@ def _keygen(_args: argparse.Namespace) -> int:
     return 0
 
 
-_COMMANDS = {**stack.COMMANDS, **jobs.COMMANDS, **savepoints.COMMANDS, "keygen": _keygen}
+_COMMANDS = {
+    **stack.COMMANDS,
+    **jobs.COMMANDS,
+    **savepoints.COMMANDS,
+    **state.COMMANDS,
+    "keygen": _keygen,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -318,6 +318,15 @@ class Grouping:
         self._changed.clear()
         return changed
 
+    def kept_below(self, key: object, below: int) -> list[Any]:
+        """The payloads of ``key`` that `snapshot` (``below``) keeps: its last ``N - 1``
+        items before slot ``below``, oldest first (the start of its next window)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return []
+        end = bucket.below(below)
+        return list(bucket.values[max(0, end - (self.window - 1)) : end])
+
     def bucket_state(self, key: object) -> tuple[list[Meta], list[Any], list[Any]] | None:
         """One key's bucket as plain lists (metas, values, early tombstones), or None."""
         bucket = self._buckets.get(key)

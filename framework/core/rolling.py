@@ -147,6 +147,14 @@ class RollingAggregator(WindowAggregator):
         for key in waiting:
             heapq.heappush(self._expiries, (slot + 1, next(self._tiebreak), key))
 
+    def value_of(self, key: object) -> tuple[bool, Any]:
+        """``(True, value)`` of ``key``: every item of it below `min_time` folded in global-time
+        order, none at or after it; ``(False, None)`` for a key without a value (none yet,
+        or forgotten by its TTL)."""
+        if key in self._values:
+            return True, self._values[key]
+        return False, None
+
     def bucket_state(self, key: object) -> tuple[Any, ...] | None:
         """``(metas, values, early, (value, last slot))``; None once the key has neither
         items nor a value."""

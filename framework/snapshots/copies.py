@@ -22,7 +22,7 @@ No timing assumption is involved, unlike waiting a fixed time for markers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from framework.kafka.clients import (
     new_consumer,
     where,
 )
-from framework.plan.state import apply_changelog
+from framework.plan.state import StageState, apply_changelog
 
 __all__ = ["ChangelogCopies", "UnitCopy"]
 
@@ -52,21 +52,35 @@ Part = tuple[str, int]
 class UnitCopy:
     """The state of one hash unit as its changelog holds it up to ``position``."""
 
-    grouping: Grouping
+    state: StageState
     position: int = 0
+
+    @property
+    def grouping(self) -> Grouping:
+        """The state of a grouping's unit."""
+        assert isinstance(self.state, Grouping), "not a grouping's copy"
+        return self.state
 
 
 class ChangelogCopies:
     """Copies of every partition of some changelog topics (see the module docstring)."""
 
-    def __init__(self, bootstrap: str, topics: Mapping[str, tuple[int, int, int]]) -> None:
-        """``topics``: changelog topic -> (partitions, grouping op id, window); `close` it."""
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Mapping[str, tuple[int, int, int]],
+        states: Mapping[str, tuple[int, Callable[[], StageState]]] | None = None,
+    ) -> None:
+        """``topics``: changelog topic -> (partitions, grouping op id, window); ``states``:
+        changelog topic -> (partitions, a fresh state of any stage); `close` it."""
         self.bootstrap = bootstrap
         self.copies: dict[Part, UnitCopy] = {
             (topic, p): UnitCopy(Grouping(op_id, window))
             for topic, (partitions, op_id, window) in topics.items()
             for p in range(partitions)
         }
+        for topic, (partitions, fresh) in (states or {}).items():
+            self.copies.update({(topic, p): UnitCopy(fresh()) for p in range(partitions)})
         self.records = 0
         self._committed: Consumer = new_consumer(bootstrap, config=QUICK_END)
         self._uncommitted: Consumer = new_consumer(
@@ -95,8 +109,8 @@ class ChangelogCopies:
         values = self._read(ends)
         for part, end in ends.items():
             copy = self.copies[part]
-            apply_changelog(copy.grouping, [(None, v) for v in values.get(part, [])])
-            copy.grouping.take_changed()  # a copy writes no changelog of its own
+            apply_changelog(copy.state, values.get(part, []))
+            copy.state.take_changed()  # a copy writes no changelog of its own
             copy.position = end
         count = sum(len(v) for v in values.values())
         self.records += count
@@ -121,12 +135,15 @@ class ChangelogCopies:
         )
         return int(low), int(high)
 
-    def _read(self, ends: Mapping[Part, int]) -> dict[Part, list[bytes | None]]:
-        """Committed values of each partition from its position to its end, oldest first."""
+    def _read(
+        self, ends: Mapping[Part, int]
+    ) -> dict[Part, list[tuple[bytes | None, bytes | None]]]:
+        """Committed records of each partition from its position to its end, oldest first
+        (the key tells an aggregate's min time from a bucket)."""
         consumer = self._committed
         start = [TopicPartition(t, p, self.copies[(t, p)].position) for t, p in ends]
         kafka_retry("cannot read the changelogs", lambda: consumer.assign(start))
-        values: dict[Part, list[bytes | None]] = {part: [] for part in ends}
+        values: dict[Part, list[tuple[bytes | None, bytes | None]]] = {part: [] for part in ends}
         waiting = set(ends)
         deadline = Deadline(DEFAULT_TIMEOUT_S)
         try:
@@ -147,7 +164,7 @@ class ChangelogCopies:
                             waiting.discard(part)
                         continue
                     if offset < ends[part] and authentic_message("snapshot copies", msg):
-                        values[part].append(msg.value())
+                        values[part].append((msg.key(), msg.value()))
                     if offset + 1 >= ends[part]:
                         waiting.discard(part)
         finally:

@@ -1,0 +1,126 @@
+"""Queryable state against the real stack: values read over HTTP while the pipeline runs
+equal the oracle at the global time each answer says it is as of.
+
+One pipeline holds both kinds of state on the same words: a grouping (``pairs``, window
+2: a word's state is its last occurrence) and a rolling count (``counts``). Input arrives
+in bursts; between them, every answer for a handful of words is checked against what the
+stored input says at the answer's ``as_of_slot``: an answer that held uncommitted or
+speculative state, or was not as of the time it claims, would differ.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections import Counter
+from typing import Any
+
+from framework.config import Settings
+from framework.core.time import GlobalTime
+from framework.demos.text import generate_lines
+from framework.kafka.clients import read_to_end
+from framework.runners.state import StateServer, open_state
+from integration_tests.harness.runs import produce_lines, running
+from integration_tests.harness.state_jobs import pairs_and_counts
+
+NEVER = "never-a-word"
+
+
+def _get(url: str, path: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url + path, timeout=30) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _ask(url: str, node: str, word: str) -> dict[str, Any]:
+    status, body = _get(url, f"state/{node}?key={urllib.parse.quote(json.dumps(word))}")
+    assert status == 200, body
+    assert isinstance(body, dict)
+    return body
+
+
+def _occurrences(bootstrap: str, topic: str, delta_ms: int) -> dict[str, list[tuple[Any, str]]]:
+    """Per word, its occurrences in global-time order: (global time, line id)."""
+    seen: dict[str, list[tuple[Any, int, str]]] = {}
+    for msg in read_to_end(bootstrap, topic):
+        _, stamp = msg.timestamp()
+        gt = GlobalTime.of_record(stamp, topic, msg.partition() or 0, msg.offset() or 0, delta_ms)
+        line_id, *words = (msg.value() or b"").decode().split()
+        for child, word in enumerate(words):
+            seen.setdefault(word, []).append((gt, child, line_id))
+    return {w: [(gt, line) for gt, _, line in sorted(v)] for w, v in seen.items()}
+
+
+def _expected(answer: dict[str, Any], occurrences: list[tuple[Any, str]]) -> Any:
+    before = [line for gt, line in occurrences if gt.slot < answer["as_of_slot"]]
+    if answer["node"] == "pairs":
+        return [[answer["key"], line] for line in before[-1:]]
+    return len(before) if before else None
+
+
+def test_state_read_while_running_equals_the_oracle_as_of_its_time(
+    stack: Settings, spark: Any
+) -> None:
+    settings = stack.with_(parallelism=2, snapshot_interval_ms=300)
+    bootstrap = settings.kafka_bootstrap
+    app = f"state{uuid.uuid4().hex[:6]}"
+    source = f"{app}-lines"
+    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=29)
+    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    common = [w for w, _ in Counter(w for t in texts for w in t.split()).most_common(5)]
+    pipeline = pairs_and_counts(app, source, f"{app}-pairs", f"{app}-counts")
+    answers: list[dict[str, Any]] = []
+    with running(settings, spark, pipeline) as run:
+        until = produce_lines(bootstrap, source, lines[:50], partitions=2)
+        run.wait_released(until, timeout_s=180)
+        with open_state(settings, pipeline.graph()) as reader:
+            server = StateServer(reader)
+            server.start()
+            try:
+                assert _get(server.url, "state") == (
+                    200,
+                    {"pairs": "grouping", "counts": "rolling"},
+                )
+                status, body = _get(server.url, "state/map-pair?key=%22a%22")
+                assert status == 404 and "groupings and rolling aggregates" in body["error"]
+                assert _get(server.url, "state/pairs?key=word")[0] == 400
+                for burst in range(5):
+                    produce_lines(bootstrap, source, lines[50 + burst * 50 :][:50], partitions=2)
+                    for word in [*common, NEVER]:
+                        answers += [
+                            _ask(server.url, "pairs", word),
+                            _ask(server.url, "counts", word),
+                        ]
+                    time.sleep(0.3)
+                until = time.time_ns() // 1_000_000
+                run.wait_released(until, timeout_s=180)
+                deadline = time.monotonic() + 60
+                while True:
+                    last = [
+                        _ask(server.url, node, w) for node in ("pairs", "counts") for w in common
+                    ]
+                    if min(a["as_of_ms"] for a in last) > until or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.2)
+                answers += last
+            finally:
+                server.stop()
+    occurrences = _occurrences(bootstrap, source, settings.delta_ms)
+    for answer in answers:
+        expected = _expected(answer, occurrences.get(answer["key"], []))
+        assert answer["found"] == (expected not in (None, [])), answer
+        assert answer["value"] == (expected if answer["found"] else None), (answer, expected)
+    final = answers[-2 * len(common) :]
+    assert min(a["as_of_ms"] for a in final) > until, "the state never caught up with the input"
+    counts = {a["key"]: a["value"] for a in final if a["node"] == "counts"}
+    assert counts == {w: len(occurrences[w]) for w in common}
+    # Read while input arrived: the answers' times moved, and some lagged the final counts.
+    assert len({a["as_of_slot"] for a in answers if a["node"] == "pairs"}) >= 3
+    assert len({a["as_of_slot"] for a in answers if a["node"] == "counts"}) >= 3
+    assert any(a["value"] != counts[a["key"]] for a in answers[:-10] if a["node"] == "counts")
