@@ -2,10 +2,11 @@
 equal the oracle at the global time each answer says it is as of.
 
 One pipeline holds both kinds of state on the same words: a grouping (``pairs``, window
-2: a word's state is its last occurrence) and a rolling count (``counts``). Input arrives
-in bursts; between them, every answer for a handful of words is checked against what the
-stored input says at the answer's ``as_of_slot``: an answer that held uncommitted or
-speculative state, or was not as of the time it claims, would differ.
+2: a word's state is its last occurrence) and a rolling count (``counts``). Input keeps
+arriving (~100 lines/s) while answers are read; every answer for a handful of words is
+checked against what the stored input says at the answer's ``as_of_slot``: an answer
+that held uncommitted or speculative state, or was not as of the time it claims, would
+differ.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from confluent_kafka import Producer
+
 from framework.config import Settings
 from framework.core.time import GlobalTime
 from framework.demos.text import generate_lines
@@ -28,6 +31,17 @@ from integration_tests.harness.runs import produce_lines, running
 from integration_tests.harness.state_jobs import pairs_and_counts
 
 NEVER = "never-a-word"
+
+
+def _trickle(bootstrap: str, topic: str, lines: list[str]) -> None:
+    """``lines`` over 2 partitions at ~100 lines/s: input keeps arriving while answers are read."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
+    for i, line in enumerate(lines):
+        producer.produce(topic, value=line.encode(), partition=i % 2)
+        if i % 5 == 4:
+            producer.flush(10)
+            time.sleep(0.05)
+    producer.flush(30)
 
 
 def _get(url: str, path: str) -> tuple[int, Any]:

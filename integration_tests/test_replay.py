@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from connectors import BundleConsumer
 from framework.cli import main
 from framework.config import Settings
-from framework.coordination import Epochs, SnapshotRegistry
+from framework.coordination import Epochs
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -29,9 +28,7 @@ from framework.runners.assembly import source_fronts
 from framework.runners.hygiene import epoch_topics
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.snapshots import restorer
-from integration_tests.harness.runs import produce_lines, read_output, running
-
-_NONE = SimpleNamespace(slot=0)
+from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 
 
 def _pairs(items: list[Any]) -> Counter[Any]:
@@ -134,19 +131,10 @@ def test_replay_from_a_snapshot_restores_the_groupings(stack: Settings, spark: A
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
-    registry = SnapshotRegistry(settings.zookeeper, app)
-    try:
-        with running(settings, spark, pipeline) as run:
-            until = produce_lines(bootstrap, source, lines[:200], partitions=2)
-            run.wait_released(until, timeout_s=180)
-            deadline = time.monotonic() + 60
-            while (registry.latest() or _NONE).slot * settings.delta_ms <= until:
-                assert time.monotonic() < deadline, "no snapshot past the first lines"
-                time.sleep(0.2)
-        snapshot = registry.latest()
-    finally:
-        registry.close()
-    assert snapshot is not None
+    with running(settings, spark, pipeline) as run:
+        until = produce_lines(bootstrap, source, lines[:200], partitions=2)
+        run.wait_released(until, timeout_s=180)
+        snapshot = snapshot_past(settings, app, until, timeout_s=60)
     ends = resolve_start(bootstrap, graph, at_ms=time.time_ns() // 1_000_000 + 60_000)
     record = start_replay(settings, graph, ends, restore=restorer(settings, graph))
     assert record.snapshot is not None and record.snapshot >= snapshot.slot

@@ -10,17 +10,14 @@ the whole input only if every key's state moved with it.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from connectors import BundleConsumer
 from framework.config import Settings
-from framework.coordination import SnapshotRegistry
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, word_pairs
@@ -28,9 +25,7 @@ from framework.errors import ConfigError
 from framework.kafka.admin import partition_count
 from framework.runners.rescale import keyed_nodes, start_rescale
 from framework.wire.topics import Topics
-from integration_tests.harness.runs import produce_lines, read_output, running
-
-_NONE = SimpleNamespace(slot=0)
+from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 
 
 def _verified_pairs(bootstrap: str, topic: str) -> Counter[Any]:
@@ -39,17 +34,6 @@ def _verified_pairs(bootstrap: str, topic: str) -> Counter[Any]:
         for bundle in consumer.bundles(idle_s=5):
             seen.update(pair_key(item.value) for item in bundle.items)
     return seen
-
-
-def _snapshot_past(settings: Settings, app: str, until_ms: int) -> None:
-    registry = SnapshotRegistry(settings.zookeeper, app)
-    try:
-        deadline = time.monotonic() + 90
-        while (registry.latest() or _NONE).slot * settings.delta_ms <= until_ms:
-            assert time.monotonic() < deadline, "no snapshot past the input so far"
-            time.sleep(0.2)
-    finally:
-        registry.close()
 
 
 def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark: Any) -> None:
@@ -77,7 +61,7 @@ def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark
             changelog = Topics(app, run.epoch).state(keyed_nodes(graph)[0])
             assert partition_count(bootstrap, changelog) == units
             if step < 2:
-                _snapshot_past(settings, app, until)
+                snapshot_past(settings, app, until)
     assert len(set(epochs)) == 2
     output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
     assert output == word_pairs_oracle(bootstrap, source, base.delta_ms)

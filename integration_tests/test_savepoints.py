@@ -28,8 +28,8 @@ from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError, Unauthenticated
 from framework.kafka.clients import read_to_end
 from framework.runners.savepoints import savepoint_root, start_from_savepoint, take_savepoint
-from framework.snapshots.savepoints import list_savepoints, load_savepoint
-from integration_tests.harness.runs import produce_lines, read_output, running
+from framework.snapshots.savepoints import Savepoint, list_savepoints, load_savepoint
+from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 from integration_tests.harness.upgrades import upgraded_pairs
 
 
@@ -55,24 +55,11 @@ def _pairs_from(bootstrap: str, topic: str, delta_ms: int, start: dict[int, int]
     return expected
 
 
-def test_a_changed_pipeline_starts_from_a_savepoint(stack: Settings, spark: Any) -> None:
-    settings = stack.with_(parallelism=2, snapshot_interval_ms=200)
-    bootstrap = settings.kafka_bootstrap
-    app = f"savepoint{uuid.uuid4().hex[:6]}"
-    source, v1_out, pairs, letters = (f"{app}-{t}" for t in ("lines", "v1", "pairs", "letters"))
-    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=23)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
-    v1 = word_pairs(app, source, v1_out)
-    assert [n.id for n in v1.graph().nodes if n.kind == "group"] == ["group"]
-    with running(settings, spark, v1) as run:
-        until = produce_lines(bootstrap, source, lines[:150], partitions=2)
-        run.wait_released(until, timeout_s=180)
-        saved = take_savepoint(settings, v1.graph(), "v1", wait_s=60)
-    assert saved.app == app and saved.operator("group") is not None
-    assert [sp.name for sp in list_savepoints(savepoint_root(settings, app))] == ["v1"]
-    assert sum(saved.offsets[source].values()) > 0
-
-    # Refused before anything changes: the grouping's window changed, a tampered manifest.
+def _refused_before_anything_changes(
+    settings: Settings, app: str, saved: Savepoint, topics: tuple[str, str, str]
+) -> None:
+    """A grouping's window changed, a tampered manifest: refused, the epoch unchanged."""
+    source, pairs, letters = topics
     wider = upgraded_pairs(app, source, pairs, letters, window=3).graph()
     epoch = read_epoch(settings.zookeeper, app)
     with pytest.raises(ConfigError, match=r"grouping 'pairs' had window 2 .* has 3 now"):
@@ -86,6 +73,30 @@ def test_a_changed_pipeline_starts_from_a_savepoint(stack: Settings, spark: Any)
         load_savepoint(savepoint_root(settings, app), "v1")
     manifest.write_bytes(original)
     assert read_epoch(settings.zookeeper, app) == epoch
+
+
+def test_a_changed_pipeline_starts_from_a_savepoint(stack: Settings, spark: Any) -> None:
+    settings = stack.with_(parallelism=2, snapshot_interval_ms=200)
+    bootstrap = settings.kafka_bootstrap
+    app = f"savepoint{uuid.uuid4().hex[:6]}"
+    source, v1_out, pairs, letters = (f"{app}-{t}" for t in ("lines", "v1", "pairs", "letters"))
+    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=23)
+    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    v1 = word_pairs(app, source, v1_out)
+    assert [n.id for n in v1.graph().nodes if n.kind == "group"] == ["group"]
+    with running(settings, spark, v1) as run:
+        until = produce_lines(bootstrap, source, lines[:150], partitions=2)
+        run.wait_released(until, timeout_s=180)
+        # The next snapshot may still be below the input (its slot waits for the
+        # barriers' acceptance): wait for one past it, then save the one after.
+        snapshot_past(settings, app, until)
+        saved = take_savepoint(settings, v1.graph(), "v1", wait_s=60)
+    assert saved.slot * settings.delta_ms > until
+    assert saved.app == app and saved.operator("group") is not None
+    assert [sp.name for sp in list_savepoints(savepoint_root(settings, app))] == ["v1"]
+    assert sum(saved.offsets[source].values()) > 0
+
+    _refused_before_anything_changes(settings, app, saved, (source, pairs, letters))
 
     # The upgrade: the grouping kept under its new name, the letters grouping new.
     v2 = upgraded_pairs(app, source, pairs, letters)

@@ -11,10 +11,12 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.config import Settings
+from framework.coordination import SnapshotRegistry
 from framework.demos.text import word_counts
 from framework.kafka.clients import read_to_end
 from framework.pipeline import Pipeline
 from framework.runners.spark import PipelineRun, SparkRunner
+from framework.wire.znodes import SnapshotRecord
 
 
 def produce_lines(
@@ -60,3 +62,20 @@ def running(settings: Settings, spark: Any, pipeline: Pipeline) -> Iterator[Pipe
         yield run
     finally:
         run.stop()
+
+
+def snapshot_past(
+    settings: Settings, app: str, until_ms: int, timeout_s: float = 90
+) -> SnapshotRecord:
+    """Wait until ``app`` committed a snapshot whose slot starts after ``until_ms``; it."""
+    registry = SnapshotRegistry(settings.zookeeper, app)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            latest = registry.latest()
+            if latest is not None and latest.slot * settings.delta_ms > until_ms:
+                return latest
+            assert time.monotonic() < deadline, f"no snapshot of {app} past {until_ms}"
+            time.sleep(0.2)
+    finally:
+        registry.close()
