@@ -10,8 +10,9 @@ bootstrap:
 demo: bootstrap  ## the main job on the embedded local stack
 	$(VENV)/flamepipe demo
 
-test: bootstrap  ## every test: unit (pure, seconds) then integration (real Kafka, ZooKeeper, Spark)
-	$(VENV)/pytest -q --timeout=900 --durations=30 -m "not slow" unit_tests integration_tests $(PYTEST_ARGS)
+test: bootstrap  ## every test: unit (pure; on both cores) then integration (real Kafka, ZooKeeper, Spark)
+	$(VENV)/pytest -q -n 2 --timeout=900 -m "not slow" unit_tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VENV)/pytest -q --timeout=900 --durations=30 -m "not slow" integration_tests $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-slow: bootstrap  ## long or not yet reliable tests (crash tests, soaks)
 	$(VENV)/pytest -q --timeout=1800 -m slow integration_tests $(PYTEST_ARGS)
