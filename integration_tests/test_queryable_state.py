@@ -12,12 +12,16 @@ differ.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -28,6 +32,7 @@ from framework.demos.text import generate_lines
 from framework.kafka.clients import read_to_end
 from framework.runners.state import StateServer, open_state
 from integration_tests.harness.runs import produce_lines, running
+from integration_tests.harness.services import ROOT, service_env
 from integration_tests.harness.state_jobs import pairs_and_counts
 
 NEVER = "never-a-word"
@@ -78,8 +83,30 @@ def _expected(answer: dict[str, Any], occurrences: list[tuple[Any, str]]) -> Any
     return len(before) if before else None
 
 
+def _check_routes(url: str) -> None:
+    assert _get(url, "state") == (200, {"pairs": "grouping", "counts": "rolling"})
+    status, body = _get(url, "state/map-pair?key=%22a%22")
+    assert status == 404 and "groupings and rolling aggregates" in body["error"]
+    assert _get(url, "state/pairs?key=word")[0] == 400
+
+
+def _cli_get(
+    settings: Settings, names: dict[str, str], tmp: Path, node: str, word: str
+) -> dict[str, Any]:
+    """``flamepipe state get`` in a process of its own, as a person would run it."""
+    env = service_env(settings, names, FLAMEPIPE_STATE_DIR=str(tmp / "cli"))
+    spec = "integration_tests.harness.state_jobs:from_env"
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.cli", "state", "get", spec, node, json.dumps(word)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer: dict[str, Any] = json.loads(proc.stdout)
+    return answer
+
+
 def test_state_read_while_running_equals_the_oracle_as_of_its_time(
-    stack: Settings, spark: Any
+    stack: Settings, spark: Any, tmp_path: Path
 ) -> None:
     settings = stack.with_(parallelism=2, snapshot_interval_ms=300)
     bootstrap = settings.kafka_bootstrap
@@ -89,6 +116,7 @@ def test_state_read_while_running_equals_the_oracle_as_of_its_time(
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
     common = [w for w, _ in Counter(w for t in texts for w in t.split()).most_common(5)]
     pipeline = pairs_and_counts(app, source, f"{app}-pairs", f"{app}-counts")
+    names = {"FP_TEST_APP": app, "FP_TEST_SOURCE": source}
     answers: list[dict[str, Any]] = []
     with running(settings, spark, pipeline) as run:
         until = produce_lines(bootstrap, source, lines[:50], partitions=2)
@@ -97,21 +125,14 @@ def test_state_read_while_running_equals_the_oracle_as_of_its_time(
             server = StateServer(reader)
             server.start()
             try:
-                assert _get(server.url, "state") == (
-                    200,
-                    {"pairs": "grouping", "counts": "rolling"},
-                )
-                status, body = _get(server.url, "state/map-pair?key=%22a%22")
-                assert status == 404 and "groupings and rolling aggregates" in body["error"]
-                assert _get(server.url, "state/pairs?key=word")[0] == 400
-                for burst in range(5):
-                    produce_lines(bootstrap, source, lines[50 + burst * 50 :][:50], partitions=2)
+                _check_routes(server.url)
+                trickle = threading.Thread(target=_trickle, args=(bootstrap, source, lines[50:]))
+                trickle.start()
+                while trickle.is_alive():  # answers while items are in flight
                     for word in [*common, NEVER]:
-                        answers += [
-                            _ask(server.url, "pairs", word),
-                            _ask(server.url, "counts", word),
-                        ]
-                    time.sleep(0.3)
+                        answers.append(_ask(server.url, "pairs", word))
+                        answers.append(_ask(server.url, "counts", word))
+                trickle.join()
                 until = time.time_ns() // 1_000_000
                 run.wait_released(until, timeout_s=180)
                 deadline = time.monotonic() + 60
@@ -123,6 +144,8 @@ def test_state_read_while_running_equals_the_oracle_as_of_its_time(
                         break
                     time.sleep(0.2)
                 answers += last
+                word = common[0]
+                via_cli = _cli_get(settings, names, tmp_path, "counts", word)
             finally:
                 server.stop()
     occurrences = _occurrences(bootstrap, source, settings.delta_ms)
@@ -138,3 +161,4 @@ def test_state_read_while_running_equals_the_oracle_as_of_its_time(
     assert len({a["as_of_slot"] for a in answers if a["node"] == "pairs"}) >= 3
     assert len({a["as_of_slot"] for a in answers if a["node"] == "counts"}) >= 3
     assert any(a["value"] != counts[a["key"]] for a in answers[:-10] if a["node"] == "counts")
+    assert via_cli["node"] == "counts" and via_cli["value"] == counts[word]

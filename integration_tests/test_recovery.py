@@ -25,6 +25,7 @@ from framework.core.time import GlobalTime
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
+from framework.kafka.admin import partitions_if_exists
 from framework.kafka.clients import produce_record
 from framework.runners.spark import SparkRunner
 from framework.wire.avro import encode_ack_batch
@@ -52,7 +53,8 @@ def _wait_items(
     bootstrap: str, sink: str, count: int, timeout_s: float, failures: list[BaseException]
 ) -> None:
     deadline = time.monotonic() + timeout_s
-    while len(read_output(bootstrap, sink)) < count:
+    # The driver thread creates the sink topic as it starts: until then, nothing is out.
+    while not partitions_if_exists(bootstrap, sink) or len(read_output(bootstrap, sink)) < count:
         assert not failures, failures
         assert time.monotonic() < deadline, f"fewer than {count} output items"
         time.sleep(0.5)

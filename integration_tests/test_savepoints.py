@@ -13,8 +13,11 @@ saved state holds it.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +33,7 @@ from framework.kafka.clients import read_to_end
 from framework.runners.savepoints import savepoint_root, start_from_savepoint, take_savepoint
 from framework.snapshots.savepoints import Savepoint, list_savepoints, load_savepoint
 from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
+from integration_tests.harness.services import ROOT, service_env
 from integration_tests.harness.upgrades import upgraded_pairs
 
 
@@ -75,7 +79,26 @@ def _refused_before_anything_changes(
     assert read_epoch(settings.zookeeper, app) == epoch
 
 
-def test_a_changed_pipeline_starts_from_a_savepoint(stack: Settings, spark: Any) -> None:
+def _cli(settings: Settings, names: dict[str, str], tmp: Path, *args: str) -> str:
+    """``flamepipe savepoint`` in a process of its own (the test stack's snapshots)."""
+    env = service_env(
+        settings,
+        names,
+        FLAMEPIPE_STATE_DIR=str(tmp / "cli"),
+        FLAMEPIPE_SNAPSHOT_DIR=str(settings.snapshot_path),
+    )
+    spec = "integration_tests.harness.upgrades:upgraded_from_env"
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.cli", "savepoint", spec, *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_a_changed_pipeline_starts_from_a_savepoint(
+    stack: Settings, spark: Any, tmp_path: Path
+) -> None:
     settings = stack.with_(parallelism=2, snapshot_interval_ms=200)
     bootstrap = settings.kafka_bootstrap
     app = f"savepoint{uuid.uuid4().hex[:6]}"
@@ -124,3 +147,11 @@ def test_a_changed_pipeline_starts_from_a_savepoint(stack: Settings, spark: Any)
     firsts = Counter(letter for letter, words in windows if len(words) == 1)
     assert set(firsts.values()) == {1}
     assert set(firsts) == {json.loads(k)[0][0] for k in output}
+    # The command line: the upgraded pipeline's committed snapshot kept as v2, listed.
+    names = {"FP_TEST_APP": app, "FP_TEST_SOURCE": source}
+    names |= {"FP_TEST_PAIRS": pairs, "FP_TEST_LETTERS": letters}
+    _cli(settings, names, tmp_path, "--name", "v2", "--latest")
+    listed = _cli(settings, names, tmp_path, "--list")
+    assert [line.split("\t")[0] for line in listed.splitlines()] == ["v1", "v2"]
+    v2_saved = load_savepoint(savepoint_root(settings, app), "v2")
+    assert v2_saved.operator("letters") is not None and v2_saved.epoch == record.epoch

@@ -3,6 +3,7 @@ its own, so Spark's Python workers import the functions by name)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from connectors import KafkaSink, KafkaSource
@@ -24,3 +25,10 @@ def pairs_and_counts(name: str, source: str, pairs: str, counts: str) -> Pipelin
     words: Any = other.map(first).key_by(_word)
     words.fold(0, plus_one, name="counts").map(count_row).sink(KafkaSink(counts))
     return p
+
+
+def from_env() -> Pipeline:
+    """`pairs_and_counts` named by the environment (``FP_TEST_APP``, ``FP_TEST_SOURCE``):
+    what ``flamepipe state get`` loads by name."""
+    app, source = os.environ["FP_TEST_APP"], os.environ["FP_TEST_SOURCE"]
+    return pairs_and_counts(app, source, f"{app}-pairs", f"{app}-counts")

@@ -3,6 +3,7 @@ own, so Spark's Python workers import the functions by name)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from connectors import KafkaSink, KafkaSource
@@ -24,3 +25,12 @@ def upgraded_pairs(name: str, source: str, pairs: str, letters: str, window: int
 
 def _letters(window: tuple[Any, ...]) -> list[Any]:
     return letter_window(window)
+
+
+def upgraded_from_env() -> Pipeline:
+    """`upgraded_pairs` named by the environment (``FP_TEST_APP``, ``FP_TEST_SOURCE``,
+    ``FP_TEST_PAIRS``, ``FP_TEST_LETTERS``): what ``flamepipe savepoint`` loads by name."""
+    env = os.environ
+    return upgraded_pairs(
+        env["FP_TEST_APP"], env["FP_TEST_SOURCE"], env["FP_TEST_PAIRS"], env["FP_TEST_LETTERS"]
+    )
