@@ -12,8 +12,6 @@ differ.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -32,10 +30,11 @@ from framework.demos.text import generate_lines
 from framework.kafka.clients import read_to_end
 from framework.runners.state import StateServer, open_state
 from integration_tests.harness.runs import produce_lines, running
-from integration_tests.harness.services import ROOT, service_env
+from integration_tests.harness.services import run_cli
 from integration_tests.harness.state_jobs import pairs_and_counts
 
 NEVER = "never-a-word"
+_SPEC = "integration_tests.harness.state_jobs:from_env"
 
 
 def _trickle(bootstrap: str, topic: str, lines: list[str]) -> None:
@@ -83,26 +82,22 @@ def _expected(answer: dict[str, Any], occurrences: list[tuple[Any, str]]) -> Any
     return len(before) if before else None
 
 
+def _caught_up(url: str, words: list[str], until_ms: int) -> list[dict[str, Any]]:
+    """Both operators' answers for ``words``, once all are as of a time past ``until_ms``
+    (or after 60 s: the caller's assertion says so)."""
+    deadline = time.monotonic() + 60
+    while True:
+        last = [_ask(url, node, w) for node in ("pairs", "counts") for w in words]
+        if min(a["as_of_ms"] for a in last) > until_ms or time.monotonic() > deadline:
+            return last
+        time.sleep(0.2)
+
+
 def _check_routes(url: str) -> None:
     assert _get(url, "state") == (200, {"pairs": "grouping", "counts": "rolling"})
     status, body = _get(url, "state/map-pair?key=%22a%22")
     assert status == 404 and "groupings and rolling aggregates" in body["error"]
     assert _get(url, "state/pairs?key=word")[0] == 400
-
-
-def _cli_get(
-    settings: Settings, names: dict[str, str], tmp: Path, node: str, word: str
-) -> dict[str, Any]:
-    """``flamepipe state get`` in a process of its own, as a person would run it."""
-    env = service_env(settings, names, FLAMEPIPE_STATE_DIR=str(tmp / "cli"))
-    spec = "integration_tests.harness.state_jobs:from_env"
-    proc = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "state", "get", spec, node, json.dumps(word)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    answer: dict[str, Any] = json.loads(proc.stdout)
-    return answer
 
 
 def test_state_read_while_running_equals_the_oracle_as_of_its_time(
@@ -135,17 +130,10 @@ def test_state_read_while_running_equals_the_oracle_as_of_its_time(
                 trickle.join()
                 until = time.time_ns() // 1_000_000
                 run.wait_released(until, timeout_s=180)
-                deadline = time.monotonic() + 60
-                while True:
-                    last = [
-                        _ask(server.url, node, w) for node in ("pairs", "counts") for w in common
-                    ]
-                    if min(a["as_of_ms"] for a in last) > until or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.2)
-                answers += last
+                answers += _caught_up(server.url, common, until)
                 word = common[0]
-                via_cli = _cli_get(settings, names, tmp_path, "counts", word)
+                args = ("state", "get", _SPEC, "counts", json.dumps(word))
+                via_cli = json.loads(run_cli(settings, names, tmp_path, *args))
             finally:
                 server.stop()
     occurrences = _occurrences(bootstrap, source, settings.delta_ms)

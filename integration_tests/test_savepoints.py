@@ -13,8 +13,6 @@ saved state holds it.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -33,7 +31,7 @@ from framework.kafka.clients import read_to_end
 from framework.runners.savepoints import savepoint_root, start_from_savepoint, take_savepoint
 from framework.snapshots.savepoints import Savepoint, list_savepoints, load_savepoint
 from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
-from integration_tests.harness.services import ROOT, service_env
+from integration_tests.harness.services import run_cli
 from integration_tests.harness.upgrades import upgraded_pairs
 
 
@@ -79,21 +77,7 @@ def _refused_before_anything_changes(
     assert read_epoch(settings.zookeeper, app) == epoch
 
 
-def _cli(settings: Settings, names: dict[str, str], tmp: Path, *args: str) -> str:
-    """``flamepipe savepoint`` in a process of its own (the test stack's snapshots)."""
-    env = service_env(
-        settings,
-        names,
-        FLAMEPIPE_STATE_DIR=str(tmp / "cli"),
-        FLAMEPIPE_SNAPSHOT_DIR=str(settings.snapshot_path),
-    )
-    spec = "integration_tests.harness.upgrades:upgraded_from_env"
-    proc = subprocess.run(
-        [sys.executable, "-m", "framework.cli", "savepoint", spec, *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
+_UPGRADED = "integration_tests.harness.upgrades:upgraded_from_env"
 
 
 def test_a_changed_pipeline_starts_from_a_savepoint(
@@ -150,8 +134,8 @@ def test_a_changed_pipeline_starts_from_a_savepoint(
     # The command line: the upgraded pipeline's committed snapshot kept as v2, listed.
     names = {"FP_TEST_APP": app, "FP_TEST_SOURCE": source}
     names |= {"FP_TEST_PAIRS": pairs, "FP_TEST_LETTERS": letters}
-    _cli(settings, names, tmp_path, "--name", "v2", "--latest")
-    listed = _cli(settings, names, tmp_path, "--list")
+    run_cli(settings, names, tmp_path, "savepoint", _UPGRADED, "--name", "v2", "--latest")
+    listed = run_cli(settings, names, tmp_path, "savepoint", _UPGRADED, "--list")
     assert [line.split("\t")[0] for line in listed.splitlines()] == ["v1", "v2"]
     v2_saved = load_savepoint(savepoint_root(settings, app), "v2")
     assert v2_saved.operator("letters") is not None and v2_saved.epoch == record.epoch

@@ -25,13 +25,11 @@ from framework.snapshots.backends import open_backend
 from framework.snapshots.restore import restore_epoch
 from framework.snapshots.savepoints import (
     Savepoint,
-    SavepointBackend,
-    Upgrade,
     check_savable,
     load_savepoint,
-    plan_upgrade,
     save_savepoint,
 )
+from framework.snapshots.upgrades import SavepointBackend, Upgrade, plan_upgrade
 from framework.wire.znodes import EpochRecord, SnapshotRecord
 
 __all__ = ["savepoint_root", "start_from_savepoint", "take_savepoint"]

@@ -39,6 +39,7 @@ from framework.core.graph import Graph
 from framework.errors import ConfigError, DeadlineExceeded
 from framework.runners.assembly import current_epoch, view_for
 from framework.runners.keys import install_keys
+from framework.runners.observe.server import bind_http, url_of
 from framework.runners.snapshots import CommittedSlot
 from framework.snapshots.queryable import StateReader, StateValue
 
@@ -96,21 +97,13 @@ class StateServer:
     @property
     def url(self) -> str:
         """``http://host:port/`` once started."""
-        if self._httpd is None:
-            return ""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        return url_of(self._httpd)
 
     def start(self) -> None:
         """Bind and serve; `ConfigError` in one line if the port is taken."""
-        try:
-            self._httpd = ThreadingHTTPServer((self._host, self._port), self._handler())
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot serve state on {self._host}:{self._port} ({exc.strerror}): pass "
-                "--port with a free port, or 0 for any"
-            ) from None
-        self._httpd.daemon_threads = True
+        self._httpd = bind_http(
+            self._host, self._port, self._handler(), "pass --port a free port, or 0 for any"
+        )
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="flamepipe-state", daemon=True
         )

@@ -8,12 +8,8 @@ pipeline's keyring. Offsets move time, so a manifest that does not verify is ref
 before anything in it is used, and a unit file is checked against its digest before it
 is read.
 
-A pipeline whose graph changed starts from a savepoint by operator id
-(`plan_upgrade`): an operator of the savepoint and of the graph with the same id keeps its
-state; a grouping of the graph the savepoint lacks starts empty; one of the savepoint the
-graph lacks is reported as removed. An id that names a grouping with another window, or
-another kind of operator, is an incompatible change and is refused. Ids come from
-`framework.core.names`; ``renames`` maps a saved id to its new one.
+A pipeline whose graph changed starts from a savepoint by operator id:
+`framework.snapshots.upgrades`.
 
 The copy is written under a temporary name and renamed into place: a savepoint either
 exists whole or not at all.
@@ -36,8 +32,9 @@ from typing import Any
 from framework.core.graph import Graph, Kind
 from framework.core.names import slug
 from framework.errors import ConfigError, DecodeError, SnapshotMissing, Unauthenticated
-from framework.snapshots.backends.base import SLOT_MAX, StateBackend
-from framework.snapshots.units import decode_unit, encode_unit, unit_label, unit_name
+from framework.snapshots.backends.base import StateBackend
+from framework.snapshots.backends.files import fsync_dir, write_synced
+from framework.snapshots.units import decode_unit, unit_label
 from framework.wire.auth import MAC_HEADER, current
 from framework.wire.znodes import SnapshotRecord
 
@@ -45,13 +42,10 @@ __all__ = [
     "SAVEPOINT_FORMAT",
     "SavedOperator",
     "Savepoint",
-    "SavepointBackend",
-    "Upgrade",
     "check_savable",
     "delete_savepoint",
     "list_savepoints",
     "load_savepoint",
-    "plan_upgrade",
     "save_savepoint",
 ]
 
@@ -104,37 +98,6 @@ class Savepoint:
                 "since it was saved), not decoded"
             )
         return data
-
-
-@dataclass(frozen=True)
-class Upgrade:
-    """How a graph starts from a savepoint (`plan_upgrade`).
-
-    ``kept``: graph grouping id -> saved id whose state it gets; ``new``: groupings that
-    start empty; ``removed``: saved operators the graph lacks; ``new_sources``: source
-    topics the savepoint has no offsets for (read from their first offsets);
-    ``removed_sources``: saved source topics the graph no longer reads.
-    """
-
-    kept: Mapping[str, str]
-    new: tuple[str, ...]
-    removed: tuple[str, ...]
-    new_sources: tuple[str, ...]
-    removed_sources: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        """One line for the operator: what keeps state, what starts empty, what went."""
-        kept = [n if n == o else f"{n} (from {o})" for n, o in self.kept.items()]
-        parts = [f"state kept: {', '.join(kept) or 'none'}"]
-        if self.new:
-            parts.append(f"new, empty: {', '.join(self.new)}")
-        if self.removed:
-            parts.append(f"removed: {', '.join(self.removed)}")
-        if self.new_sources:
-            parts.append(f"new sources from their first offsets: {', '.join(self.new_sources)}")
-        if self.removed_sources:
-            parts.append(f"sources no longer read: {', '.join(self.removed_sources)}")
-        return "; ".join(parts)
 
 
 def _unit_file(unit: str) -> str:
@@ -208,7 +171,7 @@ def save_savepoint(
             data = backend.get(unit, record.slot)
             label = unit_label(graph.name, unit, record.slot)
             decode_unit(data, label, f"snapshot {unit}@{record.slot}")  # refuse a bad one now
-            _write_synced(work / _UNITS / _unit_file(unit), data)
+            write_synced(work / _UNITS / _unit_file(unit), data)
             digests[unit] = hashlib.sha256(data).hexdigest()
         # Step 3
         body = {
@@ -226,10 +189,10 @@ def save_savepoint(
         payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
         mac = current().sign(_manifest_label(graph.name, name), None, payload)
         manifest = {"mac": base64.b64encode(mac).decode("ascii"), "body": body}
-        _write_synced(work / _MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
+        write_synced(work / _MANIFEST, json.dumps(manifest, sort_keys=True, indent=1).encode())
         # Step 4
         os.rename(work, final)
-        _sync_dir(root)
+        fsync_dir(root)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -238,21 +201,6 @@ def save_savepoint(
 
 def _op_json(op: SavedOperator) -> dict[str, Any]:
     return {"id": op.id, "kind": op.kind, "label": op.label, "window": op.window, "units": op.units}
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load_savepoint(root: Path, name: str) -> Savepoint:
@@ -323,121 +271,3 @@ def delete_savepoint(root: Path, name: str) -> None:
     if not (root / name / _MANIFEST).is_file():
         raise ConfigError(f"no savepoint {name!r} in {root}")
     shutil.rmtree(root / name)
-
-
-def plan_upgrade(
-    savepoint: Savepoint, graph: Graph, renames: Mapping[str, str] | None = None
-) -> Upgrade:
-    """How ``graph`` starts from ``savepoint`` (see the module docstring); `ConfigError`
-    naming the operator and the way out for an incompatible change."""
-    renames = dict(renames or {})
-    if savepoint.app != graph.name:
-        raise ConfigError(
-            f"savepoint {savepoint.name!r} is of {savepoint.app!r}, not {graph.name!r}: a "
-            "savepoint starts the pipeline it was taken of"
-        )
-    saved = {op.id: op for op in savepoint.operators}
-    unknown = sorted(set(renames) - set(saved))
-    if unknown:
-        raise ConfigError(f"--rename {unknown}: savepoint {savepoint.name!r} has no such operator")
-    by_new = {renames.get(op_id, op_id): op for op_id, op in saved.items()}
-    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
-    if aggregates:
-        raise ConfigError(
-            f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state snapshots "
-            "do not cover yet: start it from the start (flamepipe replay --from-start)"
-        )
-    kept: dict[str, str] = {}
-    new: list[str] = []
-    for node in graph.nodes:
-        op = by_new.get(node.id)
-        if op is None:
-            if node.kind == Kind.GROUP:
-                new.append(node.id)
-            continue
-        if op.kind != node.kind.value:
-            raise ConfigError(
-                f"operator {node.id!r} was a {op.kind} in savepoint {savepoint.name!r} and is "
-                f"a {node.kind.value} now: give the new one another name="
-            )
-        if node.kind == Kind.GROUP:
-            if op.window != node.window:
-                raise ConfigError(
-                    f"grouping {node.id!r} had window {op.window} in savepoint "
-                    f"{savepoint.name!r} and has {node.window} now: its state does not fit; "
-                    "give it another name= to start it empty"
-                )
-            kept[node.id] = op.id
-    present = {node.id for node in graph.nodes}
-    removed = tuple(op.id for new_id, op in by_new.items() if new_id not in present)
-    sources = [node.endpoint.name for node in graph.by_kind(Kind.SOURCE) if node.endpoint]
-    new_sources = tuple(t for t in sources if t not in savepoint.offsets)
-    gone = tuple(t for t in savepoint.offsets if t not in sources)
-    return Upgrade(kept, tuple(new), removed, new_sources, gone)
-
-
-class SavepointBackend:
-    """The state of ``savepoint`` as a read-only `StateBackend` for `restore_epoch`.
-
-    Unit ``<new id>/<p>`` at the savepoint's slot is the saved unit of the operator it was
-    kept from (`Upgrade.kept`), verified for its saved label and signed again for the new
-    one, so the restore's checks hold for a renamed operator too.
-    """
-
-    def __init__(self, savepoint: Savepoint, upgrade: Upgrade) -> None:
-        self.savepoint = savepoint
-        self.upgrade = upgrade
-
-    def record(self, epoch: int) -> SnapshotRecord:
-        """The snapshot record `restore_epoch` restores, with the graph's ids."""
-        units = {
-            new: tuple(unit_name(new, p) for p in range(self._saved(old).units))
-            for new, old in self.upgrade.kept.items()
-        }
-        return SnapshotRecord(
-            slot=self.savepoint.slot,
-            offsets=self.savepoint.offsets,
-            units=units,
-            epoch=epoch,
-            created_ms=self.savepoint.created_ms,
-        )
-
-    def _saved(self, op_id: str) -> SavedOperator:
-        op = self.savepoint.operator(op_id)
-        assert op is not None  # plan_upgrade only keeps saved operators
-        return op
-
-    def get(self, unit: str, slot: int) -> bytes:
-        node, _, p = unit.rpartition("/")
-        old = self.upgrade.kept.get(node)
-        if old is None or slot != self.savepoint.slot:
-            raise SnapshotMissing(f"savepoint {self.savepoint.name!r} has no {unit}@{slot}")
-        sp = self.savepoint
-        saved = unit_name(old, int(p))
-        state = decode_unit(
-            sp.unit_bytes(saved), unit_label(sp.app, saved, slot), f"savepoint {sp.name} {saved}"
-        )
-        return encode_unit(state, unit_label(sp.app, unit, slot))
-
-    def put(self, unit: str, slot: int, data: bytes) -> None:
-        raise ConfigError("a savepoint is read-only")
-
-    def latest(self, unit: str, at_or_below: int = SLOT_MAX) -> tuple[int, bytes] | None:
-        if self.savepoint.slot > at_or_below:
-            return None
-        try:
-            return self.savepoint.slot, self.get(unit, self.savepoint.slot)
-        except SnapshotMissing:
-            return None
-
-    def units(self, slot: int) -> list[str]:
-        if slot != self.savepoint.slot:
-            return []
-        record = self.record(0)
-        return sorted(u for us in record.units.values() for u in us)
-
-    def drop_below(self, slot: int) -> int:
-        return 0
-
-    def close(self) -> None:
-        return None

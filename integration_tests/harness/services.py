@@ -34,6 +34,23 @@ def service_env(settings: Settings, names: Mapping[str, str], **extra: str) -> d
     return env
 
 
+def run_cli(settings: Settings, names: Mapping[str, str], tmp: Path, *args: str) -> str:
+    """``flamepipe <args>`` in a process of its own against the test stack (its snapshot
+    directory too), as a person would run it; its stdout, the command having succeeded."""
+    env = service_env(
+        settings,
+        names,
+        FLAMEPIPE_STATE_DIR=str(tmp / "cli"),
+        FLAMEPIPE_SNAPSHOT_DIR=str(settings.snapshot_path),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "framework.cli", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 class ServiceProcess:
     """One ``flamepipe <command> <spec>`` process with its log in ``log``."""
 

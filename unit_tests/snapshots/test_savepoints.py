@@ -16,14 +16,13 @@ from framework.core.time import GlobalTime
 from framework.errors import ConfigError, SnapshotMissing, Unauthenticated
 from framework.snapshots.backends.memory import MemoryBackend
 from framework.snapshots.savepoints import (
-    SavepointBackend,
     delete_savepoint,
     list_savepoints,
     load_savepoint,
-    plan_upgrade,
     save_savepoint,
 )
 from framework.snapshots.units import decode_unit, encode_unit, unit_label
+from framework.snapshots.upgrades import SavepointBackend, plan_upgrade
 from framework.testing import ListSink, ListSource
 from framework.wire.znodes import SnapshotRecord
 

@@ -40,10 +40,31 @@ from framework.errors import ConfigError
 from framework.runners.observe.figures import Figures
 from framework.runners.observe.metrics import FiguresCollector
 
-__all__ = ["WatchServer"]
+__all__ = ["WatchServer", "bind_http", "url_of"]
 
 _log = logging.getLogger(__name__)
 _HISTORY = 600
+
+
+def bind_http(
+    host: str, port: int, handler: type[BaseHTTPRequestHandler], fix: str
+) -> ThreadingHTTPServer:
+    """A threading HTTP server bound to ``host:port``; `ConfigError` in one line saying
+    ``fix`` if the port is taken."""
+    try:
+        httpd = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve on {host}:{port} ({exc.strerror}): {fix}") from None
+    httpd.daemon_threads = True
+    return httpd
+
+
+def url_of(httpd: ThreadingHTTPServer | None) -> str:
+    """``http://host:port/`` of a bound server ("" for none)."""
+    if httpd is None:
+        return ""
+    host, port = httpd.server_address[:2]
+    return f"http://{host!s}:{port}/"
 
 
 class WatchServer:
@@ -66,21 +87,16 @@ class WatchServer:
     @property
     def url(self) -> str:
         """``http://host:port/`` once started."""
-        if self._httpd is None:
-            return ""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        return url_of(self._httpd)
 
     def start(self) -> None:
         """Bind and serve; `ConfigError` in one line if the port is taken."""
-        try:
-            self._httpd = ThreadingHTTPServer((self._host, self._port), self._handler())
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot serve the pipeline page on {self._host}:{self._port} ({exc.strerror}):"
-                " set ui_port (FLAMEPIPE_UI_PORT) to a free port, or 0 for any"
-            ) from None
-        self._httpd.daemon_threads = True
+        self._httpd = bind_http(
+            self._host,
+            self._port,
+            self._handler(),
+            "set ui_port (FLAMEPIPE_UI_PORT) to a free port, or 0 for any",
+        )
         self._stop.clear()
         self._threads = [
             threading.Thread(target=self._httpd.serve_forever, name="flamepipe-watch", daemon=True),

@@ -41,7 +41,15 @@ def _snap_name(slot: int) -> str:
     return f"{slot:020d}.snap"
 
 
-def _fsync_dir(path: Path) -> None:
+def write_synced(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` and fsync it: its bytes are on disk on return."""
+    with open(path, "xb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def fsync_dir(path: Path) -> None:
     # Some network filesystems refuse fsync on a directory; their rename is already
     # synchronous on the server, so there is nothing more to wait for.
     with contextlib.suppress(OSError):
@@ -76,16 +84,12 @@ class FileBackend:
         folder = self._unit_dir(unit, create=True)
         temp = folder / f".{slot:020d}.{uuid.uuid4().hex}.tmp"
         try:
-            # Step 1
-            with open(temp, "xb") as out:
-                out.write(data)
-                out.flush()
-                # Step 2
-                os.fsync(out.fileno())
+            # Steps 1 and 2
+            write_synced(temp, data)
             # Step 3
             os.replace(temp, folder / _snap_name(slot))
             # Step 4
-            _fsync_dir(folder)
+            fsync_dir(folder)
         except OSError as exc:
             raise StateError(f"cannot save snapshot of {unit!r} at slot {slot}: {exc}") from exc
         finally:
@@ -150,7 +154,7 @@ class FileBackend:
                 folder.mkdir(exist_ok=True)
             except OSError as exc:
                 raise StateError(f"cannot create unit directory {folder}: {exc}") from exc
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         return folder
 
     def _unit_entries(self) -> list[os.DirEntry[str]]:
