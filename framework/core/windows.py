@@ -254,6 +254,10 @@ class WindowAggregator:
         self._released: list[int] = []
         self._changed: dict[object, None] = {}  # keys whose bucket changed since take_changed
         self._min_time = 0
+        self._floor = 0  # restored from a snapshot at this slot (`put_floor`)
+        # Results below the floor, released by the epoch the snapshot was taken in: not
+        # emitted again, counted.
+        self.replayed = 0
 
     def _keyed_bucket(self, record: Record) -> tuple[Keyed, Bucket]:
         """The item's `Keyed` payload and its key's bucket (made if missing, marked changed)."""
@@ -314,6 +318,16 @@ class WindowAggregator:
             if bucket is not None:
                 self._prune(key, bucket.below(cutoff))
         return out
+
+    def advance(self, slot: int) -> list[Record]:
+        """`on_min_time`, without the results below the restore floor (`put_floor`)."""
+        out = self.on_min_time(slot)
+        floor = self._floor
+        if not floor or not out:
+            return out
+        kept = [record for record in out if record.meta.gt.slot >= floor]
+        self.replayed += len(out) - len(kept)
+        return kept
 
     def take_holds(self) -> tuple[list[int], list[int]]:
         """Slots newly held and newly released since the last call, in that order."""
@@ -406,6 +420,27 @@ class WindowAggregator:
         if free < len(bucket.metas):
             self._due_at(0, key)
 
+    @property
+    def floor(self) -> int:
+        """The slot of the snapshot this state was restored from (0: none)."""
+        return self._floor
+
+    def put_floor(self, slot: int) -> None:
+        """Set the slot of the snapshot a new epoch's state was restored from.
+
+        Every item of the new epoch has a slot at or after it (sources replay from the
+        snapshot's offsets), so an item below it was restored. The snapshot was taken once
+        min time had passed its slot: by then no slot below it was held, so every result
+        with a slot below it had been emitted, and released or folded into a later
+        snapshot's state downstream. Below the floor, then, items hold nothing (no ack of
+        their hold exists in this epoch) and results are not emitted again (`advance`).
+        """
+        if slot <= self._floor:
+            return
+        self._floor = slot
+        for held in [held for held in self._holds if held < slot]:
+            del self._holds[held]
+
     def put_min_time(self, slot: int) -> None:
         """Set the min time a changelog recorded: windows ending by then were emitted."""
         if slot <= self._min_time:
@@ -496,12 +531,16 @@ class WindowAggregator:
             del self._buckets[key]
 
     def _hold(self, slot: int, *, silent: bool = False) -> None:
+        if slot < self._floor:
+            return  # restored: see put_floor
         count = self._holds.get(slot, 0)
         if not count and not silent:
             self._acquired.append(slot)
         self._holds[slot] = count + 1
 
     def _unhold(self, slot: int, *, silent: bool = False) -> None:
+        if slot < self._floor:
+            return  # restored: see put_floor
         count = self._holds[slot] - 1
         if count:
             self._holds[slot] = count

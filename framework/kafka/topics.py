@@ -19,6 +19,7 @@ from framework.wire.topics import Topics
 
 __all__ = [
     "CHANGELOG_CONFIG",
+    "CHANGELOG_LAG_MS",
     "SEGMENTS",
     "acker_state_spec",
     "acks_topic_spec",
@@ -32,7 +33,15 @@ __all__ = [
 SEGMENTS: Mapping[str, str] = {"segment.bytes": str(64 << 20), "segment.ms": str(10 * 60_000)}
 """Segment size and age of every internal topic (see the module docstring)."""
 
-CHANGELOG_CONFIG: Mapping[str, str] = {**SEGMENTS, "max.message.bytes": str(16 << 20)}
+CHANGELOG_LAG_MS = 10 * 60_000
+"""How long a changelog record stays uncompacted: a snapshot cuts an aggregate's
+changelog at a batch younger than half of it (`framework.snapshots.copies`)."""
+
+CHANGELOG_CONFIG: Mapping[str, str] = {
+    **SEGMENTS,
+    "max.message.bytes": str(16 << 20),
+    "min.compaction.lag.ms": str(CHANGELOG_LAG_MS),
+}
 """A changelog record holds a whole bucket of a grouping: up to 16 MiB."""
 
 

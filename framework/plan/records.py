@@ -61,4 +61,5 @@ class TaskResult:
     tombstones: int = 0
     last_offset: int = -1
     max_timestamp_ms: int = -1
+    replayed: int = 0  # results below a restore floor, not emitted again (`put_floor`)
     next_due: int = -1  # an aggregate's earliest window end still to emit (-1: none)

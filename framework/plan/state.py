@@ -1,8 +1,8 @@
 """The state of a stage that starts with a grouping or an aggregate, and its changelog.
 
 A changelog record per changed key holds the key's bucket; an aggregate adds its min time
-(layout: `framework.wire.changelog`). Replaying the records, oldest first, rebuilds the
-state (latest wins).
+first in every batch, and a restore its floor (layout: `framework.wire.changelog`).
+Replaying the records, oldest first, rebuilds the state (latest wins).
 """
 
 from __future__ import annotations
@@ -13,12 +13,66 @@ from typing import Any
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
 from framework.core.windows import WindowAggregator
-from framework.wire.changelog import bucket_record, min_time_record, read_record
+from framework.wire.changelog import BUCKET, MIN_TIME, bucket_record, min_time_record, read_record
 
-__all__ = ["StageState", "apply_changelog", "changelog_records", "hold_value"]
+__all__ = [
+    "ChangelogImage",
+    "Replayable",
+    "StageState",
+    "apply_changelog",
+    "apply_record",
+    "changelog_records",
+    "hold_value",
+]
+
+
+class ChangelogImage:
+    """An aggregate's changelog as data: every key's latest bucket (plain, as written),
+    the min time and the floor. Runs no user code: what a snapshot cuts (`cut`)."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[object, tuple[Any, ...]] = {}
+        self.min_time = 0
+        self.floor = 0
+
+    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+        """A key's changelog state (None: gone)."""
+        if state is None:
+            self.buckets.pop(key, None)
+        else:
+            self.buckets[key] = state
+
+    def put_min_time(self, slot: int) -> None:
+        """A batch's min time."""
+        self.min_time = max(self.min_time, slot)
+
+    def put_floor(self, slot: int) -> None:
+        """The restore floor of the epoch."""
+        self.floor = max(self.floor, slot)
+
+    def take_changed(self) -> list[object]:
+        """Nothing: an image writes no changelog of its own."""
+        return []
+
+    def cut(self, below: int) -> list[tuple[object, tuple[Any, ...]]]:
+        """Every key's bucket without its items and early tombstones at or after slot
+        ``below`` (a rolling value stays: it folds items below the min time only); keys
+        left with nothing are omitted."""
+        out = []
+        for key, (metas, values, early, *carried) in self.buckets.items():
+            kept = [(m, v) for m, v in zip(metas, values, strict=True) if m[0][0] < below]
+            early_kept = [(m, v) for m, v in early if m[0][0] < below]
+            if kept or early_kept or carried:
+                bucket = ([m for m, _ in kept], [v for _, v in kept], early_kept, *carried)
+                out.append((key, bucket))
+        return out
+
 
 StageState = Grouping | WindowAggregator
 """The state of a stage that starts with a grouping or an aggregate."""
+
+Replayable = StageState | ChangelogImage
+"""What `apply_changelog` rebuilds: a stage's state or an image of it."""
 
 
 def changelog_records(state: StageState) -> list[tuple[bytes, bytes]]:
@@ -56,15 +110,21 @@ def hold_value(op_id: int, partition: int, slot: int) -> int:
 
 
 def apply_changelog(
-    state: StageState, records: Iterable[tuple[bytes | None, bytes | None]]
+    state: Replayable, records: Iterable[tuple[bytes | None, bytes | None]]
 ) -> None:
     """Replay changelog ``(key, value)`` records, oldest first, into ``state`` (latest wins)."""
     for kafka_key, value in records:
-        if value is None:
-            continue
-        is_min_time, key, bucket = read_record(kafka_key, value)
-        if is_min_time:
-            if isinstance(state, WindowAggregator):
-                state.put_min_time(bucket)
-        else:
-            state.put_bucket(key, bucket)
+        if value is not None:
+            apply_record(state, *read_record(kafka_key, value))
+
+
+def apply_record(state: Replayable, kind: str, key: Any, payload: Any) -> None:
+    """Apply one decoded changelog record (`read_record`) to ``state``."""
+    if kind == BUCKET:
+        state.put_bucket(key, payload)
+    elif isinstance(state, Grouping):
+        return  # a grouping's changelog holds buckets only
+    elif kind == MIN_TIME:
+        state.put_min_time(payload)
+    else:
+        state.put_floor(payload)

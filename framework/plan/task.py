@@ -202,7 +202,9 @@ class StageProgram:
                 run.flow(item, record, index)
         if isinstance(state, WindowAggregator):
             # Step 7
+            replayed = state.replayed
             run.emit_windows(state, min_slot)
+            result.replayed = state.replayed - replayed
             due = state.next_due()
             result.next_due = -1 if due is None else due
         run.call_services()
@@ -453,7 +455,7 @@ class _TaskRun:
     def emit_windows(self, state: WindowAggregator, min_slot: int) -> None:
         """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
         entry = self.spec.stage.entry
-        results = state.on_min_time(min_slot)
+        results = state.advance(min_slot)
         try:
             self._forward(entry, results)
         except RECORD_ERRORS as exc:

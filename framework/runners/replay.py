@@ -8,7 +8,7 @@ or before its ``GT_last``). Protocol of `start_replay`:
 
 1. Resolve where each source partition starts: given offsets, the first offset stamped at
    or after a time, or the first offset.
-2. A pipeline with groupings needs their state as it was at that point. From the first
+2. A pipeline with groupings or aggregates needs their state as it was at that point. From the first
    offsets the state is empty. Otherwise take the latest committed snapshot whose offsets
    are all at or before the asked ones (`framework.coordination.SnapshotRegistry`), seed the new
    epoch's changelogs from it and start from its offsets instead (earlier: the barriers
@@ -107,25 +107,19 @@ def start_replay(
 
     bootstrap = settings.kafka_bootstrap
     start = ReplayStart(offsets)
-    stateful = any(True for _ in graph.by_kind(Kind.GROUP))
-    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
+    stateful = any(node.kind in (Kind.GROUP, Kind.AGGREGATE) for node in graph.nodes)
     epochs = Epochs(settings.zookeeper, graph.name)
     try:
         current = epochs.current()
         planned = 1 if current is None else current.epoch + 1
         # Step 2
-        if aggregates and not _is_start(bootstrap, offsets):
-            raise ConfigError(
-                f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state "
-                "snapshots do not cover yet: replay from the start (--from-start) instead"
-            )
         if stateful and not _is_start(bootstrap, offsets):
             found = restore(offsets, planned) if restore is not None else None
             if found is None:
                 raise ConfigError(
-                    f"{graph.name!r} has groupings: a replay that does not start at the "
-                    "first offsets needs a committed snapshot at or before them, and there "
-                    "is none; replay from the start (--from-start) instead"
+                    f"{graph.name!r} has groupings or aggregates: a replay that does not start "
+                    "at the first offsets needs a committed snapshot at or before them, and "
+                    "there is none; replay from the start (--from-start) instead"
                 )
             start = found
         # Step 3

@@ -12,11 +12,10 @@ would notice: `check_parallelism` refuses that before anything starts, and
    already runs with the asked parallelism.
 2. From the start (``from_start``): the next epoch reads every source from its first
    offset with empty state; any pipeline can do that.
-3. Otherwise from the newest committed snapshot: each grouping unit's buckets are
-   re-hashed into the new parallelism's units, written into the new epoch's changelogs
-   (`framework.snapshots.restore.restore_epoch` with ``units``), and the sources start at
-   the snapshot's offsets. A pipeline with aggregates is refused (their state is not in
-   snapshots yet): rescale it from the start.
+3. Otherwise from the newest committed snapshot: each grouping's and aggregate's unit's
+   buckets are re-hashed into the new parallelism's units, written into the new epoch's
+   changelogs (`framework.snapshots.restore.restore_epoch` with ``units``), and the
+   sources start at the snapshot's offsets.
 4. Bump the epoch (reason ``"rescale to N"``); the next run with parallelism N uses it.
 
 Why the output does not change: this is a replay (`framework.runners.replay`), and where a

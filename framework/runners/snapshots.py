@@ -53,7 +53,7 @@ def restorer(
     """The ``restore`` step of `framework.runners.replay.start_replay` for ``graph``.
 
     Picks the newest kept snapshot whose offsets are all at or before the asked ones and
-    seeds the new epoch's changelogs with its state, in ``units`` hash units per grouping
+    seeds the new epoch's changelogs with its state, in ``units`` hash units per keyed node
     (None: as many as the snapshot has; `framework.runners.rescale`).
     """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from dataclasses import dataclass
 
@@ -20,17 +21,26 @@ from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.admin import partition_count
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.kafka.mintime import MinTimeView
+from framework.kafka.topics import CHANGELOG_LAG_MS
 from framework.service import Service
 from framework.snapshots.acceptance import BarrierMarks
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.copies import ChangelogCopies, Part
 from framework.snapshots.offsets import replay_offsets
-from framework.snapshots.units import encode_unit, unit_label, unit_name
+from framework.snapshots.units import (
+    aggregate_shape,
+    encode_aggregate_unit,
+    encode_unit,
+    unit_label,
+    unit_name,
+)
 from framework.snapshots.writer import SnapshotWriter
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
 __all__ = ["KEEP", "SnapshotCoordinator", "SnapshotStats"]
+
+_log = logging.getLogger(__name__)
 
 KEEP = 2
 """Committed snapshots kept in ZooKeeper (and so in the backend)."""
@@ -47,6 +57,7 @@ class SnapshotStats:
     last_duration_ms: float = 0.0  # min time seen -> committed, of the last snapshot
     waiting_barriers: int = 0  # rounds skipped: a barrier had released no new slot
     waiting_changelogs: int = 0  # rounds skipped: a changelog transaction was still open
+    waiting_cuts: int = 0  # rounds skipped: an aggregate's cut was older than the lag allows
     units_saved: int = 0
     bytes_saved: int = 0
     records_read: int = 0  # changelog records applied to the copies
@@ -72,9 +83,12 @@ class SnapshotCoordinator(Service):
        ``M - 1``, `framework.snapshots.acceptance`). Only an ``M`` after the last committed
        slot goes on; otherwise the round is skipped and the next tick tries again.
     2. State: mark the changelogs' ends; once no transaction below the marks is open
-       (possibly a later tick), catch every unit's copy up to its stable end and save
-       ``snapshot(below=M)`` of each unit (``"<node>/<p>"``) at slot ``M`` through a
-       `SnapshotWriter`; wait until every save is durable.
+       (possibly a later tick), catch every unit's copy up to its stable end (an
+       aggregate's image up to its first batch with a min time past ``M``: a cut older
+       than half the changelogs' compaction lag skips the round) and save
+       ``snapshot(below=M)`` of each grouping unit (``"<node>/<p>"``), the image cut at
+       ``M`` of each aggregate unit, at slot ``M`` through a `SnapshotWriter`; wait until
+       every save is durable.
     3. Replay offsets: per source partition, the first offset stamped at or after
        ``M * delta_ms`` (`replay_offsets`).
     4. Commit ``SnapshotRecord(M, offsets, units, epoch)`` to the registry.
@@ -119,6 +133,7 @@ class SnapshotCoordinator(Service):
         self._view = view
         self._own_view = view is None
         self._groups = list(self.graph.by_kind(Kind.GROUP))
+        self._aggregates = list(self.graph.by_kind(Kind.AGGREGATE))
         self._sources = sorted(s.topic for s in kafka_sources(self.graph).values())
         self._barriers: BarrierMarks | None = None
         self._copies: ChangelogCopies | None = None
@@ -177,7 +192,20 @@ class SnapshotCoordinator(Service):
         if not copies.settled(target.marks):
             self.stats.waiting_changelogs += 1
             return
-        self.stats.records_read += copies.catch_up()
+        self.stats.records_read += copies.catch_up(cut=target.slot)
+        inexact = copies.inexact(CHANGELOG_LAG_MS // 2)
+        if inexact:
+            # A later slot cuts at a later batch: try again with the next min time.
+            self.stats.waiting_cuts += 1
+            self._target = None
+            _log.warning(
+                "%s: snapshot at slot %d skipped: the cut of %s is at a batch older than "
+                "half the changelog's compaction lag when read",
+                self.graph.name,
+                target.slot,
+                inexact[0],
+            )
+            return
         units = self._save(copies, target.slot)
         # Step 3
         sources = {topic: self._partition_count(topic) or 0 for topic in self._sources}
@@ -214,6 +242,20 @@ class SnapshotCoordinator(Service):
                 encode = functools.partial(encode_unit, state, label)
                 futures.append(self._writer.submit(names[-1], slot, encode))
             units[node.id] = tuple(names)
+        for node in self._aggregates:
+            assert node.aggregation is not None
+            shape = aggregate_shape(node.aggregation, self.graph.delta_ms)
+            topic = self.topics.state(node.id)
+            names = []
+            for p in range(self._partitions[topic]):
+                image = copies.image(topic, p)
+                names.append(unit_name(node.id, p))
+                label = unit_label(self.graph.name, names[-1], slot)
+                encode = functools.partial(
+                    encode_aggregate_unit, image.cut(slot), image.min_time, shape, label
+                )
+                futures.append(self._writer.submit(names[-1], slot, encode))
+            units[node.id] = tuple(names)
         for future in futures:
             saved = future.result(timeout=_TIMEOUT_S)
             self.stats.units_saved += 1
@@ -223,7 +265,7 @@ class SnapshotCoordinator(Service):
     def _changelogs(self) -> ChangelogCopies | None:
         """The unit copies, once every state and source topic exists (None before)."""
         if self._copies is None:
-            topics = [self.topics.state(node.id) for node in self._groups]
+            topics = [self.topics.state(node.id) for node in (*self._groups, *self._aggregates)]
             counts = [self._partition_count(t) for t in (*topics, *self._sources)]
             if not all(counts):
                 return None  # the runner has not created them yet
@@ -236,6 +278,10 @@ class SnapshotCoordinator(Service):
                         node.window,
                     )
                     for node in self._groups
+                },
+                images={
+                    self.topics.state(node.id): self._partitions[self.topics.state(node.id)]
+                    for node in self._aggregates
                 },
             )
         return self._copies

@@ -18,12 +18,23 @@ visible, before the broker has written the markers of every partition. So:
 3. `catch_up` reads each partition from its position to its last stable offset.
 
 No timing assumption is involved, unlike waiting a fixed time for markers.
+
+An aggregate's copy is an image of its changelog (`ChangelogImage`), cut at a slot ``S``:
+every batch writes its min time first, so the image is applied up to the first batch whose
+min time is past ``S`` and the records after it wait in memory for the next cut. Before
+that batch every item below ``S`` was received (its min time says so), and nothing of it
+was folded or emitted by a min time past ``S``. Compaction could remove a record before
+the cut that a record after it supersedes; the cleaner leaves records younger than the
+topic's ``min.compaction.lag.ms`` alone, so a cut is exact when the batch it stops at was
+younger than that when read (`UnitCopy.stop_age_ms`, checked by the caller).
 """
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -41,19 +52,24 @@ from framework.kafka.clients import (
     new_consumer,
     where,
 )
-from framework.plan.state import StageState, apply_changelog
+from framework.plan.state import ChangelogImage, Replayable, apply_changelog, apply_record
+from framework.wire.changelog import MIN_TIME, read_record
 
 __all__ = ["ChangelogCopies", "UnitCopy"]
 
 Part = tuple[str, int]
+Read = tuple[bytes | None, bytes | None, int]  # key, value, age in ms when read
 
 
 @dataclass(slots=True)
 class UnitCopy:
-    """The state of one hash unit as its changelog holds it up to ``position``."""
+    """The state of one hash unit as its changelog holds it up to ``position`` (an image:
+    but for ``pending``, the records after its last cut)."""
 
-    state: StageState
+    state: Replayable
     position: int = 0
+    pending: deque[tuple[str, Any, Any, int]] = field(default_factory=deque)
+    stop_age_ms: int | None = None  # the last cut stopped at a batch this old when read
 
     @property
     def grouping(self) -> Grouping:
@@ -69,10 +85,12 @@ class ChangelogCopies:
         self,
         bootstrap: str,
         topics: Mapping[str, tuple[int, int, int]],
-        states: Mapping[str, tuple[int, Callable[[], StageState]]] | None = None,
+        states: Mapping[str, tuple[int, Callable[[], Replayable]]] | None = None,
+        images: Mapping[str, int] | None = None,
     ) -> None:
         """``topics``: changelog topic -> (partitions, grouping op id, window); ``states``:
-        changelog topic -> (partitions, a fresh state of any stage); `close` it."""
+        changelog topic -> (partitions, a fresh state of any stage); ``images``: an
+        aggregate's changelog topic -> partitions, copied as cuttable images; `close` it."""
         self.bootstrap = bootstrap
         self.copies: dict[Part, UnitCopy] = {
             (topic, p): UnitCopy(Grouping(op_id, window))
@@ -81,6 +99,8 @@ class ChangelogCopies:
         }
         for topic, (partitions, fresh) in (states or {}).items():
             self.copies.update({(topic, p): UnitCopy(fresh()) for p in range(partitions)})
+        for topic, partitions in (images or {}).items():
+            self.copies.update({(topic, p): UnitCopy(ChangelogImage()) for p in range(partitions)})
         self.records = 0
         self._committed: Consumer = new_consumer(bootstrap, config=QUICK_END)
         self._uncommitted: Consumer = new_consumer(
@@ -95,8 +115,12 @@ class ChangelogCopies:
         """Step 2: whether every partition's last stable offset reached its mark."""
         return all(self._ends(self._committed, part)[1] >= mark for part, mark in marks.items())
 
-    def catch_up(self) -> int:
-        """Step 3: apply what every changelog committed since the last call; records read."""
+    def catch_up(self, cut: int | None = None) -> int:
+        """Step 3: apply what every changelog committed since the last call; records read.
+
+        ``cut``: an image stops before the first batch whose min time is past it (module
+        docstring); None applies everything.
+        """
         ends: dict[Part, int] = {}
         for part, copy in self.copies.items():
             low, stable = self._ends(self._committed, part)
@@ -104,17 +128,36 @@ class ChangelogCopies:
             copy.position = max(copy.position, low)
             if copy.position < stable:
                 ends[part] = stable
-        if not ends:
-            return 0
-        values = self._read(ends)
+        values = self._read(ends) if ends else {}
         for part, end in ends.items():
             copy = self.copies[part]
-            apply_changelog(copy.state, values.get(part, []))
-            copy.state.take_changed()  # a copy writes no changelog of its own
+            if isinstance(copy.state, ChangelogImage):
+                copy.pending.extend(_decoded(values.get(part, [])))
+            else:
+                apply_changelog(copy.state, ((k, v) for k, v, _ in values.get(part, [])))
+                copy.state.take_changed()  # a copy writes no changelog of its own
             copy.position = end
+        for copy in self.copies.values():
+            if isinstance(copy.state, ChangelogImage):
+                _apply_until(copy, cut)
         count = sum(len(v) for v in values.values())
         self.records += count
         return count
+
+    def inexact(self, max_age_ms: int) -> list[Part]:
+        """Images whose last cut stopped at a batch older than ``max_age_ms`` when read:
+        compaction may have removed records the cut needs."""
+        return [
+            part
+            for part, copy in self.copies.items()
+            if copy.stop_age_ms is not None and copy.stop_age_ms > max_age_ms
+        ]
+
+    def image(self, topic: str, partition: int) -> ChangelogImage:
+        """An aggregate unit's image, as cut by the last `catch_up`."""
+        state = self.copies[(topic, partition)].state
+        assert isinstance(state, ChangelogImage), "not an aggregate's copy"
+        return state
 
     def snapshot(self, topic: str, partition: int, below: int) -> dict[str, Any]:
         """`Grouping.snapshot` of one unit's copy: the state after every item below ``below``."""
@@ -135,15 +178,13 @@ class ChangelogCopies:
         )
         return int(low), int(high)
 
-    def _read(
-        self, ends: Mapping[Part, int]
-    ) -> dict[Part, list[tuple[bytes | None, bytes | None]]]:
+    def _read(self, ends: Mapping[Part, int]) -> dict[Part, list[Read]]:
         """Committed records of each partition from its position to its end, oldest first
-        (the key tells an aggregate's min time from a bucket)."""
+        (the key tells an aggregate's min time from a bucket), with their age when read."""
         consumer = self._committed
         start = [TopicPartition(t, p, self.copies[(t, p)].position) for t, p in ends]
         kafka_retry("cannot read the changelogs", lambda: consumer.assign(start))
-        values: dict[Part, list[tuple[bytes | None, bytes | None]]] = {part: [] for part in ends}
+        values: dict[Part, list[Read]] = {part: [] for part in ends}
         waiting = set(ends)
         deadline = Deadline(DEFAULT_TIMEOUT_S)
         try:
@@ -164,9 +205,28 @@ class ChangelogCopies:
                             waiting.discard(part)
                         continue
                     if offset < ends[part] and authentic_message("snapshot copies", msg):
-                        values[part].append((msg.key(), msg.value()))
+                        age = int(time.time() * 1000) - msg.timestamp()[1]
+                        values[part].append((msg.key(), msg.value(), age))
                     if offset + 1 >= ends[part]:
                         waiting.discard(part)
         finally:
             kafka_retry("cannot stop reading the changelogs", consumer.unassign)
         return values
+
+
+def _decoded(records: list[Read]) -> list[tuple[str, Any, Any, int]]:
+    """``(kind, key, payload, age)`` of each record with a value (`read_record`)."""
+    return [(*read_record(k, v), age) for k, v, age in records if v is not None]
+
+
+def _apply_until(copy: UnitCopy, cut: int | None) -> None:
+    """Apply an image's pending records up to the first min time past ``cut``."""
+    pending, state = copy.pending, copy.state
+    copy.stop_age_ms = None
+    while pending:
+        kind, key, payload, age = pending[0]
+        if cut is not None and kind == MIN_TIME and payload > cut:
+            copy.stop_age_ms = age
+            return
+        pending.popleft()
+        apply_record(state, kind, key, payload)

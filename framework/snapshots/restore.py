@@ -1,17 +1,18 @@
 """Seeding a new epoch's changelogs from a committed snapshot (recovery, replay).
 
-A task of the new epoch builds its grouping state from its changelog partition, as in
-any epoch; the seed makes that state the snapshot's. The caller bumps the epoch in
+A task of the new epoch builds its grouping or aggregate state from its changelog
+partition, as in any epoch; the seed makes that state the snapshot's. The caller bumps the epoch in
 ZooKeeper only after `restore_epoch` returned, with the snapshot's offsets as the start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException
 
-from framework.core.graph import Graph, Kind
+from framework.core.graph import Graph, Kind, Node
 from framework.core.ops import key_hash
 from framework.errors import (
     ConfigError,
@@ -24,13 +25,15 @@ from framework.kafka.topics import changelog_topic_spec
 from framework.kafka.transactions import TransactionalProducer
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.units import (
+    aggregate_records,
+    aggregate_shape,
     changelog_records,
     decode_unit,
     parse_unit,
     unit_label,
     unit_name,
 )
-from framework.wire.changelog import bucket_record, read_record
+from framework.wire.changelog import BUCKET, bucket_record, read_record
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
@@ -69,18 +72,20 @@ def restore_epoch(
 ) -> Restored:
     """Seed the changelogs of ``new_epoch`` with the state of snapshot ``record``.
 
-    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping node but
-       those in ``empty`` (new in an upgrade: they start empty, in ``units`` partitions),
-       and, as each is read, the window of the node.
+    1. Check the record: a unit ``<node>/0 .. <node>/<n-1>`` for every grouping and
+       aggregate node but those in ``empty`` (new in an upgrade: they start empty, in
+       ``units`` partitions), and, as each is read, the grouping's window or the
+       aggregate's shape (`aggregate_shape`).
     2. Create each node's changelog in ``new_epoch`` with ``units`` partitions (None: the
        snapshot's ``n``; compacted, 16 MB records); an existing one must have exactly that.
     3. Start one transactional producer (its ``transactional.id`` names the app and
        epoch, so it aborts whatever an earlier, crashed attempt left open).
     4. Read every unit's snapshot from the backend and turn it into changelog records
-       (`changelog_records`: the format stage tasks write), each bucket in the partition
-       its key routes to among ``units`` (``key_hash(key) % units``, as stage tasks route
-       items: a rescale moves keys between units). A key an earlier attempt committed and
-       the snapshot lacks gets a deletion record.
+       (the format stage tasks write), each bucket in the partition its key routes to
+       among ``units`` (``key_hash(key) % units``, as stage tasks route items: a rescale
+       moves keys between units). An aggregate's partitions first get the snapshot's slot
+       as their floor and its unit's min time (rescaled: the least of its units'). A key
+       an earlier attempt committed and the snapshot lacks gets a deletion record.
     5. Write everything in one transaction: a crash before its commit leaves nothing
        visible, and running it again gives the same result.
     """
@@ -89,12 +94,11 @@ def restore_epoch(
     if units is not None and units < 1:
         raise ConfigError(f"units={units} must be >= 1")
     if empty and units is None:
-        raise ConfigError("groupings that start empty need units= (the parallelism)")
+        raise ConfigError("stateful operators that start empty need units= (the parallelism)")
     topics = Topics(graph.name, new_epoch)
     # Step 1
-    groups = graph.by_kind(Kind.GROUP)
-    saved = {n.id: 0 if n.id in empty else _partitions(record, n.id) for n in groups}
-    windows = {node.id: node.window for node in graph.by_kind(Kind.GROUP)}
+    nodes = {n.id: n for n in (*graph.by_kind(Kind.GROUP), *graph.by_kind(Kind.AGGREGATE))}
+    saved = {n: 0 if n in empty else _partitions(record, n) for n in nodes}
     target = {node: units or count for node, count in saved.items()}
     # Step 2
     specs = [changelog_topic_spec(topics.state(n), count) for n, count in target.items()]
@@ -114,34 +118,13 @@ def restore_epoch(
     try:
         txn.begin()
         buckets = deleted = 0
-        for node, count in saved.items():
-            topic, into = topics.state(node), target[node]
+        for node_id, count in saved.items():
             # Step 4
-            stale = _committed_keys(bootstrap, topic, into)
-            for p in range(count):
-                unit = unit_name(node, p)
-                state = decode_unit(
-                    backend.get(unit, record.slot),
-                    unit_label(graph.name, unit, record.slot),
-                    f"snapshot {unit}@{record.slot}",
-                )
-                if state["window"] != windows[node]:
-                    raise ConfigError(
-                        f"snapshot {unit}@{record.slot} has window {state['window']}, the "
-                        f"pipeline's {node} {windows[node]}: restore needs the same pipeline"
-                    )
-                for key, (kafka_key, value) in zip(
-                    (b[0] for b in state["buckets"]), changelog_records(state), strict=True
-                ):
-                    q = p if into == count else key_hash(key) % into
-                    txn.produce(OutRecord(topic, q, kafka_key, value))
-                    stale[q].pop(kafka_key, None)
-                    buckets += 1
-            for q in range(into):
-                for original in stale[q].values():
-                    kafka_key, value = bucket_record(original, None)
-                    txn.produce(OutRecord(topic, q, kafka_key, value))
-                    deleted += 1
+            seed = _Seed(
+                bootstrap, graph, record, backend, topic=topics.state(node_id), into=target[node_id]
+            )
+            buckets += seed.write(txn, nodes[node_id], count)
+            deleted += seed.delete_stale(txn)
         # Step 5
         txn.commit()
     except (KafkaException, BufferError) as exc:
@@ -155,10 +138,88 @@ def restore_epoch(
     return Restored(sum(target.values()), buckets, deleted)
 
 
+class _Seed:
+    """Step 4 for one node: its units' records in the new epoch's changelog ``topic``."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        graph: Graph,
+        record: SnapshotRecord,
+        backend: StateBackend,
+        *,
+        topic: str,
+        into: int,
+    ) -> None:
+        self.graph, self.record, self.backend = graph, record, backend
+        self.topic, self.into = topic, into
+        self.stale = _committed_keys(bootstrap, topic, into)
+
+    def write(self, txn: TransactionalProducer, node: Node, count: int) -> int:
+        """Produce the buckets of the node's ``count`` units; how many."""
+        states = [self._unit(node, p) for p in range(count)]
+        if node.kind is Kind.AGGREGATE and states:
+            self._aggregate_heads(txn, [int(s["min_time"]) for s in states])
+        written = 0
+        for p, state in enumerate(states):
+            if node.kind is Kind.AGGREGATE:
+                records = [bucket_record(key, bucket) for key, bucket in state["buckets"]]
+            else:
+                records = changelog_records(state)
+            for key, (kafka_key, value) in zip(
+                (b[0] for b in state["buckets"]), records, strict=True
+            ):
+                q = p if self.into == count else key_hash(key) % self.into
+                txn.produce(OutRecord(self.topic, q, kafka_key, value))
+                self.stale[q].pop(kafka_key, None)
+                written += 1
+        return written
+
+    def _aggregate_heads(self, txn: TransactionalProducer, min_times: list[int]) -> None:
+        """Every partition's floor (the snapshot's slot) and min time: its unit's, or,
+        when keys move between units, the least (a window re-emitted below the floor is
+        not emitted again, `WindowAggregator.put_floor`)."""
+        for q in range(self.into):
+            min_time = min_times[q] if len(min_times) == self.into else min(min_times)
+            for kafka_key, value in aggregate_records([], min_time, self.record.slot):
+                txn.produce(OutRecord(self.topic, q, kafka_key, value))
+
+    def _unit(self, node: Node, p: int) -> dict[str, Any]:
+        unit, slot = unit_name(node.id, p), self.record.slot
+        where = f"snapshot {unit}@{slot}"
+        state = decode_unit(
+            self.backend.get(unit, slot), unit_label(self.graph.name, unit, slot), where
+        )
+        if node.kind is Kind.AGGREGATE:
+            assert node.aggregation is not None
+            shape = aggregate_shape(node.aggregation, self.graph.delta_ms)
+            if state.get("aggregate") != shape:
+                raise ConfigError(
+                    f"{where} is of an aggregate {state.get('aggregate', 'grouping')!r}, the "
+                    f"pipeline's {node.id} {shape!r}: restore needs the same pipeline"
+                )
+        elif state.get("window") != node.window:
+            raise ConfigError(
+                f"{where} has window {state.get('window', 'none (an aggregate)')}, the "
+                f"pipeline's {node.id} {node.window}: restore needs the same pipeline"
+            )
+        return state
+
+    def delete_stale(self, txn: TransactionalProducer) -> int:
+        """Deletion records of the keys an earlier attempt committed that the snapshot lacks."""
+        deleted = 0
+        for q in range(self.into):
+            for original in self.stale[q].values():
+                kafka_key, value = bucket_record(original, None)
+                txn.produce(OutRecord(self.topic, q, kafka_key, value))
+                deleted += 1
+        return deleted
+
+
 def _partitions(record: SnapshotRecord, node: str) -> int:
     units = record.units.get(node)
     if not units:
-        raise SnapshotMissing(f"snapshot at slot {record.slot} has no units of grouping {node!r}")
+        raise SnapshotMissing(f"snapshot at slot {record.slot} has no units of {node!r}")
     found = sorted(parse_unit(u)[1] for u in units if parse_unit(u)[0] == node)
     if found != list(range(len(units))):
         raise SnapshotMissing(
@@ -174,6 +235,7 @@ def _committed_keys(bootstrap: str, topic: str, partitions: int) -> list[dict[by
     for msg in read_to_end(bootstrap, topic, partitions):
         value = msg.value()
         if value is not None and authentic_message("snapshot restore", msg):
-            _, key, _ = read_record(msg.key(), value)
-            keys[msg.partition() or 0][bytes(msg.key() or b"")] = key
+            kind, key, _ = read_record(msg.key(), value)
+            if kind == BUCKET:
+                keys[msg.partition() or 0][bytes(msg.key() or b"")] = key
     return keys

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ from framework.core.names import slug
 from framework.errors import ConfigError, DecodeError, SnapshotMissing, Unauthenticated
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.backends.files import fsync_dir, write_synced
-from framework.snapshots.units import decode_unit, unit_label
+from framework.snapshots.units import aggregate_shape, decode_unit, unit_label
 from framework.wire.auth import MAC_HEADER, current
 from framework.wire.znodes import SnapshotRecord
 
@@ -58,14 +59,16 @@ _UNITS = "units"
 
 @dataclass(frozen=True, slots=True)
 class SavedOperator:
-    """One operator of the saved graph: its id, kind and label; a grouping's window and
-    hash units (0 for an operator without saved state)."""
+    """One operator of the saved graph: its id, kind and label; a grouping's window, an
+    aggregate's shape (`aggregate_shape`), and hash units (0 for an operator without saved
+    state)."""
 
     id: str
     kind: str
     label: str
     window: int | None = None
     units: int = 0
+    shape: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,15 +117,8 @@ def _check_name(name: str) -> str:
 
 
 def check_savable(graph: Graph, name: str) -> None:
-    """`ConfigError` with the fix if ``name`` is not a savepoint name or ``graph`` has
-    aggregates (snapshots do not cover their state: a savepoint would lose it)."""
+    """`ConfigError` with the fix if ``name`` is not a savepoint name."""
     _check_name(name)
-    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
-    if aggregates:
-        raise ConfigError(
-            f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state snapshots "
-            "do not cover yet: a savepoint would lose it; start new versions from the start"
-        )
 
 
 def _manifest_label(app: str, name: str) -> str:
@@ -132,9 +128,13 @@ def _manifest_label(app: str, name: str) -> str:
 def _operators(graph: Graph, record: SnapshotRecord) -> list[SavedOperator]:
     operators = []
     for node in graph.nodes:
-        units = len(record.units.get(node.id, ())) if node.kind == Kind.GROUP else 0
+        keyed = node.kind in (Kind.GROUP, Kind.AGGREGATE)
+        units = len(record.units.get(node.id, ())) if keyed else 0
         window = node.window if node.kind == Kind.GROUP else None
-        operators.append(SavedOperator(node.id, node.kind.value, node.label, window, units))
+        shape = None
+        if node.aggregation is not None:
+            shape = aggregate_shape(node.aggregation, graph.delta_ms)
+        operators.append(SavedOperator(node.id, node.kind.value, node.label, window, units, shape))
     return operators
 
 
@@ -143,8 +143,7 @@ def save_savepoint(
 ) -> Savepoint:
     """Copy snapshot ``record`` of ``graph`` out of ``backend`` as savepoint ``name``.
 
-    1. Refuse a name in use (delete it first) and a graph with aggregates (snapshots do
-       not cover their state).
+    1. Refuse a bad name and a name in use (delete it first).
     2. Copy every unit's bytes, verified for its label, into ``<root>/.<name>.tmp``,
        each file synced.
     3. Write the signed manifest, synced.
@@ -200,7 +199,7 @@ def save_savepoint(
 
 
 def _op_json(op: SavedOperator) -> dict[str, Any]:
-    return {"id": op.id, "kind": op.kind, "label": op.label, "window": op.window, "units": op.units}
+    return dataclasses.asdict(op)
 
 
 def load_savepoint(root: Path, name: str) -> Savepoint:

@@ -1,17 +1,20 @@
 """Unit snapshots: names, the bytes saved in a state backend, and changelog records.
 
-A unit is one hash unit of a grouping node: partition ``p`` of its changelog (and of its
-shuffle topic), named ``"<node>/<p>"`` in the backend and in `SnapshotRecord.units`.
+A unit is one hash unit of a grouping or aggregate node: partition ``p`` of its changelog
+(and of its shuffle topic), named ``"<node>/<p>"`` in the backend and in
+`SnapshotRecord.units`.
 
-What is saved is `Grouping.snapshot(below=slot)` with every meta as a plain tuple, so
-the bytes do not depend on where flamepipe's classes live, pickled with a format number,
+What is saved for a grouping is `Grouping.snapshot(below=slot)`; for an aggregate, its
+changelog image cut at the slot (`ChangelogImage.cut`) with the min time of the batch the
+cut stopped before, and the aggregation's shape (`aggregate_shape`). Every meta is a plain
+tuple, so the bytes do not depend on where flamepipe's classes live, pickled with a format number,
 behind the MAC of the pipeline's keyring over the pickle and the unit's label
 ``<app>/<unit>@<slot>`` (`framework.wire.auth`): a file written by anyone else, or
 moved to another unit or slot, is refused before it is unpickled::
 
     b"fpu1" || u16 len(mac) || mac || pickle
-`changelog_records` turns it back into the records a stage task would have written
-(layout: `framework.wire.changelog`).
+`changelog_records` / `aggregate_records` turn it back into the records a stage task
+would have written (layout: `framework.wire.changelog`).
 """
 
 from __future__ import annotations
@@ -20,17 +23,22 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from framework.core.windows import Aggregation
 from framework.errors import DecodeError, Unauthenticated
 from framework.wire.auth import MAC_HEADER, current
-from framework.wire.changelog import bucket_record
+from framework.wire.changelog import bucket_record, floor_record, min_time_record
 from framework.wire.serde import Pickle
 
 __all__ = [
     "UNIT_FORMAT",
+    "aggregate_records",
+    "aggregate_shape",
     "changelog_records",
     "decode_unit",
+    "encode_aggregate_unit",
     "encode_unit",
     "parse_unit",
+    "resign_unit",
     "unit_label",
     "unit_name",
 ]
@@ -80,13 +88,44 @@ def encode_unit(state: Mapping[str, Any], label: str) -> bytes:
         )
         for key, items, early in state["buckets"]
     ]
-    data = _PICKLE.dumps({"format": UNIT_FORMAT, "window": state["window"], "buckets": buckets})
+    return _signed({"format": UNIT_FORMAT, "window": state["window"], "buckets": buckets}, label)
+
+
+def aggregate_shape(aggregation: Aggregation, delta_ms: int) -> str:
+    """What an aggregate's saved state depends on: a restore needs the same (its functions
+    cannot be compared; like a grouping's, they are the user's to keep compatible)."""
+    a = aggregation
+    return (
+        f"{a.window!r} delta={delta_ms} rolling={a.rolling} ttl_ms={a.ttl_ms} "
+        f"step={type(a.step).__name__ if a.step else None} "
+        f"event_time={a.event_time is not None} lateness_ms={a.lateness_ms} "
+        f"updates_ms={a.updates_ms}"
+    )
+
+
+def encode_aggregate_unit(
+    buckets: list[tuple[object, tuple[Any, ...]]], min_time: int, shape: str, label: str
+) -> bytes:
+    """The bytes to save for an aggregate unit: its image's buckets cut at the slot
+    (`ChangelogImage.cut`), the image's min time and `aggregate_shape`."""
+    state = {"format": UNIT_FORMAT, "aggregate": shape, "min_time": min_time, "buckets": buckets}
+    return _signed(state, label)
+
+
+def resign_unit(state: Mapping[str, Any], label: str) -> bytes:
+    """A `decode_unit` result signed again for another ``label`` (a renamed operator)."""
+    return _signed({"format": UNIT_FORMAT, **state}, label)
+
+
+def _signed(state: dict[str, Any], label: str) -> bytes:
+    data = _PICKLE.dumps(state)
     mac = current().sign(label, None, data)
     return _MAGIC + _U16.pack(len(mac)) + mac + data
 
 
 def decode_unit(data: bytes, label: str, where: str) -> dict[str, Any]:
-    """The snapshot saved by `encode_unit` (as `Grouping.restore` takes it).
+    """The snapshot saved by `encode_unit` (as `Grouping.restore` takes it) or
+    `encode_aggregate_unit` (keys ``aggregate``, ``min_time``, ``buckets``).
 
     `Unauthenticated` if its MAC does not verify for ``label`` (nothing is unpickled),
     `DecodeError` naming ``where`` if the bytes are not a unit snapshot of this format.
@@ -110,6 +149,8 @@ def decode_unit(data: bytes, label: str, where: str) -> dict[str, Any]:
             f"{where}: unit snapshot format {found!r}; this flamepipe reads format "
             f"{UNIT_FORMAT} only"
         )
+    if "aggregate" in state:
+        return {k: state[k] for k in ("aggregate", "min_time", "buckets")}
     return {"window": state["window"], "buckets": state["buckets"]}
 
 
@@ -127,4 +168,16 @@ def changelog_records(state: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
             [(_plain_meta(m), v) for m, v in early],
         )
         records.append(bucket_record(key, bucket))
+    return records
+
+
+def aggregate_records(
+    buckets: list[tuple[object, tuple[Any, ...]]], min_time: int, floor: int
+) -> list[tuple[bytes, bytes]]:
+    """Changelog records that rebuild an aggregate unit restored from a snapshot at slot
+    ``floor``: the floor, the min time, then one record per bucket."""
+    records = [floor_record(floor)]
+    if min_time:
+        records.append(min_time_record(min_time))
+    records.extend(bucket_record(key, bucket) for key, bucket in buckets)
     return records

@@ -2,9 +2,10 @@
 
 A pipeline whose graph changed starts from a savepoint by operator id (`plan_upgrade`):
 an operator of the savepoint and of the graph with the same id keeps its state; a
-grouping of the graph the savepoint lacks starts empty; one of the savepoint the graph
-lacks is reported as removed. An id that names a grouping with another window, or another
-kind of operator, is an incompatible change and is refused. Ids come from
+grouping or aggregate of the graph the savepoint lacks starts empty; one of the savepoint
+the graph lacks is reported as removed. An id that names a grouping with another window,
+an aggregate of another shape (`aggregate_shape`: window, slot width, rolling, TTL,
+event time), or another kind of operator, is an incompatible change and is refused. Ids come from
 `framework.core.names`; ``renames`` maps a saved id to its new one. `SavepointBackend`
 serves the kept state to `framework.snapshots.restore.restore_epoch`.
 """
@@ -18,19 +19,28 @@ from framework.core.graph import Graph, Kind
 from framework.errors import ConfigError, SnapshotMissing
 from framework.snapshots.backends.base import SLOT_MAX
 from framework.snapshots.savepoints import SavedOperator, Savepoint
-from framework.snapshots.units import decode_unit, encode_unit, unit_label, unit_name
+from framework.snapshots.units import (
+    aggregate_shape,
+    decode_unit,
+    resign_unit,
+    unit_label,
+    unit_name,
+)
 from framework.wire.znodes import SnapshotRecord
 
 __all__ = ["SavepointBackend", "Upgrade", "plan_upgrade"]
+
+_KEYED = (Kind.GROUP, Kind.AGGREGATE)
 
 
 @dataclass(frozen=True)
 class Upgrade:
     """How a graph starts from a savepoint (`plan_upgrade`).
 
-    ``kept``: graph grouping id -> saved id whose state it gets; ``new``: groupings that
-    start empty; ``removed``: saved operators the graph lacks; ``new_sources``: source
-    topics the savepoint has no offsets for (read from their first offsets);
+    ``kept``: graph grouping or aggregate id -> saved id whose state it gets; ``new``:
+    groupings and aggregates that start empty; ``removed``: saved operators the graph
+    lacks; ``new_sources``: source topics the savepoint has no offsets for (read from
+    their first offsets);
     ``removed_sources``: saved source topics the graph no longer reads.
     """
 
@@ -71,18 +81,12 @@ def plan_upgrade(
     if unknown:
         raise ConfigError(f"--rename {unknown}: savepoint {savepoint.name!r} has no such operator")
     by_new = {renames.get(op_id, op_id): op for op_id, op in saved.items()}
-    aggregates = [node.describe() for node in graph.by_kind(Kind.AGGREGATE)]
-    if aggregates:
-        raise ConfigError(
-            f"{graph.name!r} has aggregates ({', '.join(aggregates)}), whose state snapshots "
-            "do not cover yet: start it from the start (flamepipe replay --from-start)"
-        )
     kept: dict[str, str] = {}
     new: list[str] = []
     for node in graph.nodes:
         op = by_new.get(node.id)
         if op is None:
-            if node.kind == Kind.GROUP:
+            if node.kind in _KEYED:
                 new.append(node.id)
             continue
         if op.kind != node.kind.value:
@@ -96,6 +100,16 @@ def plan_upgrade(
                     f"grouping {node.id!r} had window {op.window} in savepoint "
                     f"{savepoint.name!r} and has {node.window} now: its state does not fit; "
                     "give it another name= to start it empty"
+                )
+            kept[node.id] = op.id
+        elif node.kind == Kind.AGGREGATE:
+            assert node.aggregation is not None
+            shape = aggregate_shape(node.aggregation, graph.delta_ms)
+            if op.shape != shape:
+                raise ConfigError(
+                    f"aggregate {node.id!r} was {op.shape} in savepoint {savepoint.name!r} "
+                    f"and is {shape} now: its state does not fit; give it another name= to "
+                    "start it empty"
                 )
             kept[node.id] = op.id
     present = {node.id for node in graph.nodes}
@@ -147,7 +161,7 @@ class SavepointBackend:
         state = decode_unit(
             sp.unit_bytes(saved), unit_label(sp.app, saved, slot), f"savepoint {sp.name} {saved}"
         )
-        return encode_unit(state, unit_label(sp.app, unit, slot))
+        return resign_unit(state, unit_label(sp.app, unit, slot))
 
     def put(self, unit: str, slot: int, data: bytes) -> None:
         raise ConfigError("a savepoint is read-only")

@@ -53,7 +53,6 @@ CASES = [
     (["rescale", "stateless:p", "--parallelism", "3"], "needs no rescale"),
     (["savepoint", "stateless:p"], "give --name NAME"),
     (["savepoint", "stateless:p", "--name", "a/b"], "letters, digits, '_' and '-' only"),
-    (["savepoint", "windowed:p", "--name", "v1"], "aggregates"),
     (["savepoint", "stateless:p", "--delete", "v1"], "no savepoint 'v1'"),
     (["upgrade", "stateless:p", "--savepoint", "v1", "--rename", "x"], "write saved_id=new_id"),
 ]

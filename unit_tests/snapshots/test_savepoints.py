@@ -13,6 +13,7 @@ from framework.core.grouping import Grouping
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash, op_id_of
 from framework.core.time import GlobalTime
+from framework.core.windows import Tumbling
 from framework.errors import ConfigError, SnapshotMissing, Unauthenticated
 from framework.snapshots.backends.memory import MemoryBackend
 from framework.snapshots.savepoints import (
@@ -21,7 +22,13 @@ from framework.snapshots.savepoints import (
     load_savepoint,
     save_savepoint,
 )
-from framework.snapshots.units import decode_unit, encode_unit, unit_label
+from framework.snapshots.units import (
+    aggregate_shape,
+    decode_unit,
+    encode_aggregate_unit,
+    encode_unit,
+    unit_label,
+)
 from framework.snapshots.upgrades import SavepointBackend, plan_upgrade
 from framework.testing import ListSink, ListSource
 from framework.wire.znodes import SnapshotRecord
@@ -97,17 +104,50 @@ def test_a_changed_manifest_or_unit_file_is_refused_before_use(tmp_path: Path) -
         sp.unit_bytes("group/0")
 
 
-def test_a_snapshot_collected_meanwhile_and_aggregates_are_refused(tmp_path: Path) -> None:
+def test_a_snapshot_collected_meanwhile_and_a_bad_name_are_refused(tmp_path: Path) -> None:
     record = SnapshotRecord(SLOT, {"in": {0: 1}}, {"group": ("group/0",)}, 1, 1)
     with pytest.raises(SnapshotMissing):
         save_savepoint(tmp_path, "gone", _graph(), record, MemoryBackend())
     assert list(tmp_path.iterdir()) == [], "a failed copy leaves nothing"
-    p = Pipeline("app")
-    p.source(ListSource(["a"])).key_by(str).reduce(lambda a, b: a, name="r").sink(ListSink())
-    with pytest.raises(ConfigError, match="aggregates"):
-        save_savepoint(tmp_path, "agg", p.graph(), record, MemoryBackend())
     with pytest.raises(ConfigError, match="letters, digits"):
         save_savepoint(tmp_path, "../x", _graph(), record, MemoryBackend())
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def _rolling(window_ms: int | None = None, name: str = "r") -> Graph:
+    p = Pipeline("app")
+    keyed = p.source(ListSource(["a"], topic="in")).key_by(str)
+    if window_ms is None:
+        keyed.reduce(add, name=name).sink(ListSink())
+    else:
+        keyed.aggregate(Tumbling(window_ms), reduce=add, name=name).sink(ListSink())
+    return p.graph()
+
+
+def test_an_aggregates_state_is_saved_and_kept_by_its_shape(tmp_path: Path) -> None:
+    graph = _rolling()
+    backend = MemoryBackend()
+    node = graph.node("r")
+    assert node.aggregation is not None
+    shape = aggregate_shape(node.aggregation, graph.delta_ms)
+    bucket = ([], [], [], (3, SLOT - 1))
+    data = encode_aggregate_unit([("k", bucket)], SLOT - 2, shape, unit_label("app", "r/0", SLOT))
+    backend.put("r/0", SLOT, data)
+    record = SnapshotRecord(SLOT, {"in": {0: 7}}, {"r": ("r/0",)}, 1, 1_000)
+    sp = save_savepoint(tmp_path, "v1", graph, record, backend)
+    assert sp.operator("r") is not None and sp.operator("r").shape == shape  # type: ignore[union-attr]
+    sp = load_savepoint(tmp_path, "v1")
+    assert dict(plan_upgrade(sp, graph).kept) == {"r": "r"}
+    renamed = plan_upgrade(sp, _rolling(name="sum"), {"r": "sum"})
+    state = decode_unit(
+        SavepointBackend(sp, renamed).get("sum/0", SLOT), unit_label("app", "sum/0", SLOT), "t"
+    )
+    assert state == {"aggregate": shape, "min_time": SLOT - 2, "buckets": [("k", bucket)]}
+    with pytest.raises(ConfigError, match=r"aggregate 'r' was .*rolling=True.* is Tumbling"):
+        plan_upgrade(sp, _rolling(window_ms=1000))
 
 
 def test_upgrade_keeps_matching_state_starts_new_groupings_empty_reports_removed(

@@ -51,6 +51,7 @@ class StageFigures:
     items_out: int = 0
     dead_letters: int = 0
     tombstones: int = 0
+    replayed: int = 0
     moves: int = 0
     input_lag_ms: int | None = None  # now - the latest input timestamp a batch read
     batch_p50_s: float | None = None
@@ -144,6 +145,7 @@ def stage_figures(stage: str, stats: StageStats, now_ms: int) -> StageFigures:
         items_out=stats.items_out,
         dead_letters=stats.dead_letters,
         tombstones=stats.tombstones,
+        replayed=stats.replayed,
         moves=stats.moves,
         input_lag_ms=max(0, now_ms - latest) if latest >= 0 else None,
         batch_p50_s=batch[0] if batch else None,

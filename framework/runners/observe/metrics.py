@@ -13,6 +13,7 @@ flamepipe_stage_records_in_total                       counter  Kafka records re
 flamepipe_stage_items_in_total / _items_out_total      counter  items in / out of the stage
 flamepipe_stage_dead_letters_total                     counter  records sent to the DLQ
 flamepipe_stage_tombstones_total                       counter  repairs (tombstones) emitted
+flamepipe_stage_replayed_total                         counter  results released before restore
 flamepipe_stage_state_moves_total                      counter  partitions that changed worker
 flamepipe_stage_input_lag_seconds                      gauge    now - latest input timestamp
 flamepipe_stage_batch_duration_seconds{quantile}       gauge    micro-batch duration
@@ -119,6 +120,10 @@ def _stage_metrics(f: Figures) -> Iterator[Metric]:
         "items_out": ("Items out of the stage", lambda s: s.items_out),
         "dead_letters": ("Records sent to the dead-letter topic", lambda s: s.dead_letters),
         "tombstones": ("Tombstones emitted (repairs)", lambda s: s.tombstones),
+        "replayed": (
+            "Aggregate results an earlier epoch released, not emitted again after a restore",
+            lambda s: s.replayed,
+        ),
         "state_moves": ("Partitions whose task ran in another worker", lambda s: s.moves),
     }
     yield from _counter_families("flamepipe_stage_", counters, labels, f.app, f.stages)

@@ -320,6 +320,7 @@ def _reduce_unit(
             items_out=result.items_out,
             dead_letters=result.dead_letters,
             tombstones=result.tombstones,
+            replayed=result.replayed,
             next_due=result.next_due,
         )
     row["dead_letters"] += len(dead)

@@ -91,6 +91,7 @@ class StageStats:
     items_out: int = 0
     dead_letters: int = 0
     tombstones: int = 0
+    replayed: int = 0  # aggregate results below a restore floor, not emitted again
     skipped_tasks: int = 0
     last_timestamp_ms: dict[int, int] = field(default_factory=dict)  # per input partition
     # Placement of a stateful stage: a partition whose task ran in another Python worker
@@ -117,6 +118,7 @@ class StageStats:
                 self.items_out += row["items_out"]
                 self.dead_letters += row["dead_letters"]
                 self.tombstones += row["tombstones"]
+                self.replayed += row["replayed"]
                 self.skipped_tasks += int(row["skipped"])
                 partition, stamp = row["partition"], row["max_timestamp_ms"]
                 newer = stamp > self.last_timestamp_ms.get(partition, -1)

@@ -395,8 +395,8 @@ class PipelineRun:
         if view is None:
             min_slot: Callable[[], int] = lambda: 0  # noqa: E731
         elif self.graph.node(stage.entry).kind is Kind.AGGREGATE:
-            # An aggregate's min time completes windows; snapshots do not cover aggregates
-            # (a replay of a pipeline with one starts at the beginning), so nothing caps it.
+            # An aggregate's min time completes windows, uncapped: a snapshot cuts its
+            # changelog at a batch (`framework.snapshots.copies`), not its latest state.
             min_slot = lambda: view.min_time(segment)  # noqa: E731
         else:
             # Prune only below the committed snapshot: a later snapshot is cut from the

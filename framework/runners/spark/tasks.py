@@ -63,7 +63,7 @@ SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
     "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "
     "max_timestamp_ms LONG, next_due LONG, worker STRING, catchup_records LONG, "
-    "catchup_bytes LONG, catchup_ms DOUBLE, source_row BOOLEAN"
+    "catchup_bytes LONG, catchup_ms DOUBLE, source_row BOOLEAN, replayed LONG"
 )
 """One row per task: ``source_row`` rows describe a source partition (what fronts heartbeat
 by), the others a partition or hash unit of a keyed stage (windows due, placement)."""
@@ -250,6 +250,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         "items_out": result.items_out,
         "dead_letters": result.dead_letters,
         "tombstones": result.tombstones,
+        "replayed": result.replayed,
         "next_due": result.next_due,
         **catchup,
     }
@@ -337,4 +338,5 @@ def summary_row(
         "worker": WORKER,
         **_NO_CATCHUP,
         "source_row": source_row,
+        "replayed": 0,
     }

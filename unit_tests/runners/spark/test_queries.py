@@ -18,6 +18,7 @@ def _row(
         "items_out": 1,
         "dead_letters": 0,
         "tombstones": 0,
+        "replayed": 0,
         "skipped": False,
         "max_timestamp_ms": 5,
         "worker": worker,
