@@ -4,6 +4,8 @@ An ack that no item will ever cancel (what a lost ack looks like to the acker: a
 whose XOR never returns to zero) is written into the acks topic. Min time stops there;
 after ``stall_timeout_ms`` the stall watch starts epoch 1 from the committed snapshot,
 the runner follows it, and the output completes: equal to the oracle, nothing twice.
+The pipeline has a grouping (word pairs) and a windowed aggregate (counts per 200 ms
+window), both restored from the snapshot.
 """
 
 from __future__ import annotations
@@ -22,15 +24,15 @@ from framework.coordination import Epochs
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
 from framework.core.time import GlobalTime
-from framework.demos.oracle import pair_key, word_pairs_oracle
+from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
-from framework.demos.wordcount import word_pairs
 from framework.kafka.admin import partitions_if_exists
 from framework.kafka.clients import produce_record
 from framework.runners.spark import SparkRunner
 from framework.wire.avro import encode_ack_batch
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
+from integration_tests.harness.counts import pairs_and_windows, released_windows
 from integration_tests.harness.runs import produce_lines, read_output
 
 
@@ -66,10 +68,10 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
     settings = stack.with_(parallelism=2, stall_timeout_ms=15_000, snapshot_interval_ms=300)
     bootstrap = settings.kafka_bootstrap
     app = f"stall{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
+    source, sink, windows = f"{app}-lines", f"{app}-pairs", f"{app}-windows"
     texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=9)
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
-    pipeline = word_pairs(app, source, sink)
+    pipeline = pairs_and_windows(app, source, sink, windows)
     graph = pipeline.graph()
     stop = threading.Event()
     failures: list[BaseException] = []
@@ -96,6 +98,12 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
             produce_lines(bootstrap, source, lines[start : start + 30], partitions=2)
             time.sleep(0.3)
         _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts), 240, failures)
+        tokens = sum(len(line.split()) for line in lines)
+        deadline = time.monotonic() + 120
+        while sum(n for *_, n in read_output(bootstrap, windows)) < tokens:
+            assert not failures, failures
+            assert time.monotonic() < deadline, "windows not all released"
+            time.sleep(0.5)
         assert not failures, failures
     finally:
         stop.set()
@@ -110,3 +118,5 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
     assert record.reason.startswith("recovery")
     output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
     assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    counted = released_windows(read_output(bootstrap, windows))
+    assert counted == window_counts_oracle(bootstrap, source, 200)

@@ -20,11 +20,12 @@ from connectors import BundleConsumer
 from framework.config import Settings
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
-from framework.demos.wordcount import windowed_counts, word_pairs
+from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError
 from framework.kafka.admin import partition_count
 from framework.runners.rescale import keyed_nodes, start_rescale
 from framework.wire.topics import Topics
+from integration_tests.harness.counts import counts, released_windows, running_oracle
 from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 
 
@@ -68,27 +69,30 @@ def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark
     assert _verified_pairs(bootstrap, sink) == output
 
 
-def test_a_pipeline_with_aggregates_rescales_from_the_start(stack: Settings, spark: Any) -> None:
-    settings = stack.with_(parallelism=2)
+def test_rescaling_aggregates_moves_their_state(stack: Settings, spark: Any) -> None:
+    """A running count (a rolling fold) and counts per window, 2 units then 3: every
+    count after the rescale goes on from the count its word had, wherever its unit went."""
+    settings = stack.with_(parallelism=2, snapshot_interval_ms=200)
     bootstrap = settings.kafka_bootstrap
-    app = f"rescalewin{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
+    app = f"rescaleagg{uuid.uuid4().hex[:6]}"
+    source, running_sink, windows = f"{app}-lines", f"{app}-running", f"{app}-windows"
     lines = generate_lines(300, words_per_line=5, vocabulary=30, seed=17)
-    pipeline = windowed_counts(app, source, sink, window_ms=200)
+    pipeline = counts(app, source, running_sink, windows)
     graph = pipeline.graph()
     with running(settings, spark, pipeline) as run:
         until = produce_lines(bootstrap, source, lines[:150], partitions=2)
         run.wait_released(until + 200, timeout_s=180)
+        snapshot_past(settings, app, until + 200)
     wider = settings.with_(parallelism=3)
-    with pytest.raises(ConfigError, match=r"aggregates .*--from-start"):
-        start_rescale(wider, graph)
-    record = start_rescale(wider, graph, from_start=True)
-    assert record.snapshot is None
+    record = start_rescale(wider, graph)
+    assert record.snapshot is not None
     with running(wider, spark, pipeline) as run:
         assert run.epoch == record.epoch
         until = produce_lines(bootstrap, source, lines[150:], partitions=2)
         run.wait_released(until + 200, timeout_s=180)
-    items = read_output(bootstrap, sink)
-    released = Counter({(word, start): n for word, start, n in items})
-    assert len(items) == len(released), "a window was released twice"
-    assert released == window_counts_oracle(bootstrap, source, 200)
+        assert partition_count(bootstrap, Topics(app, run.epoch).state("running")) == 3
+    updates = [tuple(item) for item in read_output(bootstrap, running_sink)]
+    assert Counter(updates) == running_oracle(bootstrap, source)
+    assert released_windows(read_output(bootstrap, windows)) == window_counts_oracle(
+        bootstrap, source, 200
+    )

@@ -17,6 +17,7 @@ from framework.plan import plan_stages
 from framework.plan.records import StageSpec
 from framework.plan.state import apply_changelog
 from framework.plan.task import StageProgram
+from framework.snapshots.units import aggregate_records
 from framework.testing import ListSink, ListSource
 from framework.wire.auth import signed
 from framework.wire.changelog import MIN_TIME_KEY
@@ -224,3 +225,21 @@ def test_count_windows_emit_full_runs_and_rebuild_from_the_changelog() -> None:
 
 def _min_last(record: tuple[bytes | None, bytes | None]) -> bool:
     return record[0] == MIN_TIME_KEY
+
+
+def test_a_restored_window_below_the_floor_is_counted_as_replayed_not_emitted() -> None:
+    """After a restore from a snapshot at slot 150, a window whose last item lies below it
+    was released by the epoch before: the task counts it and sends nothing, not even a
+    hold's release; a window ending later comes out."""
+    _, second = programs(counting(combinable=False))
+    topics = Topics("wa")
+    state = second.new_state()
+    assert isinstance(state, WindowAggregator)
+    metas = [((120, 1, 0), (), 0, False)], [((160, 1, 1), (), 0, False)]
+    apply_changelog(state, aggregate_records([("a", (metas[0], [("a", 1)], []))], 100, 150))
+    state.put_bucket("b", (metas[1], [("b", 1)], []))  # as pushed in the new epoch
+    out = second.run([tick(second.spec.stage.topic, 0)], state, 2, 1, min_slot=200)
+    assert out.replayed == 1
+    assert results(out.records, topics.pre("sink-output")) == [("b", 1600, 1)]
+    # Slot 160: b's result sent and its hold released; slot 120 held nothing in this epoch.
+    assert set(xor_table(out.records, topics.acks)) == {("map", 160)}
