@@ -207,9 +207,10 @@ def test_operators_restart_from_a_savepoint_with_their_state(stack: Settings, sp
     graph = pipeline.graph()
     lines = [f"{i} {line}" for i, line in enumerate(generate_lines(300, 5, 40, seed=9))]
     with running(settings, spark, pipeline) as run:
-        for burst in range(2):  # sessions end in the pauses; windows span batches
-            until = produce_lines(bootstrap, source, lines[burst::3], partitions=2)
-            time.sleep(0.4)
+        first = produce_lines(bootstrap, source, lines[0::3], partitions=2)
+        time.sleep(0.4)  # sessions end in the pauses; windows span batches
+        until = produce_lines(bootstrap, source, lines[1::3], partitions=2)
+        snapshot_past(settings, app, first)  # not one from before the input
         saved = take_savepoint(settings, graph, "mid", wait_s=60)
         run.wait_released(until + 1_000, timeout_s=180)
     record, upgrade = start_from_savepoint(settings, graph, "mid")

@@ -58,6 +58,7 @@ class SnapshotStats:
     waiting_barriers: int = 0  # rounds skipped: a barrier had released no new slot
     waiting_changelogs: int = 0  # rounds skipped: a changelog transaction was still open
     waiting_cuts: int = 0  # rounds skipped: an aggregate's cut was older than the lag allows
+    cut_short: int = 0  # aggregate units saved from before a batch already read (last round)
     units_saved: int = 0
     bytes_saved: int = 0
     records_read: int = 0  # changelog records applied to the copies
@@ -206,6 +207,7 @@ class SnapshotCoordinator(Service):
                 inexact[0],
             )
             return
+        self.stats.cut_short = copies.cut_short()
         units = self._save(copies, target.slot)
         # Step 3
         sources = {topic: self._partition_count(topic) or 0 for topic in self._sources}

@@ -153,6 +153,10 @@ class ChangelogCopies:
             if copy.stop_age_ms is not None and copy.stop_age_ms > max_age_ms
         ]
 
+    def cut_short(self) -> int:
+        """Images whose last cut stopped before a batch they had read (not at the end)."""
+        return sum(1 for copy in self.copies.values() if copy.stop_age_ms is not None)
+
     def image(self, topic: str, partition: int) -> ChangelogImage:
         """An aggregate unit's image, as cut by the last `catch_up`."""
         state = self.copies[(topic, partition)].state
