@@ -39,6 +39,7 @@ from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.inprocess.endpoints import SourceRecord
 from framework.testing import InProcessRunner, ListSink, ListSource
+from framework.wire.dead_letters import read_dead_letter
 from framework.wire.serde import Bytes
 from integration_tests.harness.http_service import PriceService
 from integration_tests.harness.runs import produce_lines, read_output
@@ -212,20 +213,14 @@ def running(app, source, sink):
     return p
 
 
-def whereabouts(app, source, sink):
-    """Each record's context, priced by an HTTP service (map_async: calls in flight
-    together, the odd ones failing and retried, a broken line's item a dead letter)."""
-    p = Pipeline(app)
-    priced = t.priced_by(os.environ["FP_TEST_SERVICE"])
-    p.source(source).map(t.located).map_async(priced, concurrency=8, backoff_s=0.002).sink(sink)
-    return p
-
-
 def operators(app, source, sink):
     """Event-time windows (late items dead letters), sessions, dedup and a windowed join
-    over one source, merged into one sink."""
+    over one source, and each record's context priced by an HTTP service (map_async:
+    calls in flight together, the odd ones failing and retried, a broken line's item a
+    dead letter), merged into one sink."""
     p = Pipeline(app)
-    lines = p.source(source).map(t.stamped)
+    records, located = p.source(source).broadcast(2)
+    lines = records.map(t.stamped)
     timed, sessions, firsts, joins = lines.broadcast(4)
     words = timed.flat_map(t.stamped_words).key_by(t.word)
     by_event = words.aggregate(
@@ -239,7 +234,9 @@ def operators(app, source, sink):
     joined = openings.map(t.first_word).join_window(
         endings.map(t.last_word), Tumbling(500), key=t.word, how="left"
     ).map(t.join_row)
-    by_event.merge(runs, first, joined).sink(sink)
+    service = t.priced_by(os.environ["FP_TEST_SERVICE"])
+    priced = located.map(t.located).map_async(service, concurrency=8, backoff_s=0.002)
+    by_event.merge(runs, first, joined, priced.map(t.tag("priced"))).sink(sink)
     return p
 
 
@@ -297,33 +294,29 @@ def _job(build, context=False):
 
 
 def words_job():
-    return _job(words)
+    """The words pipeline, and beside it in the same driver the registered formats."""
+    p = _job(words)
+    env = os.environ
+    registered(p, env["FP_TEST_REGISTRY"], env["FP_TEST_RSOURCE"], env["FP_TEST_RSINK"])
+    return p
 
 
 def running_job():
     return _job(running)
 
 
-def whereabouts_job():
-    return _job(whereabouts, context=True)
-
-
 def operators_job():
     return _job(operators, context=True)
 
 
-def registered_job():
+def registered(p, url, source, sink):
     """Schema Registry formats: Avro lines in (two schema versions), JSON Schema rows out
     with Avro keys; the serdes run in the executors' Python workers."""
-    env = os.environ
-    url = env["FP_TEST_REGISTRY"]
     value = ConfluentAvro(url, reader_schema=t.LINE_V2)
-    source = KafkaSource(env["FP_TEST_SOURCE"], partitions=2, value=value)
-    sink = KafkaSink(env["FP_TEST_SINK"], value=ConfluentJson(url, t.SIZE), key=t.size_key,
-                     key_serde=ConfluentAvro(url, "string"), partitions=2, barriers=2)
-    p = Pipeline(env["FP_TEST_APP"])
-    p.source(source).map(t.size_row).sink(sink)
-    return p
+    lines = KafkaSource(source, partitions=2, value=value)
+    sized = KafkaSink(sink, value=ConfluentJson(url, t.SIZE), key=t.size_key,
+                      key_serde=ConfluentAvro(url, "string"), partitions=2, barriers=2)
+    p.source(lines).map(t.size_row).sink(sized)
 '''
 
 SCRIPT = '''
@@ -372,9 +365,10 @@ NotebookClient(notebook, timeout=None, kernel_name="python3",
 
 # "words" merges the windowed count, the running count (a whole-history grouping), the
 # rolling count, the table join and two groupings in a row: one driver start for five
-# (each took about a minute alone, mostly starting a driver and its executors).
-PIPELINES = ("words", "whereabouts", "operators")
-CONTEXT = frozenset({"whereabouts", "operators"})  # pipelines whose source gives records' context
+# (each took about a minute alone, mostly starting a driver and its executors);
+# "operators" merges the data-engineering operators with map_async calls.
+PIPELINES = ("words", "operators")
+CONTEXT = frozenset({"operators"})  # pipelines whose source gives records' context
 LINES = 400
 _TIMEOUT_S = 240.0
 
@@ -405,7 +399,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[PriceService]:
-    """The price service the whereabouts job calls, for its driver and for the oracle."""
+    """The price service the operators job calls, for its driver and for the oracle."""
     broken = frozenset(i for i in range(LINES) if i % 50 == 7)
     with (
         PriceService(latency_s=0.001, broken=broken) as running,
@@ -541,13 +535,17 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
 
     log = tmp_path / "driver.log"
     env = _driver_env(cluster, app, source, sink)
+    registered = _Registered(cluster, run) if pipeline == "words" else None
+    env.update(registered.env() if registered else {})
     driver = _launch(["-m", "framework.cli", "run", f"jobs:{pipeline}_job"], user_dir, env, log)
     try:
         deadline = time.monotonic() + _TIMEOUT_S
         seen: Counter[str] = Counter()
         while time.monotonic() < deadline and driver.poll() is None:
             seen = _output(bootstrap, sink)
-            if sum(seen.values()) >= sum(expected.values()):
+            if sum(seen.values()) >= sum(expected.values()) and (
+                registered is None or registered.done()
+            ):
                 break
             time.sleep(2)
         time.sleep(3)  # anything beyond the expected output would show by now
@@ -555,75 +553,84 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     finally:
         _stop(driver)
     tail = _shipped(log)
+    if registered is not None:
+        registered.check(tail)
     assert seen == expected, (
         f"{pipeline}: {sum(seen.values())} items read, {sum(expected.values())} expected; "
         f"missing {sum((expected - seen).values())}, extra {sum((seen - expected).values())}"
         f"\n{tail}"
     )
-    if pipeline == "whereabouts":  # the broken lines' items, each a dead letter
-        dead = [m.value() for m in read_to_end(bootstrap, f"{app}.dlq")]
+    if pipeline == "operators":  # the broken lines' priced items, each a dead letter
+        letters = read_to_end(bootstrap, f"{app}.dlq")
+        dead = [m.value() for m in letters if not read_dead_letter(m).reason.startswith("late")]
         assert sorted(int((v or b"").split()[0]) for v in dead) == sorted(service.broken)
 
 
-def test_schema_registry_serdes_run_on_the_executors(
-    cluster: Settings, user_dir: Path, tmp_path: Path
-) -> None:
-    """Avro values of two schema versions in, JSON Schema values and Avro keys out: the
-    registry serdes are pickled to the executors and make their own clients there. The
-    sink has two partitions and two barrier instances: the executors route each item to
-    its partition's instance."""
-    from confluent_kafka import Producer
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
+class _Registered:
+    """The registered formats' input and output beside the words job (one driver for
+    both): Avro values of two schema versions in, JSON Schema values and Avro keys out.
+    The registry serdes are pickled to the executors and make their own clients there.
+    The sink has two partitions and two barrier instances: the executors route each item
+    to its partition's instance."""
 
-    run = uuid.uuid4().hex[:6]
-    app, source, sink = f"cl-registered-{run}", f"cl-rin-{run}", f"cl-rout-{run}"
-    bootstrap = cluster.kafka_bootstrap
-    ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 2)])
-    url = f"http://127.0.0.1:{cluster.registry_port}/apis/ccompat/v7"
-    client = SchemaRegistryClient({"url": url})
-    v1 = {
-        "type": "record",
-        "name": "Line",
-        "fields": [{"name": "n", "type": "long"}, {"name": "text", "type": "string"}],
-    }
-    v2 = {**v1, "fields": [*v1["fields"], {"name": "lang", "type": "string", "default": "en"}]}
-    old, new = AvroSerializer(client, json.dumps(v1)), AvroSerializer(client, json.dumps(v2))
-    ctx = SerializationContext(source, MessageField.VALUE)
-    producer = Producer({"bootstrap.servers": bootstrap})
-    expected = {}
-    for n, text in enumerate(generate_lines(120, seed=5)):
-        lang = "en" if n < 60 else "de"
-        value = (
-            old({"n": n, "text": text}, ctx)
-            if n < 60
-            else new({"n": n, "text": text, "lang": lang}, ctx)
-        )
-        producer.produce(source, value=value, partition=n % 2)
-        expected[f"line-{n}"] = {"n": n, "words": len(text.split()), "lang": lang}
-    producer.flush(30)
-    env = {**_driver_env(cluster, app, source, sink), "FP_TEST_REGISTRY": url}
-    log = tmp_path / "driver.log"
-    driver = _launch(["-m", "framework.cli", "run", "jobs:registered_job"], user_dir, env, log)
-    keys, values = AvroDeserializer(client), JSONDeserializer(None, schema_registry_client=client)
-    out_key = SerializationContext(sink, MessageField.KEY)
-    out_value = SerializationContext(sink, MessageField.VALUE)
-    try:
-        _wait(
-            lambda: len(read_to_end(bootstrap, sink)) >= len(expected) or driver.poll() is not None,
-            "the registered job's output",
-        )
-        time.sleep(3)  # anything beyond the expected output would show by now
-        records = read_to_end(bootstrap, sink)
-    finally:
-        _stop(driver)
-    tail = _shipped(log)
-    got = {keys(m.key(), out_key): values(m.value(), out_value) for m in records}
-    assert len(records) == len(expected) and got == expected, tail
-    assert {m.partition() for m in records} == {0, 1}
-    assert _verified_items(bootstrap, sink) == len(expected)  # each partition: one sequence
+    def __init__(self, cluster: Settings, run: str) -> None:
+        from confluent_kafka import Producer
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+        from confluent_kafka.schema_registry.avro import AvroSerializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        self.bootstrap = cluster.kafka_bootstrap
+        self.source, self.sink = f"cl-rin-{run}", f"cl-rout-{run}"
+        ensure_topics(self.bootstrap, [input_topic_spec(self.source, 2), TopicSpec(self.sink, 2)])
+        self.url = f"http://127.0.0.1:{cluster.registry_port}/apis/ccompat/v7"
+        self.client = SchemaRegistryClient({"url": self.url})
+        v1 = {
+            "type": "record",
+            "name": "Line",
+            "fields": [{"name": "n", "type": "long"}, {"name": "text", "type": "string"}],
+        }
+        v2 = {**v1, "fields": [*v1["fields"], {"name": "lang", "type": "string", "default": "en"}]}
+        old = AvroSerializer(self.client, json.dumps(v1))
+        new = AvroSerializer(self.client, json.dumps(v2))
+        ctx = SerializationContext(self.source, MessageField.VALUE)
+        producer = Producer({"bootstrap.servers": self.bootstrap})
+        self.expected: dict[str, Any] = {}
+        for n, text in enumerate(generate_lines(120, seed=5)):
+            lang = "en" if n < 60 else "de"
+            value = (
+                old({"n": n, "text": text}, ctx)
+                if n < 60
+                else new({"n": n, "text": text, "lang": lang}, ctx)
+            )
+            producer.produce(self.source, value=value, partition=n % 2)
+            self.expected[f"line-{n}"] = {"n": n, "words": len(text.split()), "lang": lang}
+        producer.flush(30)
+
+    def env(self) -> dict[str, str]:
+        return {
+            "FP_TEST_REGISTRY": self.url,
+            "FP_TEST_RSOURCE": self.source,
+            "FP_TEST_RSINK": self.sink,
+        }
+
+    def done(self) -> bool:
+        return len(read_to_end(self.bootstrap, self.sink)) >= len(self.expected)
+
+    def check(self, tail: str) -> None:
+        from confluent_kafka.schema_registry.avro import AvroDeserializer
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+        from confluent_kafka.serialization import MessageField, SerializationContext
+
+        records = read_to_end(self.bootstrap, self.sink)
+        keys = AvroDeserializer(self.client)
+        values = JSONDeserializer(None, schema_registry_client=self.client)
+        out_key = SerializationContext(self.sink, MessageField.KEY)
+        out_value = SerializationContext(self.sink, MessageField.VALUE)
+        got = {keys(m.key(), out_key): values(m.value(), out_value) for m in records}
+        assert len(records) == len(self.expected) and got == self.expected, tail
+        assert {m.partition() for m in records} == {0, 1}
+        # Each partition: one sequence of bundles.
+        assert _verified_items(self.bootstrap, self.sink) == len(self.expected)
 
 
 def _verified_items(bootstrap: str, topic: str) -> int:
