@@ -1,13 +1,20 @@
-"""Files of a flamepipe output topic, bucketed by time, exactly once.
+"""Files of a flamepipe output topic, bucketed by time and key, exactly once.
 
 Like `connectors.database`, the output topic is the write-ahead log: `FileSink` reads its
 verified bundles (`connectors.BundleConsumer`) and writes each item's row into the file of
-its time bucket (the item's global time, ``bucket_ms`` wide) and output partition. Files
-move through three states; readers list only the third:
+its time bucket (the item's global time, ``bucket_ms`` wide), its key (``partition_by``,
+optional: a directory ``<partition_name>=<key>`` per key, as Hive and Spark lay out
+partitioned tables) and its output partition. Files move through three states; readers
+list only the third:
 
-* in progress: ``_in_progress/<bucket>-<partition>.jsonl``, rows appended per bundle;
-* pending: ``_pending/<bucket>-<partition>.<format>``, the whole file, written and synced;
-* committed: ``bucket=<bucket start ms>/part-<partition>.<format>``, by an atomic rename.
+* in progress: ``_in_progress/<bucket>-<partition>[-<key>].jsonl``, rows appended per bundle;
+* pending: ``_pending/<bucket>-<partition>[-<key>].<format>``, the whole file, synced;
+* committed: ``bucket=<bucket start ms>/[<partition_name>=<key>/]part-<partition>.<format>``,
+  by an atomic rename.
+
+The directory is a path or a ``file://`` URI of a local or mounted filesystem: the commit
+needs an atomic rename and fsync. Keys are percent-encoded in names (``/`` cannot escape
+a bucket's directory).
 
 A bucket of a partition is complete once a bundle of that partition has a ``GT_last`` at
 or past its end: bundles of a partition release items in global-time order, so no later
@@ -39,6 +46,7 @@ import json
 import logging
 import os
 import threading
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +85,7 @@ class _Partition:
     committed: int | None = None  # start ms of the last committed bucket
     last: BundleStart | None = None  # after the last bundle applied
     opened: dict[int, BundleStart | None] = field(default_factory=dict)  # bucket -> before
+    keys: dict[int, set[str]] = field(default_factory=dict)  # bucket -> its files' keys
 
 
 class FileSink:
@@ -93,20 +102,26 @@ class FileSink:
         row: Callable[[Any], Any] | None = None,
         delta_ms: int = DEFAULT_DELTA_MS,
         serde: Serde | None = None,
+        partition_by: Callable[[Any], object] | None = None,
+        partition_name: str = "key",
     ) -> None:
+        if not partition_name or _quote(partition_name) != partition_name:
+            raise ConfigError(f"partition_name={partition_name!r}: letters, digits, '_' or '-'")
         if format not in _FORMATS:
             raise ConfigError(f"format {format!r}: one of {', '.join(_FORMATS)}")
         if bucket_ms < 1 or bucket_ms % delta_ms:
             raise ConfigError(f"bucket_ms={bucket_ms}: a positive multiple of delta ({delta_ms})")
         self.bootstrap = bootstrap
         self.topic = topic
-        self.root = Path(directory)
+        self.root = _local_path(directory)
         self.bucket_ms = bucket_ms
         self.format = format
         self.row = row if row is not None else _same
         self.delta_ms = delta_ms
         self.serde = serde
         self.stats = FileSinkStats()
+        self.partition_by = partition_by
+        self.partition_name = partition_name
         self._parts: dict[int, _Partition] = {}
 
     def run(
@@ -176,7 +191,7 @@ class FileSink:
         part = self._parts.setdefault(p, _Partition())
         before = part.last
         # Step 1
-        rows: dict[int, list[str]] = {}
+        rows: dict[tuple[int, str], list[str]] = {}
         for item in bundle.items:
             bucket = self._bucket(item.meta.gt.slot)
             if part.committed is not None and bucket <= part.committed:
@@ -184,15 +199,19 @@ class FileSink:
                 continue
             try:
                 line = json.dumps(self.row(item.value), sort_keys=True, default=str)
+                key = (
+                    "" if self.partition_by is None else _quote(str(self.partition_by(item.value)))
+                )
             except Exception as exc:
                 raise UserFunctionError(
                     f"{self.root}: the row of {self.topic}[{p}]@{item.offset} failed: {exc!r}; "
                     "nothing of its bundle was committed"
                 ) from exc
-            rows.setdefault(bucket, []).append(line)
+            rows.setdefault((bucket, key), []).append(line)
             part.opened.setdefault(bucket, before)
-        for bucket, lines in rows.items():
-            with open(self._in_progress(bucket, p), "a", encoding="utf-8") as out:
+            part.keys.setdefault(bucket, set()).add(key)
+        for (bucket, key), lines in rows.items():
+            with open(self._in_progress(bucket, p, key), "a", encoding="utf-8") as out:
                 out.write("".join(f"{line}\n" for line in lines))
         part.last = BundleStart.after(bundle, before.items_offset if before else None)
         self.stats.bundles += 1
@@ -202,9 +221,11 @@ class FileSink:
         done = sorted(b for b in part.opened if b + self.bucket_ms <= end_ms)
         if not done:
             return
-        pending = [self._finish(bucket, p) for bucket in done]
+        pending = [
+            self._finish(bucket, p, key) for bucket in done for key in sorted(part.keys[bucket])
+        ]
         for bucket in done:
-            del part.opened[bucket]
+            del part.opened[bucket], part.keys[bucket]
         part.committed = done[-1]
         # Step 3
         failpoints.hit("filesink.state")
@@ -215,10 +236,10 @@ class FileSink:
             self._publish(self.root / "_pending" / name, self.root / target)
         self.stats.committed += len(pending)
 
-    def _finish(self, bucket: int, p: int) -> tuple[str, str]:
-        """Step 2 for one bucket: its whole file in ``_pending``, synced; (name, target)."""
-        source = self._in_progress(bucket, p)
-        name = f"{bucket}-{p}.{self.format}"
+    def _finish(self, bucket: int, p: int, key: str) -> tuple[str, str]:
+        """Step 2 for one file of a bucket: whole in ``_pending``, synced; (name, target)."""
+        source = self._in_progress(bucket, p, key)
+        name = f"{source.stem}.{self.format}"
         pending = self.root / "_pending" / name
         if self.format == "jsonl":
             _sync(source)
@@ -235,7 +256,8 @@ class FileSink:
             _sync(pending)
             source.unlink()
         _sync(pending.parent)
-        return name, f"bucket={bucket}/part-{p}.{self.format}"
+        where = f"bucket={bucket}/{self.partition_name}={key}" if key else f"bucket={bucket}"
+        return name, f"{where}/part-{p}.{self.format}"
 
     def _write_state(self, pending: list[tuple[str, str]]) -> None:
         partitions = {}
@@ -266,8 +288,12 @@ class FileSink:
         ms = slot * self.delta_ms
         return ms - ms % self.bucket_ms
 
-    def _in_progress(self, bucket: int, p: int) -> Path:
-        return self.root / "_in_progress" / f"{bucket}-{p}.jsonl"
+    def _in_progress(self, bucket: int, p: int, key: str) -> Path:
+        return (
+            self.root
+            / "_in_progress"
+            / (f"{bucket}-{p}-{key}.jsonl" if key else f"{bucket}-{p}.jsonl")
+        )
 
 
 def _earliest(starts: list[BundleStart | None]) -> BundleStart | None:
@@ -279,6 +305,31 @@ def _earliest(starts: list[BundleStart | None]) -> BundleStart | None:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _quote(text: str) -> str:
+    """``text`` safe as one path component: percent-encoded but letters, digits, ``_-``
+    (``.`` too, but not as the whole name)."""
+    quoted = urllib.parse.quote(text, safe="")
+    return quoted.replace(".", "%2E") if quoted in {".", ".."} else quoted
+
+
+def _local_path(directory: str | os.PathLike[str]) -> Path:
+    """A path, or a ``file://`` URI's path; `ConfigError` for another scheme."""
+    text = os.fspath(directory)
+    scheme = urllib.parse.urlsplit(text).scheme
+    if not scheme or (len(scheme) == 1 and os.name == "nt"):
+        return Path(text)
+    if scheme != "file":
+        raise ConfigError(
+            f"FileSink directory {text!r}: a path or a file:// URI; {scheme}:// is not "
+            "supported (the commit needs an atomic rename and fsync): mount the filesystem "
+            "and give its path"
+        )
+    parts = urllib.parse.urlsplit(text)
+    if parts.netloc not in ("", "localhost"):
+        raise ConfigError(f"FileSink directory {text!r}: a file:// URI names a local path")
+    return Path(urllib.parse.unquote(parts.path))
 
 
 def _sync(path: Path) -> None:

@@ -22,6 +22,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -77,11 +78,14 @@ def _table_rows(where: Path | str, query: str = "SELECT pair FROM pairs") -> Cou
 
 
 def _file_rows(root: Path) -> Counter[str]:
-    return Counter(
-        json.loads(line)["pair"]
-        for f in root.glob("bucket=*/*.jsonl")
-        for line in f.read_text().splitlines()
-    )
+    """The committed rows; each in the directory of its word's first letter."""
+    rows: Counter[str] = Counter()
+    for f in root.glob("bucket=*/key=*/*.jsonl"):
+        letter = urllib.parse.unquote(f.parent.name.removeprefix("key="))
+        pairs = [json.loads(line)["pair"] for line in f.read_text().splitlines()]
+        assert all(json.loads(pair)[0][0] == letter for pair in pairs), f
+        rows.update(pairs)
+    return rows
 
 
 def _killed(proc: Any) -> str:

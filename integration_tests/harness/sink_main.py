@@ -26,6 +26,11 @@ def row(item: Any) -> dict[str, Any]:
     return {"pair": pair_key(item)}
 
 
+def first_letter(item: Any) -> str:
+    """The files' key: a word pair's word's first letter (a directory per letter)."""
+    return str(item[0][0])
+
+
 def main(argv: list[str]) -> None:
     kind, bootstrap, topic, path, idle_s = argv
     sink: DatabaseSink | FileSink
@@ -39,7 +44,9 @@ def main(argv: list[str]) -> None:
 
         sink = DatabaseSink(bootstrap, topic, connect, TABLE, row, name="pairs", placeholder="%s")
     else:
-        sink = FileSink(bootstrap, topic, path, bucket_ms=BUCKET_MS, row=row)
+        sink = FileSink(
+            bootstrap, topic, path, bucket_ms=BUCKET_MS, row=row, partition_by=first_letter
+        )
     stats = sink.run(idle_s=float(idle_s))
     print(json.dumps(dataclasses.asdict(stats)))
 

@@ -115,3 +115,28 @@ def test_bad_options_fail_fast() -> None:
         FileSink("b:1", "out", "/tmp/x", format="csv")
     with pytest.raises(ConfigError, match="multiple of delta"):
         FileSink("b:1", "out", "/tmp/x", bucket_ms=15, delta_ms=10)
+    with pytest.raises(ConfigError, match=r"hdfs:// is not supported .* mount"):
+        FileSink("b:1", "out", "hdfs://namenode:8020/data")
+    with pytest.raises(ConfigError, match="partition_name"):
+        FileSink("b:1", "out", "/tmp/x", partition_by=str, partition_name="a/b")
+
+
+def test_keys_get_a_directory_each_within_their_time_bucket(tmp_path: Path) -> None:
+    """``partition_by``: Hive-style directories per key; a key like ``../x`` stays inside;
+    a ``file://`` URI names the same directory as its path."""
+    s = FileSink("b:1", "out", tmp_path.as_uri(), bucket_ms=100, delta_ms=10,
+                 partition_by=lambda v: v[0], partition_name="letter")  # fmt: skip
+    s._recover()
+    s._apply(bundle(0, 0, 0, [(1, "ab"), (2, "ba"), (3, "ac"), (4, "../x")], last=5))
+    assert committed(tmp_path) == {}
+    s._apply(bundle(0, 1, 1, [(12, "bb")], last=12))
+    files = {
+        str(f.relative_to(tmp_path)): f.read_text().split()
+        for f in sorted(tmp_path.glob("bucket=*/*/*"))
+    }
+    assert files == {
+        "bucket=0/letter=%2E/part-0.jsonl": ['"../x"'],
+        "bucket=0/letter=a/part-0.jsonl": ['"ab"', '"ac"'],
+        "bucket=0/letter=b/part-0.jsonl": ['"ba"'],
+    }
+    assert s.stats.committed == 3 and list((tmp_path / "_pending").iterdir()) == []
