@@ -55,7 +55,6 @@ __all__ = [
     "partitions_if_exists",
     "require_log_append_time",
     "timestamp_type",
-    "topic_config",
 ]
 
 LOG_APPEND_TIME = "LogAppendTime"
@@ -260,11 +259,6 @@ def _led(partitions: list[Any]) -> bool:
 
 def timestamp_type(bootstrap: str, topic: str) -> str:
     """The ``message.timestamp.type`` of ``topic``: ``CreateTime`` or ``LogAppendTime``."""
-    return topic_config(bootstrap, topic, _TIMESTAMP_TYPE)
-
-
-def topic_config(bootstrap: str, topic: str, name: str) -> str:
-    """The value of configuration ``name`` of ``topic`` (its default if not set)."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
     what = f"describe the configuration of topic {topic!r}"
     # A missing topic is unknown to describe_configs, which Kafka calls retriable: asking
@@ -275,7 +269,7 @@ def topic_config(bootstrap: str, topic: str, name: str) -> str:
     def ask() -> str:
         futures = _admin(bootstrap).describe_configs([resource], request_timeout=DEFAULT_TIMEOUT_S)
         entries = next(iter(futures.values())).result(timeout=DEFAULT_TIMEOUT_S)
-        return str(entries[name].value)
+        return str(entries[_TIMESTAMP_TYPE].value)
 
     return _ask(bootstrap, what, ask)
 

@@ -18,7 +18,7 @@ from framework.coordination.registry import SnapshotRegistry
 from framework.core.graph import Graph, Kind
 from framework.core.ops import op_id_of
 from framework.errors import ConfigError, FlamepipeError
-from framework.kafka.admin import partition_count, topic_config
+from framework.kafka.admin import partition_count
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.topics import CHANGELOG_LAG_MS
@@ -46,7 +46,6 @@ KEEP = 2
 """Committed snapshots kept in ZooKeeper (and so in the backend)."""
 
 _TIMEOUT_S = 60.0
-_LAG = "min.compaction.lag.ms"
 
 
 @dataclass(slots=True)
@@ -143,7 +142,6 @@ class SnapshotCoordinator(Service):
         self._writer: SnapshotWriter | None = None
         self._target: _Target | None = None
         self._next_tick = 0.0
-        self._max_cut_age_ms = CHANGELOG_LAG_MS // 2  # read from the topics (`_changelogs`)
 
     @property
     def committed_slot(self) -> int | None:
@@ -196,7 +194,7 @@ class SnapshotCoordinator(Service):
             self.stats.waiting_changelogs += 1
             return
         self.stats.records_read += copies.catch_up(cut=target.slot)
-        inexact = copies.inexact(self._max_cut_age_ms)
+        inexact = copies.inexact(CHANGELOG_LAG_MS // 2)
         if inexact:
             # A later slot cuts at a later batch: try again with the next min time.
             self.stats.waiting_cuts += 1
@@ -288,35 +286,7 @@ class SnapshotCoordinator(Service):
                     for node in self._aggregates
                 },
             )
-            self._max_cut_age_ms = self._compaction_lag_ms() // 2
         return self._copies
-
-    def _compaction_lag_ms(self) -> int:
-        """The least ``min.compaction.lag.ms`` of the aggregates' changelogs; a warning with
-        the fix if it is below `CHANGELOG_LAG_MS` (topics made by an older flamepipe)."""
-        least = CHANGELOG_LAG_MS
-        for node in self._aggregates:
-            topic = self.topics.state(node.id)
-            try:
-                lag = int(topic_config(self.bootstrap, topic, _LAG))
-            except ConfigError as exc:  # not allowed to describe it: the lag it was made with
-                _log.warning("%s: %s; assuming %s=%d", topic, exc, _LAG, CHANGELOG_LAG_MS)
-                continue
-            if lag < CHANGELOG_LAG_MS:
-                _log.warning(
-                    "%s keeps records uncompacted for %d ms only: a snapshot cuts it at a batch "
-                    "younger than half of that, so most rounds may skip; fix: kafka-configs.sh "
-                    "--bootstrap-server %s --alter --entity-type topics --entity-name %s "
-                    "--add-config %s=%d",
-                    topic,
-                    lag,
-                    self.bootstrap,
-                    topic,
-                    _LAG,
-                    CHANGELOG_LAG_MS,
-                )
-            least = min(least, lag)
-        return least
 
     def _partition_count(self, topic: str) -> int | None:
         if topic not in self._partitions:
