@@ -12,10 +12,11 @@ import contextlib
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from framework.coordination.registry import SnapshotRegistry
-from framework.core.graph import Graph, Kind
+from framework.core.graph import Graph, Kind, Node
 from framework.core.ops import op_id_of
 from framework.errors import ConfigError, FlamepipeError
 from framework.kafka.admin import partition_count
@@ -141,6 +142,7 @@ class SnapshotCoordinator(Service):
         self._partitions: dict[str, int] = {}
         self._writer: SnapshotWriter | None = None
         self._target: _Target | None = None
+        self._skipping = 0  # rounds skipped in a row for an old cut
         self._next_tick = 0.0
 
     @property
@@ -199,14 +201,25 @@ class SnapshotCoordinator(Service):
             # A later slot cuts at a later batch: try again with the next min time.
             self.stats.waiting_cuts += 1
             self._target = None
-            _log.warning(
-                "%s: snapshot at slot %d skipped: the cut of %s is at a batch older than "
-                "half the changelog's compaction lag when read",
+            if not self._skipping:  # once per run of skips, not once per round
+                _log.warning(
+                    "%s: snapshot at slot %d skipped: the cut of %s is at a batch older "
+                    "than half the changelog's compaction lag when read; retrying with "
+                    "later slots",
+                    self.graph.name,
+                    target.slot,
+                    inexact[0],
+                )
+            self._skipping += 1
+            return
+        if self._skipping:
+            _log.info(
+                "%s: snapshot at slot %d after %d rounds skipped for old cuts",
                 self.graph.name,
                 target.slot,
-                inexact[0],
+                self._skipping,
             )
-            return
+            self._skipping = 0
         self.stats.cut_short = copies.cut_short()
         units = self._save(copies, target.slot)
         # Step 3
@@ -234,35 +247,32 @@ class SnapshotCoordinator(Service):
         assert self._writer is not None
         units: dict[str, tuple[str, ...]] = {}
         futures = []
-        for node in self._groups:
+        for node in (*self._groups, *self._aggregates):
             topic = self.topics.state(node.id)
-            names = []
-            for p in range(self._partitions[topic]):
-                state = copies.snapshot(topic, p, below=slot)
-                names.append(unit_name(node.id, p))
-                label = unit_label(self.graph.name, names[-1], slot)
-                encode = functools.partial(encode_unit, state, label)
-                futures.append(self._writer.submit(names[-1], slot, encode))
-            units[node.id] = tuple(names)
-        for node in self._aggregates:
-            assert node.aggregation is not None
-            shape = aggregate_shape(node.aggregation, self.graph.delta_ms)
-            topic = self.topics.state(node.id)
-            names = []
-            for p in range(self._partitions[topic]):
-                image = copies.image(topic, p)
-                names.append(unit_name(node.id, p))
-                label = unit_label(self.graph.name, names[-1], slot)
-                encode = functools.partial(
-                    encode_aggregate_unit, image.cut(slot), image.min_time, shape, label
-                )
-                futures.append(self._writer.submit(names[-1], slot, encode))
-            units[node.id] = tuple(names)
+            units[node.id] = tuple(unit_name(node.id, p) for p in range(self._partitions[topic]))
+            for p, name in enumerate(units[node.id]):
+                label = unit_label(self.graph.name, name, slot)
+                encode = self._encoder(copies, node, (topic, p), label, slot)
+                futures.append(self._writer.submit(name, slot, encode))
         for future in futures:
             saved = future.result(timeout=_TIMEOUT_S)
             self.stats.units_saved += 1
             self.stats.bytes_saved += saved.size
         return units
+
+    def _encoder(
+        self, copies: ChangelogCopies, node: Node, part: Part, label: str, slot: int
+    ) -> Callable[[], bytes]:
+        """The bytes of one unit at ``slot``: a grouping's state below it, or an
+        aggregate's image cut at it (decided here, encoded on the writer's thread)."""
+        topic, p = part
+        if node.aggregation is None:
+            return functools.partial(encode_unit, copies.snapshot(topic, p, below=slot), label)
+        image = copies.image(topic, p)
+        shape = aggregate_shape(node.aggregation, self.graph.delta_ms)
+        return functools.partial(
+            encode_aggregate_unit, image.cut(slot), image.min_time, shape, label
+        )
 
     def _changelogs(self) -> ChangelogCopies | None:
         """The unit copies, once every state and source topic exists (None before)."""

@@ -27,8 +27,8 @@ from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.units import (
     aggregate_records,
     aggregate_shape,
-    changelog_records,
     decode_unit,
+    keyed_records,
     parse_unit,
     unit_label,
     unit_name,
@@ -162,12 +162,8 @@ class _Seed:
             self._aggregate_heads(txn, [int(s["min_time"]) for s in states])
         written = 0
         for p, state in enumerate(states):
-            if node.kind is Kind.AGGREGATE:
-                records = [bucket_record(key, bucket) for key, bucket in state["buckets"]]
-            else:
-                records = changelog_records(state)
-            for key, (kafka_key, value) in zip(
-                (b[0] for b in state["buckets"]), records, strict=True
+            for key, (kafka_key, value) in keyed_records(
+                state, aggregate=node.kind is Kind.AGGREGATE
             ):
                 q = p if self.into == count else key_hash(key) % self.into
                 txn.produce(OutRecord(self.topic, q, kafka_key, value))

@@ -37,6 +37,7 @@ __all__ = [
     "decode_unit",
     "encode_aggregate_unit",
     "encode_unit",
+    "keyed_records",
     "parse_unit",
     "resign_unit",
     "unit_label",
@@ -160,14 +161,26 @@ def changelog_records(state: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
     Byte for byte the format of a stage task's changelog (bucket state = metas, values,
     early tombstones), so `apply_changelog` reads them like any task's records.
     """
-    records = []
-    for key, items, early in state["buckets"]:
-        bucket = (
-            [_plain_meta(m) for m, _ in items],
-            [v for _, v in items],
-            [(_plain_meta(m), v) for m, v in early],
-        )
-        records.append(bucket_record(key, bucket))
+    return [record for _, record in keyed_records(state, aggregate=False)]
+
+
+def keyed_records(
+    state: Mapping[str, Any], *, aggregate: bool
+) -> list[tuple[object, tuple[bytes, bytes]]]:
+    """Per bucket of a decoded unit: its key and the changelog record that rebuilds it
+    (a grouping's items with plain metas, or an aggregate's bucket as saved)."""
+    records: list[tuple[object, tuple[bytes, bytes]]] = []
+    for key, *parts in state["buckets"]:
+        if aggregate:
+            (bucket,) = parts
+        else:
+            items, early = parts
+            bucket = (
+                [_plain_meta(m) for m, _ in items],
+                [v for _, v in items],
+                [(_plain_meta(m), v) for m, v in early],
+            )
+        records.append((key, bucket_record(key, bucket)))
     return records
 
 
