@@ -83,8 +83,12 @@ def summarise(path: str) -> tuple[Counter[str], Counter[str], Counter[str], int]
                 continue
             count = int(count_text)
             frames = stack.split(";")
-            process = _PROCESS.match(frames[0])
-            role = _role(process["cmd"]) if process else "unknown process"
+            # Nested processes (the driver > the JVM > its Python workers) each add a
+            # frame: the innermost one is the process the stack belongs to.
+            cmds = [m["cmd"] for m in map(_PROCESS.match, frames) if m]
+            role = _role(cmds[-1]) if cmds else "unknown process"
+            if _PROCESS.match(frames[-1]):
+                continue  # a process frame alone: no Python stack sampled
             leaf = _FRAME.match(frames[-1])
             file = leaf["file"] if leaf else frames[-1]
             fn = leaf["fn"] if leaf else frames[-1]
