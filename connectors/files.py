@@ -7,14 +7,17 @@ optional: a directory ``<partition_name>=<key>`` per key, as Hive and Spark lay 
 partitioned tables) and its output partition. Files move through three states; readers
 list only the third:
 
-* in progress: ``_in_progress/<bucket>-<partition>[-<key>].jsonl``, rows appended per bundle;
-* pending: ``_pending/<bucket>-<partition>[-<key>].<format>``, the whole file, synced;
+* in progress: ``_in_progress/<bucket>-<partition>[-<key>].jsonl``, rows appended per bundle
+  (for HDFS in a local spill directory: only the sink's own process ever reads them);
+* pending: ``_pending/<bucket>-<partition>[-<key>].<format>``, the whole file, durable;
 * committed: ``bucket=<bucket start ms>/[<partition_name>=<key>/]part-<partition>.<format>``,
   by an atomic rename.
 
-The directory is a path or a ``file://`` URI of a local or mounted filesystem: the commit
-needs an atomic rename and fsync. Keys are percent-encoded in names (``/`` cannot escape
-a bucket's directory).
+The directory is a path or a ``file://`` URI of a local or mounted filesystem, or HDFS as
+``webhdfs://<namenode>:9870/<path>`` (`connectors._stores`): the commit needs an atomic
+rename, which object stores lack. Readers that skip names starting with ``_`` (Spark,
+Hive, pyarrow datasets) see committed files only. Keys are percent-encoded in names (``/``
+cannot escape a bucket's directory).
 
 A bucket of a partition is complete once a bundle of that partition has a ``GT_last`` at
 or past its end: bundles of a partition release items in global-time order, so no later
@@ -42,9 +45,12 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -52,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from connectors._stores import LocalStore, Store, open_store
 from connectors.bundles import BundleConsumer, BundleStart, VerifiedBundle
 from framework import failpoints
 from framework.core.time import DEFAULT_DELTA_MS
@@ -104,6 +111,8 @@ class FileSink:
         serde: Serde | None = None,
         partition_by: Callable[[Any], object] | None = None,
         partition_name: str = "key",
+        hdfs_user: str | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if not partition_name or _quote(partition_name) != partition_name:
             raise ConfigError(f"partition_name={partition_name!r}: letters, digits, '_' or '-'")
@@ -113,7 +122,9 @@ class FileSink:
             raise ConfigError(f"bucket_ms={bucket_ms}: a positive multiple of delta ({delta_ms})")
         self.bootstrap = bootstrap
         self.topic = topic
-        self.root = _local_path(directory)
+        self.store = open_store(directory, hdfs_user)
+        self.root = self.store.where
+        self.spill = _spill_dir(self.store, topic, spill_dir)
         self.bucket_ms = bucket_ms
         self.format = format
         self.row = row if row is not None else _same
@@ -130,36 +141,43 @@ class FileSink:
         """Write bundles until ``idle_s`` seconds pass without one (None: until ``stop``)."""
         starts = self._recover()
         group = f"flamepipe-filesink-{self.topic}"  # never committed to: positions are ours
-        with BundleConsumer(self.bootstrap, self.topic, group, self.serde, starts=starts) as c:
-            for bundle in c.bundles(idle_s, stop):
-                self._apply(bundle)
+        try:
+            with BundleConsumer(
+                self.bootstrap, self.topic, group, self.serde, starts=starts
+            ) as consumer:
+                for bundle in consumer.bundles(idle_s, stop):
+                    self._apply(bundle)
+        finally:
+            if not isinstance(self.store, LocalStore):
+                # Open buckets are read again on the next start: their spill is of no use.
+                shutil.rmtree(self.spill, ignore_errors=True)
         return self.stats
 
     # -- recovery --------------------------------------------------------------------
 
     def _recover(self) -> dict[int, BundleStart]:
-        for sub in ("_in_progress", "_pending"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.spill.mkdir(parents=True, exist_ok=True)
         state = self._read_state()
+        on_disk = set(self.store.names("_pending"))
         listed = set()
         for name, target in state.get("pending", []):
             listed.add(name)
-            pending = self.root / "_pending" / name
-            if pending.exists():  # Step 4 again
-                self._publish(pending, self.root / target)
+            if name in on_disk:  # Step 4 again
+                self.store.replace(f"_pending/{name}", target)
                 self.stats.recovered += 1
-        for sub in ("_in_progress", "_pending"):
-            for path in (self.root / sub).iterdir():
-                if sub == "_in_progress" or path.name not in listed:
-                    path.unlink()
-                    self.stats.discarded += 1
+        for path in sorted(self.spill.iterdir()):
+            path.unlink()
+            self.stats.discarded += 1
+        for name in sorted(on_disk - listed):
+            self.store.delete(f"_pending/{name}")
+            self.stats.discarded += 1
         starts: dict[int, BundleStart] = {}
         for key, entry in state.get("partitions", {}).items():
             p = int(key)
             part = self._parts[p] = _Partition(committed=entry.get("committed"))
             resume = entry.get("resume")
             if resume is not None:
-                mark = BundleMark.decode(resume["mark"], f"{self.root / _STATE} [{p}]")
+                mark = BundleMark.decode(resume["mark"], f"{self.root}/{_STATE} [{p}]")
                 start = BundleStart(resume["bundles"], resume["items"], mark.seq, mark.gt_last)
                 starts[p] = part.last = start
         if starts or self.stats.discarded:
@@ -171,12 +189,13 @@ class FileSink:
         return starts
 
     def _read_state(self) -> dict[str, Any]:
-        path = self.root / _STATE
-        if not path.exists():
+        path = f"{self.root}/{_STATE}"
+        data = self.store.read(_STATE)
+        if data is None:
             return {}
         try:
-            state = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            state = json.loads(data)
+        except ValueError as exc:
             raise SinkError(
                 f"{path}: unreadable state ({exc}); it is written by FileSink only"
             ) from exc
@@ -233,17 +252,15 @@ class FileSink:
         # Step 4
         failpoints.hit("filesink.rename")
         for name, target in pending:
-            self._publish(self.root / "_pending" / name, self.root / target)
+            self.store.replace(f"_pending/{name}", target)
         self.stats.committed += len(pending)
 
     def _finish(self, bucket: int, p: int, key: str) -> tuple[str, str]:
-        """Step 2 for one file of a bucket: whole in ``_pending``, synced; (name, target)."""
+        """Step 2 for one file of a bucket: whole in ``_pending``, durable; (name, target)."""
         source = self._in_progress(bucket, p, key)
         name = f"{source.stem}.{self.format}"
-        pending = self.root / "_pending" / name
         if self.format == "jsonl":
-            _sync(source)
-            os.replace(source, pending)
+            self.store.upload(source, f"_pending/{name}")
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -252,10 +269,10 @@ class FileSink:
                 rows = [json.loads(line) for line in lines]
             if not all(isinstance(r, dict) for r in rows):
                 raise SinkError(f"{self.root}: parquet rows must be mappings (give row=...)")
-            pq.write_table(pa.Table.from_pylist(rows), pending)
-            _sync(pending)
+            converted = self.spill / name
+            pq.write_table(pa.Table.from_pylist(rows), converted)
             source.unlink()
-        _sync(pending.parent)
+            self.store.upload(converted, f"_pending/{name}")
         where = f"bucket={bucket}/{self.partition_name}={key}" if key else f"bucket={bucket}"
         return name, f"{where}/part-{p}.{self.format}"
 
@@ -273,27 +290,14 @@ class FileSink:
                 },
             }  # fmt: skip
         state = {"format": 1, "partitions": partitions, "pending": pending}
-        tmp = self.root / f"{_STATE}.tmp"
-        tmp.write_text(json.dumps(state, sort_keys=True))
-        _sync(tmp)
-        os.replace(tmp, self.root / _STATE)
-        _sync(self.root)
-
-    def _publish(self, pending: Path, target: Path) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(pending, target)
-        _sync(target.parent)
+        self.store.write_atomic(_STATE, json.dumps(state, sort_keys=True).encode())
 
     def _bucket(self, slot: int) -> int:
         ms = slot * self.delta_ms
         return ms - ms % self.bucket_ms
 
     def _in_progress(self, bucket: int, p: int, key: str) -> Path:
-        return (
-            self.root
-            / "_in_progress"
-            / (f"{bucket}-{p}-{key}.jsonl" if key else f"{bucket}-{p}.jsonl")
-        )
+        return self.spill / (f"{bucket}-{p}-{key}.jsonl" if key else f"{bucket}-{p}.jsonl")
 
 
 def _earliest(starts: list[BundleStart | None]) -> BundleStart | None:
@@ -314,27 +318,14 @@ def _quote(text: str) -> str:
     return quoted.replace(".", "%2E") if quoted in {".", ".."} else quoted
 
 
-def _local_path(directory: str | os.PathLike[str]) -> Path:
-    """A path, or a ``file://`` URI's path; `ConfigError` for another scheme."""
-    text = os.fspath(directory)
-    scheme = urllib.parse.urlsplit(text).scheme
-    if not scheme or (len(scheme) == 1 and os.name == "nt"):
-        return Path(text)
-    if scheme != "file":
-        raise ConfigError(
-            f"FileSink directory {text!r}: a path or a file:// URI; {scheme}:// is not "
-            "supported (the commit needs an atomic rename and fsync): mount the filesystem "
-            "and give its path"
-        )
-    parts = urllib.parse.urlsplit(text)
-    if parts.netloc not in ("", "localhost"):
-        raise ConfigError(f"FileSink directory {text!r}: a file:// URI names a local path")
-    return Path(urllib.parse.unquote(parts.path))
-
-
-def _sync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _spill_dir(store: Store, topic: str, given: str | os.PathLike[str] | None) -> Path:
+    """Where in-progress files grow: inside a local root (so a commit is a rename), else
+    ``spill_dir`` or a directory of the system's temporary space named after the store."""
+    if isinstance(store, LocalStore):
+        if given is not None:
+            raise ConfigError("spill_dir is for a webhdfs:// directory; a local one spills inside")
+        return store.root / "_in_progress"
+    if given is not None:
+        return Path(given)
+    digest = hashlib.sha256(f"{store.where}\0{topic}".encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"flamepipe-filesink-{digest}"

@@ -1,7 +1,7 @@
 """`connectors.DatabaseSink` and `connectors.FileSink` against the real stack: a SQLite
-table, a PostgreSQL table (a server of the test's own) and bucketed files fed from an
-exactly-once output topic, each sink's process killed with kill -9 mid-run, hold the output
-exactly.
+table, a PostgreSQL table (a server of the test's own), bucketed files in a local directory
+and in HDFS (a MiniDFSCluster of the test's own, through WebHDFS) fed from an exactly-once
+output topic, each sink's process killed with kill -9 mid-run, hold the output exactly.
 
 Word pairs run on Spark into a 2-partition sink while the three sinks, processes of their
 own, apply the bundles. Each is killed by failpoints at the points of its commit (the database:
@@ -28,13 +28,19 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from connectors import BundleConsumer, KafkaSink
+from connectors._stores import Store, open_store
 from framework.config import Settings
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
+from framework.errors import SinkError
 from framework.failpoints import ENV
+from framework.local.provision import free_port
+from integration_tests.harness.hdfs import LocalHdfs
 from integration_tests.harness.postgres import LocalPostgres
 from integration_tests.harness.runs import produce_lines, read_output, running
 from integration_tests.harness.sink_main import BUCKET_MS
@@ -77,15 +83,26 @@ def _table_rows(where: Path | str, query: str = "SELECT pair FROM pairs") -> Cou
             return Counter()
 
 
-def _file_rows(root: Path) -> Counter[str]:
-    """The committed rows; each in the directory of its word's first letter."""
+def _file_rows(store: Store) -> tuple[Counter[str], int]:
+    """The committed rows, each in the directory of its word's first letter, and the number
+    of buckets; nothing but committed files, the state and empty work directories."""
     rows: Counter[str] = Counter()
-    for f in root.glob("bucket=*/key=*/*.jsonl"):
-        letter = urllib.parse.unquote(f.parent.name.removeprefix("key="))
-        pairs = [json.loads(line)["pair"] for line in f.read_text().splitlines()]
-        assert all(json.loads(pair)[0][0] == letter for pair in pairs), f
-        rows.update(pairs)
-    return rows
+    top = store.names("")
+    assert set(top) - {"_state.json", "_pending", "_in_progress"} == {
+        name for name in top if name.startswith("bucket=")
+    }, top
+    assert store.names("_pending") == [], f"{store.where}: pending files left"
+    for bucket in (name for name in top if name.startswith("bucket=")):
+        for key in store.names(bucket):
+            letter = urllib.parse.unquote(key.removeprefix("key="))
+            for name in store.names(f"{bucket}/{key}"):
+                assert name.startswith("part-") and name.endswith(".jsonl"), name
+                data = store.read(f"{bucket}/{key}/{name}")
+                assert data is not None
+                pairs = [json.loads(line)["pair"] for line in data.decode().splitlines()]
+                assert all(json.loads(pair)[0][0] == letter for pair in pairs), name
+                rows.update(pairs)
+    return rows, sum(name.startswith("bucket=") for name in top)
 
 
 def _killed(proc: Any) -> str:
@@ -118,14 +135,37 @@ def _closed_items(bootstrap: str, topic: str) -> Counter[str]:
     return Counter(key for p, ms, key in items if ms - ms % BUCKET_MS + BUCKET_MS <= last[p])
 
 
+@pytest.fixture(scope="module")
+def hdfs(stack: Settings) -> Any:
+    with LocalHdfs(stack) as cluster:
+        yield cluster
+
+
 def test_database_and_file_sinks_killed_mid_run_hold_the_output_exactly_once(
-    stack: Settings, spark: Any, tmp_path: Path
+    stack: Settings, spark: Any, tmp_path: Path, hdfs: LocalHdfs
 ) -> None:
     with LocalPostgres() as postgres:
-        _run_sinks(stack, spark, tmp_path, postgres.dsn)
+        _run_sinks(stack, spark, tmp_path, postgres.dsn, hdfs.uri(f"/pairs-{uuid.uuid4().hex}"))
 
 
-def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str) -> None:
+def test_webhdfs_refusals_name_the_fix(hdfs: LocalHdfs) -> None:
+    """A user HDFS denies, and a NameNode that does not answer, fail with the fix; a
+    replace is atomic over an existing file; a missing file reads as absent."""
+    root = hdfs.uri(f"/refusals-{uuid.uuid4().hex}")
+    store = open_store(root)
+    store.write_atomic("_state.json", b"old")
+    store.write_atomic("_state.json", b"new")
+    assert store.read("_state.json") == b"new" and store.read("nothing") is None
+    assert store.names("") == ["_state.json"]  # the temporary name is gone
+    with pytest.raises(SinkError, match=r"HDFS refused .*user=mallory.*hdfs_user=") as refused:
+        open_store(root, user="mallory").write_atomic("x", b"1")
+    assert "\tat org.apache" not in str(refused.value)  # one line, not the server's stack
+    dead = f"webhdfs://127.0.0.1:{free_port()}/x"  # nothing listens there
+    with pytest.raises(SinkError, match=r"WebHDFS unreachable .*NameNode's HTTP address"):
+        open_store(dead).names("")
+
+
+def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str, hdfs_uri: str) -> None:
     settings = stack.with_(parallelism=2)
     bootstrap = settings.kafka_bootstrap
     app = f"xsink{uuid.uuid4().hex[:6]}"
@@ -149,9 +189,9 @@ def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str) -> None:
         for round_, failing in enumerate(
             [
                 [("db", db, "dbsink.bundle=2"), ("pg", dsn, "dbsink.bundle=3"),
-                 ("files", files, "filesink.state=1")],
+                 ("files", files, "filesink.state=1"), ("files", hdfs_uri, "filesink.state=2")],
                 [("db", db, "dbsink.bundle=4"), ("pg", dsn, "dbsink.bundle=2"),
-                 ("files", files, "filesink.rename=1")],
+                 ("files", files, "filesink.rename=1"), ("files", hdfs_uri, "filesink.rename=2")],
             ]
         ):  # fmt: skip
             procs = [
@@ -164,14 +204,15 @@ def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str) -> None:
         db_proc = _sink("db", bootstrap, sink, db, 60)
         pg_proc = _sink("pg", bootstrap, sink, dsn, 60)
         file_proc = _sink("files", bootstrap, sink, files, 60)
+        hdfs_proc = _sink("files", bootstrap, sink, hdfs_uri, 60)
         trickle(lines[600:750])
-        for proc in (db_proc, pg_proc, file_proc):
+        for proc in (db_proc, pg_proc, file_proc, hdfs_proc):
             _kill_running(proc)
         until = trickle(lines[750:])
         run.wait_released(until, timeout_s=180)
     finals = [
         _sink(kind, bootstrap, sink, path, 6)
-        for kind, path in (("db", db), ("pg", dsn), ("files", files))
+        for kind, path in (("db", db), ("pg", dsn), ("files", files), ("files", hdfs_uri))
     ]
     for proc in finals:
         out, _ = proc.communicate(timeout=180)
@@ -188,11 +229,14 @@ def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str) -> None:
         assert rows == output
         parts = _table_rows(where, "SELECT part FROM flamepipe_sink_positions")
         assert set(parts) == {0, 1}
-    # The files: every item of a closed bucket once, in committed files only.
+    # The files, local and in HDFS: every item of a closed bucket once, in committed files.
     closed = _closed_items(bootstrap, sink)
-    written = _file_rows(files)
-    assert sum(closed.values()) > 0 and len(list(files.glob("bucket=*"))) >= 3
-    assert written == closed, (
-        f"{sum(written.values())} rows in files, {sum(closed.values())} expected: missing "
-        f"{sum((closed - written).values())}, extra {sum((written - closed).values())}"
-    )
+    assert sum(closed.values()) > 0
+    for root in (str(files), hdfs_uri):
+        written, buckets = _file_rows(open_store(root))
+        assert buckets >= 3, root
+        assert written == closed, (
+            f"{root}: {sum(written.values())} rows in files, {sum(closed.values())} expected: "
+            f"missing {sum((closed - written).values())}, extra "
+            f"{sum((written - closed).values())}"
+        )

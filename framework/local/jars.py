@@ -26,7 +26,11 @@ __all__ = ["BUNDLES", "NIO_LOCAL_FS", "flamepipe_jar", "jar_bundle"]
 
 _log = logging.getLogger(__name__)
 
-BUNDLES = {"kafka-broker": "kafka-broker.xml", "spark-kafka": "spark-kafka.xml"}
+BUNDLES = {
+    "kafka-broker": "kafka-broker.xml",
+    "spark-kafka": "spark-kafka.xml",
+    "hdfs-minicluster": "hdfs-minicluster.xml",  # the file sink's HDFS tests
+}
 _MARKER = ".complete"
 NIO_LOCAL_FS = "io.flamepipe.hadoop.NioLocalFileSystem"
 """Hadoop's local file system with fork-free permissions (``framework/local/java``)."""

@@ -115,8 +115,16 @@ def test_bad_options_fail_fast() -> None:
         FileSink("b:1", "out", "/tmp/x", format="csv")
     with pytest.raises(ConfigError, match="multiple of delta"):
         FileSink("b:1", "out", "/tmp/x", bucket_ms=15, delta_ms=10)
-    with pytest.raises(ConfigError, match=r"hdfs:// is not supported .* mount"):
+    with pytest.raises(ConfigError, match=r"hdfs:// is not supported .* webhdfs://"):
         FileSink("b:1", "out", "hdfs://namenode:8020/data")
+    with pytest.raises(ConfigError, match=r"s3a:// is not supported: .* no atomic rename"):
+        FileSink("b:1", "out", "s3a://bucket/data")
+    with pytest.raises(ConfigError, match="NameNode's HTTP host and port"):
+        FileSink("b:1", "out", "webhdfs://namenode/data")
+    with pytest.raises(ConfigError, match="hdfs_user"):
+        FileSink("b:1", "out", "webhdfs://alice@namenode:9870/data")
+    with pytest.raises(ConfigError, match="spill_dir is for a webhdfs"):
+        FileSink("b:1", "out", "/tmp/x", spill_dir="/tmp/y")
     with pytest.raises(ConfigError, match="partition_name"):
         FileSink("b:1", "out", "/tmp/x", partition_by=str, partition_name="a/b")
 
