@@ -30,10 +30,13 @@ from typing import Any
 
 import pytest
 
-from connectors import BundleConsumer, KafkaSink
+from connectors import BundleConsumer, FileSink, KafkaSink
 from connectors._stores import Store, open_store
+from connectors.bundles import OutputItem, VerifiedBundle
 from framework.config import Settings
-from framework.core.time import DEFAULT_DELTA_MS
+from framework.core.messages import BundleHeader
+from framework.core.meta import Meta
+from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -163,6 +166,39 @@ def test_webhdfs_refusals_name_the_fix(hdfs: LocalHdfs) -> None:
     dead = f"webhdfs://127.0.0.1:{free_port()}/x"  # nothing listens there
     with pytest.raises(SinkError, match=r"WebHDFS unreachable .*NameNode's HTTP address"):
         open_store(dead).names("")
+
+
+def test_parquet_files_reach_hdfs_whole_and_only_when_committed(hdfs: LocalHdfs) -> None:
+    """Parquet through the same commit: nothing visible while a bucket is open, then one
+    readable file and no pending one."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    root = hdfs.uri(f"/parquet-{uuid.uuid4().hex}")
+    sink = FileSink("unused:1", "out", root, bucket_ms=100, delta_ms=10, format="parquet",
+                    row=lambda v: {"word": v, "n": len(v)})  # fmt: skip
+    store = open_store(root)
+    sink._recover()
+    sink._apply(_bundle(0, [(1, "ab"), (2, "c")], last=5))
+    assert [n for n in store.names("") if n.startswith("bucket=")] == []
+    sink._apply(_bundle(1, [(12, "d")], last=12))
+    data = store.read("bucket=0/part-0.parquet")
+    assert data is not None
+    assert pq.read_table(io.BytesIO(data)).to_pylist() == [
+        {"n": 2, "word": "ab"}, {"n": 1, "word": "c"},
+    ]  # fmt: skip
+    assert store.names("_pending") == [] and sink.stats.committed == 1
+
+
+def _bundle(seq: int, items: list[tuple[int, str]], last: int) -> VerifiedBundle:
+    """Bundle ``seq`` of partition 0: items (slot, value), GT_last at slot ``last``."""
+    out = tuple(
+        OutputItem(value, Meta(GlobalTime(slot, 1, i)), None, 0, 10 * seq + i)
+        for i, (slot, value) in enumerate(items)
+    )
+    header = BundleHeader(seq, GlobalTime(last, 1, 99), len(out))
+    return VerifiedBundle(0, header, out, seq, out[-1].offset + 1)
 
 
 def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str, hdfs_uri: str) -> None:
