@@ -24,7 +24,7 @@ import textwrap
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,10 +206,17 @@ import wordtools as t
 
 
 def running(app, source, sink):
+    """The running count (a whole-history grouping) and beside it a windowed count (an
+    aggregate), named so that a savepoint restores both."""
     p = Pipeline(app)
-    p.source(source).flat_map(t.tagged).key_by(t.word).group(window=1 << 30).map(
-        t.running_count
-    ).sink(sink)
+    counted, windowed = p.source(source).broadcast(2)
+    running_rows = counted.flat_map(t.tagged).key_by(t.word).group(
+        window=1 << 30, name="running"
+    ).map(t.running_count)
+    window_rows = windowed.flat_map(t.ones).key_by(t.word).aggregate(
+        Tumbling(1000), reduce=t.add, combinable=True, name="windows"
+    ).map(t.window_row).map(t.tag("windowed"))
+    running_rows.merge(window_rows).sink(sink)
     return p
 
 
@@ -664,49 +671,77 @@ def _wait(condition: Any, what: str, timeout_s: float = _TIMEOUT_S) -> None:
         time.sleep(1)
 
 
-def test_an_executor_and_a_worker_killed_mid_run_lose_and_duplicate_nothing(
+def _kill_executor_and_worker(cluster: Settings, between: Callable[[], object]) -> list[str]:
+    """kill -9 of one executor JVM (its tasks run again elsewhere), ``between``, then of a
+    whole worker (and with it its executors), restarted 5 s later; what was killed."""
+    executors = _executor_pids(cluster.state_dir)
+    assert executors, "no executor JVM of the cluster found"
+    os.kill(executors[0], signal.SIGKILL)
+    between()
+    time.sleep(5)
+    worker = LocalStack(cluster, quiet=True)._workers(1)[0]
+    pid = worker.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(5)
+    LocalStack(cluster, quiet=True).up()
+    return [f"executor {executors[0]}", f"worker {pid}"]
+
+
+def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing(
     cluster: Settings, user_dir: Path, tmp_path: Path
 ) -> None:
     """kill -9 of one executor JVM, then of one whole worker (restarted 5 s later), while
-    the running count (grouping state rebuilt from changelogs on another executor) runs."""
+    the running count (grouping state rebuilt from changelogs on another executor) and a
+    windowed count (an aggregate) run; then, as a user upgrades a job: ``flamepipe
+    savepoint`` while input flows, more input, the driver stopped, more input, and
+    ``flamepipe upgrade --savepoint``: the new epoch's executors restore the grouping and
+    the aggregate from the savepoint's cut and replay from its offsets. Nothing is lost
+    and nothing the first epoch released comes out again."""
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-faults-{run}", f"cl-fin-{run}", f"cl-fout-{run}"
     bootstrap = cluster.kafka_bootstrap
     ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
-    lines = [f"{i} {line}" for i, line in enumerate(generate_lines(3 * LINES, seed=13))]
-    chunks = [lines[:LINES], lines[LINES : 2 * LINES], lines[2 * LINES :]]
+    lines = [f"{i} {line}" for i, line in enumerate(generate_lines(5 * LINES, seed=13))]
+    chunks = [lines[i * LINES // 2 : (i + 1) * LINES // 2] for i in range(10)]
     produce_lines(bootstrap, source, chunks[0], 2)
 
     def output() -> int:
         return len(read_output(bootstrap, sink))
 
+    env = _driver_env(cluster, app, source, sink)
     log = tmp_path / "driver.log"
-    driver = _launch(
-        ["-m", "framework.cli", "run", "jobs:running_job"],
-        user_dir,
-        _driver_env(cluster, app, source, sink),
-        log,
-    )
-    kills: list[str] = []
+    driver = _launch(["-m", "framework.cli", "run", "jobs:running_job"], user_dir, env, log)
     try:
         _wait(lambda: output() > 0 or driver.poll() is not None, "the first output")
-        # kill -9 of one executor JVM: its tasks run again elsewhere
-        executors = _executor_pids(cluster.state_dir)
-        assert executors, "no executor JVM of the cluster found"
-        os.kill(executors[0], signal.SIGKILL)
-        kills.append(f"executor {executors[0]}")
-        produce_lines(bootstrap, source, chunks[1], 2)
-        time.sleep(5)
-        # kill -9 of a whole worker (and with it its executors), restarted 5 s later
-        worker = LocalStack(cluster, quiet=True)._workers(1)[0]
-        pid = worker.pid()
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        kills.append(f"worker {pid}")
-        time.sleep(5)
-        LocalStack(cluster, quiet=True).up()
+        kills = _kill_executor_and_worker(
+            cluster, lambda: produce_lines(bootstrap, source, chunks[1], 2)
+        )
         produce_lines(bootstrap, source, chunks[2], 2)
-        expected = _oracle(user_dir, "running", app, read_to_end(bootstrap, source))
+        # A savepoint while input flows; more input, some of it released before the stop.
+        saving = _launch(
+            ["-m", "framework.cli", "savepoint", "jobs:running_job", "--name", "mid",
+             "--wait", "120"],
+            user_dir, env, tmp_path / "savepoint.log",
+        )  # fmt: skip
+        for chunk in chunks[3:6]:
+            produce_lines(bootstrap, source, chunk, 2)
+            time.sleep(1)
+        assert saving.wait(180) == 0, (tmp_path / "savepoint.log").read_text()[-3000:]
+        produce_lines(bootstrap, source, chunks[6], 2)
+        before = output()
+        _wait(lambda: output() > before or driver.poll() is not None, "output past the savepoint")
+    finally:
+        _stop(driver)
+    assert driver.returncode is not None
+    # The rest arrives while no driver runs; the next epoch starts from the savepoint.
+    for chunk in chunks[7:]:
+        produce_lines(bootstrap, source, chunk, 2)
+    expected = _oracle(user_dir, "running", app, read_to_end(bootstrap, source))
+    upgrade_log = tmp_path / "upgrade.log"
+    upgrade = ["-m", "framework.cli", "upgrade", "jobs:running_job", "--savepoint", "mid"]
+    driver = _launch(upgrade, user_dir, env, upgrade_log)
+    try:
         _wait(
             lambda: output() >= sum(expected.values()) or driver.poll() is not None,
             "the whole output",
@@ -715,12 +750,13 @@ def test_an_executor_and_a_worker_killed_mid_run_lose_and_duplicate_nothing(
         seen = _output(bootstrap, sink)
     finally:
         _stop(driver)
-    text = log.read_text(errors="replace")
+    text = log.read_text(errors="replace") + upgrade_log.read_text(errors="replace")
     tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    assert "state kept: running, windows" in text, tail
     assert seen == expected, (
-        f"after kills {kills}: {sum(seen.values())} items read, {sum(expected.values())} "
-        f"expected; missing {sum((expected - seen).values())}, extra "
-        f"{sum((seen - expected).values())}\n{tail}"
+        f"after kills {kills} and an upgrade: {sum(seen.values())} items read, "
+        f"{sum(expected.values())} expected; missing {sum((expected - seen).values())}, "
+        f"extra {sum((seen - expected).values())}\n{tail}"
     )
 
 
