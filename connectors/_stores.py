@@ -7,7 +7,7 @@ needs, each step durable when it returns:
 * `Store.upload`: a whole file from the local spill directory into the store;
 * `Store.replace`: an atomic rename over whatever the target held, parents made;
 * `Store.write_atomic`: small content (the sink's state) replaced atomically;
-* `Store.read`, `Store.names`, `Store.delete`, `Store.exists` for recovery.
+* `Store.read`, `Store.names`, `Store.delete` for recovery.
 
 `open_store` picks the store from the directory's form:
 
@@ -62,9 +62,6 @@ class Store(Protocol):
 
     def delete(self, rel: str) -> None:
         """Remove file ``rel`` (nothing if absent)."""
-
-    def exists(self, rel: str) -> bool:
-        """Whether file ``rel`` exists."""
 
 
 def open_store(directory: str | os.PathLike[str], user: str | None = None) -> Store:
@@ -138,9 +135,6 @@ class LocalStore:
     def delete(self, rel: str) -> None:
         (self.root / rel).unlink(missing_ok=True)
 
-    def exists(self, rel: str) -> bool:
-        return (self.root / rel).exists()
-
 
 class WebHdfsStore:
     """HDFS through WebHDFS (``/webhdfs/v1``) of the NameNode at the URI's host and port.
@@ -151,7 +145,11 @@ class WebHdfsStore:
 
     def __init__(self, uri: str, user: str | None = None, timeout_s: float = 60.0) -> None:
         parts = urllib.parse.urlsplit(uri)
-        if not parts.hostname or parts.port is None:
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if not parts.hostname or port is None:
             raise ConfigError(
                 f"FileSink directory {uri!r}: webhdfs:// needs the NameNode's HTTP host and "
                 "port, e.g. webhdfs://namenode:9870/data/out"
@@ -165,7 +163,7 @@ class WebHdfsStore:
         self.root = posixpath.normpath(urllib.parse.unquote(parts.path) or "/")
         if not self.root.startswith("/"):
             self.root = "/" + self.root
-        self._base = f"http://{parts.hostname}:{parts.port}/webhdfs/v1"
+        self._base = f"http://{parts.netloc}/webhdfs/v1"
         self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
         self.timeout_s = timeout_s
 
@@ -203,13 +201,6 @@ class WebHdfsStore:
 
     def delete(self, rel: str) -> None:
         self._json("DELETE", self._path(rel), "DELETE", recursive="false")
-
-    def exists(self, rel: str) -> bool:
-        try:
-            self._json("GET", self._path(rel), "GETFILESTATUS")
-        except _NotFoundError:
-            return False
-        return True
 
     # -- WebHDFS ---------------------------------------------------------------------
 

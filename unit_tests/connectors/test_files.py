@@ -121,6 +121,8 @@ def test_bad_options_fail_fast() -> None:
         FileSink("b:1", "out", "s3a://bucket/data")
     with pytest.raises(ConfigError, match="NameNode's HTTP host and port"):
         FileSink("b:1", "out", "webhdfs://namenode/data")
+    with pytest.raises(ConfigError, match="NameNode's HTTP host and port"):
+        FileSink("b:1", "out", "webhdfs://namenode:http/data")
     with pytest.raises(ConfigError, match="hdfs_user"):
         FileSink("b:1", "out", "webhdfs://alice@namenode:9870/data")
     with pytest.raises(ConfigError, match="spill_dir is for a webhdfs"):
