@@ -60,6 +60,7 @@ from framework.config import Settings
 from framework.local.jars import flamepipe_jar, jar_bundle
 from framework.local.registry import registry_dist
 settings = Settings.load()
+# hdfs-minicluster (~106 MB) only for the file sink's HDFS test, like PostgreSQL above.
 for bundle in ("kafka-broker", "spark-kafka", "hdfs-minicluster"):
     jar_bundle(bundle, settings.cache_dir)
 flamepipe_jar(settings.cache_dir)
