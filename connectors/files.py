@@ -254,6 +254,10 @@ class FileSink:
         for name, target in pending:
             self.store.replace(f"_pending/{name}", target)
         self.stats.committed += len(pending)
+        _log.info(
+            "%s: buckets %s of partition %d committed (%d files); %d rows, %d files in all",
+            self.root, done, p, len(pending), self.stats.rows, self.stats.committed,
+        )  # fmt: skip
 
     def _finish(self, bucket: int, p: int, key: str) -> tuple[str, str]:
         """Step 2 for one file of a bucket: whole in ``_pending``, durable; (name, target)."""
