@@ -16,6 +16,8 @@ needs, each step durable when it returns:
   REST API (on by default; port 9870 in Hadoop 3). HDFS renames atomically in the
   NameNode, and a file is on its data nodes once its upload returns (closed), which is the
   durability HDFS gives every closed file. Simple authentication (``user.name``) only.
+  A NameNode that is unreachable, starting, in safe mode or standing by is tried again
+  with backoff for up to ``retry_s`` (60 s) before the sink stops.
 
 Object stores (``s3://``, ``gs://``, ``abfs://``, ...) are refused: they have no atomic
 rename, so a reader could see a file half copied or twice.
@@ -25,18 +27,30 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import os
 import posixpath
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from framework.deadline import Deadline
 from framework.errors import ConfigError, SinkError
 
 __all__ = ["LocalStore", "Store", "WebHdfsStore", "open_store"]
 
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+# Answers that say "not now" rather than "no": a NameNode starting, in safe mode, or a
+# standby of an HA pair; and gateways' 502-504.
+_TRANSIENT = frozenset(
+    {"RetriableException", "SafeModeException", "StandbyException", "HTTP 502", "HTTP 503",
+     "HTTP 504"}
+)  # fmt: skip
 _OBJECT_STORES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "oss", "cos")
 
 
@@ -64,8 +78,11 @@ class Store(Protocol):
         """Remove file ``rel`` (nothing if absent)."""
 
 
-def open_store(directory: str | os.PathLike[str], user: str | None = None) -> Store:
-    """The store for ``directory`` (a path or a URI); `ConfigError` naming the fix."""
+def open_store(
+    directory: str | os.PathLike[str], user: str | None = None, retry_s: float = 60.0
+) -> Store:
+    """The store for ``directory`` (a path or a URI); `ConfigError` naming the fix.
+    ``user`` and ``retry_s`` are for HDFS (`WebHdfsStore`)."""
     text = os.fspath(directory)
     parts = urllib.parse.urlsplit(text)
     scheme = parts.scheme.lower()
@@ -76,7 +93,7 @@ def open_store(directory: str | os.PathLike[str], user: str | None = None) -> St
             raise ConfigError(f"FileSink directory {text!r}: a file:// URI names a local path")
         return LocalStore(Path(urllib.parse.unquote(parts.path)), text)
     if scheme == "webhdfs":
-        return WebHdfsStore(text, user)
+        return WebHdfsStore(text, user, retry_s=retry_s)
     if scheme == "hdfs":
         raise ConfigError(
             f"FileSink directory {text!r}: hdfs:// is not supported (it needs libhdfs); give "
@@ -141,9 +158,18 @@ class WebHdfsStore:
 
     A file is uploaded the two-step way WebHDFS prescribes (the NameNode names a data node,
     the bytes go there); renames are the NameNode's ``rename`` with ``OVERWRITE``, atomic.
+    Every operation is tried again while it fails transiently (module docstring), each
+    try a whole operation: an upload from its first step, a rename whose answer was lost
+    found done (its source gone, its target there).
     """
 
-    def __init__(self, uri: str, user: str | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        uri: str,
+        user: str | None = None,
+        timeout_s: float = 60.0,
+        retry_s: float = 60.0,
+    ) -> None:
         parts = urllib.parse.urlsplit(uri)
         try:
             port = parts.port
@@ -166,41 +192,89 @@ class WebHdfsStore:
         self._base = f"http://{parts.netloc}/webhdfs/v1"
         self.user = user or os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
         self.timeout_s = timeout_s
+        self.retry_s = retry_s
 
     # -- Store -----------------------------------------------------------------------
 
     def upload(self, local: Path, rel: str) -> None:
-        with open(local, "rb") as body:
-            self._create(rel, body, os.fstat(body.fileno()).st_size)
+        def attempt() -> None:
+            with open(local, "rb") as body:
+                self._create(rel, body, os.fstat(body.fileno()).st_size)
+
+        self._retrying(f"upload of {rel}", attempt)
         local.unlink()
 
     def replace(self, rel: str, target: str) -> None:
-        self._json("PUT", posixpath.dirname(self._path(target)), "MKDIRS")
-        self._json(
-            "PUT", self._path(rel), "RENAME",
-            destination=self._path(target), renameoptions="OVERWRITE",
-        )  # fmt: skip
+        tries = 0
+
+        def attempt() -> None:
+            nonlocal tries
+            tries += 1
+            self._json("PUT", posixpath.dirname(self._path(target)), "MKDIRS")
+            try:
+                self._json(
+                    "PUT", self._path(rel), "RENAME",
+                    destination=self._path(target), renameoptions="OVERWRITE",
+                )  # fmt: skip
+            except _NotFoundError:
+                if tries > 1 and self._exists(target) and not self._exists(rel):
+                    return  # the try whose answer was lost renamed it
+                raise
+
+        self._retrying(f"rename of {rel}", attempt)
 
     def write_atomic(self, rel: str, data: bytes) -> None:
-        self._create(rel + ".tmp", data, len(data))
+        self._retrying(f"upload of {rel}.tmp", lambda: self._create(rel + ".tmp", data, len(data)))
         self.replace(rel + ".tmp", rel)
 
     def read(self, rel: str) -> bytes | None:
-        try:
-            return self._call("GET", self._path(rel), "OPEN")
-        except _NotFoundError:
-            return None
+        def attempt() -> bytes | None:
+            try:
+                return self._call("GET", self._path(rel), "OPEN")
+            except _NotFoundError:
+                return None
+
+        return self._retrying(f"read of {rel}", attempt)
 
     def names(self, rel: str) -> list[str]:
-        self._json("PUT", self._path(rel), "MKDIRS")
-        listing = self._json("GET", self._path(rel), "LISTSTATUS")
-        try:
-            return sorted(s["pathSuffix"] for s in listing["FileStatuses"]["FileStatus"])
-        except (KeyError, TypeError) as exc:
-            raise SinkError(f"{self.where}: unexpected WebHDFS listing of {rel}") from exc
+        def attempt() -> list[str]:
+            self._json("PUT", self._path(rel), "MKDIRS")
+            listing = self._json("GET", self._path(rel), "LISTSTATUS")
+            try:
+                return sorted(s["pathSuffix"] for s in listing["FileStatuses"]["FileStatus"])
+            except (KeyError, TypeError) as exc:
+                raise SinkError(f"{self.where}: unexpected WebHDFS listing of {rel}") from exc
+
+        return self._retrying(f"listing of {rel}", attempt)
 
     def delete(self, rel: str) -> None:
-        self._json("DELETE", self._path(rel), "DELETE", recursive="false")
+        self._retrying(
+            f"delete of {rel}",
+            lambda: self._json("DELETE", self._path(rel), "DELETE", recursive="false"),
+        )
+
+    def _exists(self, rel: str) -> bool:
+        try:
+            self._json("GET", self._path(rel), "GETFILESTATUS")
+        except _NotFoundError:
+            return False
+        return True
+
+    def _retrying(self, what: str, attempt: Callable[[], _T]) -> _T:
+        """``attempt()``, again while it fails transiently, for up to ``retry_s``."""
+        deadline = Deadline(self.retry_s, f"WebHDFS {what}")
+        pause, warned = 0.2, False
+        while True:
+            try:
+                return attempt()
+            except _TransientError as exc:
+                if deadline.expired:
+                    raise SinkError(f"{exc} (still so after {self.retry_s:g} s of tries)") from exc
+                if not warned:
+                    _log.warning("%s; trying again for up to %g s", exc, self.retry_s)
+                    warned = True
+                time.sleep(deadline.remaining(pause))
+                pause = min(2 * pause, 5.0)
 
     # -- WebHDFS ---------------------------------------------------------------------
 
@@ -243,7 +317,7 @@ class WebHdfsStore:
         except urllib.error.HTTPError as exc:
             raise _remote_error(self.where, what, exc) from exc
         except OSError as exc:
-            raise SinkError(
+            raise _TransientError(
                 f"{self.where}: WebHDFS unreachable ({exc}); check the NameNode's HTTP "
                 "address (webhdfs://<namenode>:9870/<path>)"
             ) from exc
@@ -253,6 +327,10 @@ class _NotFoundError(SinkError):
     """A WebHDFS FileNotFoundException (recovery treats it as absent)."""
 
 
+class _TransientError(SinkError):
+    """Worth another try: unreachable, or an answer in ``_TRANSIENT``."""
+
+
 def _remote_error(where: str, what: str, exc: urllib.error.HTTPError) -> SinkError:
     try:
         remote = json.loads(exc.read())["RemoteException"]
@@ -260,6 +338,8 @@ def _remote_error(where: str, what: str, exc: urllib.error.HTTPError) -> SinkErr
         name, message = str(remote["exception"]), str(remote["message"]).split("\n")[0]
     except (ValueError, KeyError, TypeError, OSError):
         name, message = f"HTTP {exc.code}", str(exc.reason)
+    if name in _TRANSIENT:
+        return _TransientError(f"{where}: WebHDFS {name} on {what}: {message}")
     if name == "FileNotFoundException":
         return _NotFoundError(f"{where}: {what}: {message}")
     if name in ("AccessControlException", "SecurityException"):

@@ -112,6 +112,7 @@ class FileSink:
         partition_by: Callable[[Any], object] | None = None,
         partition_name: str = "key",
         hdfs_user: str | None = None,
+        hdfs_retry_s: float = 60.0,
         spill_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if not partition_name or _quote(partition_name) != partition_name:
@@ -122,7 +123,7 @@ class FileSink:
             raise ConfigError(f"bucket_ms={bucket_ms}: a positive multiple of delta ({delta_ms})")
         self.bootstrap = bootstrap
         self.topic = topic
-        self.store = open_store(directory, hdfs_user)
+        self.store = open_store(directory, hdfs_user, hdfs_retry_s)
         self.root = self.store.where
         self.spill = _spill_dir(self.store, topic, spill_dir)
         self.bucket_ms = bucket_ms

@@ -21,6 +21,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import uuid
@@ -164,8 +165,32 @@ def test_webhdfs_refusals_name_the_fix(hdfs: LocalHdfs) -> None:
         open_store(root, user="mallory").write_atomic("x", b"1")
     assert "\tat org.apache" not in str(refused.value)  # one line, not the server's stack
     dead = f"webhdfs://127.0.0.1:{free_port()}/x"  # nothing listens there
-    with pytest.raises(SinkError, match=r"WebHDFS unreachable .*NameNode's HTTP address"):
-        open_store(dead).names("")
+    with pytest.raises(SinkError, match=r"WebHDFS unreachable .*HTTP address.* 1 s of tries"):
+        open_store(dead, retry_s=1).names("")
+
+
+def test_a_namenode_that_comes_up_late_is_waited_for(stack: Settings) -> None:
+    """WebHDFS calls are tried again, with backoff for up to ``retry_s``, while the NameNode
+    does not answer (as while it restarts): a write started before it is up lands."""
+    port = free_port()
+    store = open_store(f"webhdfs://127.0.0.1:{port}/late", retry_s=120)
+    outcome: list[BaseException | None] = []
+
+    def write() -> None:
+        try:
+            store.write_atomic("_state.json", b"written")
+            outcome.append(None)
+        except BaseException as exc:  # the test thread's failure, asserted below
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(2)
+    assert writer.is_alive() and outcome == []  # still trying
+    with LocalHdfs(stack, port=port):
+        writer.join(120)
+        assert outcome == [None]
+        assert store.read("_state.json") == b"written"
 
 
 def test_parquet_files_reach_hdfs_whole_and_only_when_committed(hdfs: LocalHdfs) -> None:

@@ -29,9 +29,9 @@ _READY = re.compile(r"MINIHDFS READY (\d+)")
 class LocalHdfs:
     """The cluster; a context manager. ``uri(path)`` names a directory in it."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
         self.settings = settings
-        self.port = free_port()
+        self.port = port if port is not None else free_port()
         self.root = Path(tempfile.mkdtemp(prefix="flamepipe-hdfs-"))
         self._daemon = Daemon("minihdfs", self.root, str(self.root))
 
