@@ -3,14 +3,16 @@ table, a PostgreSQL table (a server of the test's own), bucketed files in a loca
 and in HDFS (a MiniDFSCluster of the test's own, through WebHDFS) fed from an exactly-once
 output topic, each sink's process killed with kill -9 mid-run, hold the output exactly.
 
-Word pairs run on Spark into a 2-partition sink while the three sinks, processes of their
-own, apply the bundles. Each is killed by failpoints at the points of its commit (the database:
-between a bundle's rows and its commit; the files: before the state that commits pending
-files, and between that state and the renames) and once with SIGKILL from outside. The
-table's rows are inserted (no key), so a bundle applied twice would leave duplicate rows
-and a skipped one missing rows: the table must hold exactly the read_committed output,
-which equals the oracle; the committed files must hold exactly the output items of every
-bucket that a later bundle closed, and nothing partial may be visible.
+Word pairs run on Spark into a 2-partition sink while the four sinks, processes of their
+own, apply the bundles. Each is killed by failpoints at the points of its commit (the
+database: between a bundle's rows and its commit; the files: before the state that
+commits pending files, and between that state and the renames) and once with SIGKILL from
+outside, after HDFS itself was killed with SIGKILL and restarted under the HDFS sink
+(which must try its calls again and commit again, not stop). The tables' rows are
+inserted (no key), so a bundle applied twice would leave duplicate rows and a skipped one
+missing rows: a table must hold exactly the read_committed output, which equals the
+oracle; the committed files must hold exactly the output items of every bucket that a
+later bundle closed, and nothing partial may be visible.
 """
 
 from __future__ import annotations
@@ -109,6 +111,17 @@ def _file_rows(store: Store) -> tuple[Counter[str], int]:
     return rows, sum(name.startswith("bucket=") for name in top)
 
 
+def _buckets(root: str) -> int:
+    return sum(name.startswith("bucket=") for name in open_store(root).names(""))
+
+
+def _wait(ready: Any, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
 def _killed(proc: Any) -> str:
     out, _ = proc.communicate(timeout=120)
     text: str = out.decode(errors="replace")[-2000:]
@@ -149,7 +162,7 @@ def test_database_and_file_sinks_killed_mid_run_hold_the_output_exactly_once(
     stack: Settings, spark: Any, tmp_path: Path, hdfs: LocalHdfs
 ) -> None:
     with LocalPostgres() as postgres:
-        _run_sinks(stack, spark, tmp_path, postgres.dsn, hdfs.uri(f"/pairs-{uuid.uuid4().hex}"))
+        _run_sinks(stack, spark, tmp_path, postgres.dsn, hdfs)
 
 
 def test_webhdfs_refusals_name_the_fix(hdfs: LocalHdfs) -> None:
@@ -167,30 +180,6 @@ def test_webhdfs_refusals_name_the_fix(hdfs: LocalHdfs) -> None:
     dead = f"webhdfs://127.0.0.1:{free_port()}/x"  # nothing listens there
     with pytest.raises(SinkError, match=r"WebHDFS unreachable .*HTTP address.* 1 s of tries"):
         open_store(dead, retry_s=1).names("")
-
-
-def test_a_namenode_that_comes_up_late_is_waited_for(stack: Settings) -> None:
-    """WebHDFS calls are tried again, with backoff for up to ``retry_s``, while the NameNode
-    does not answer (as while it restarts): a write started before it is up lands."""
-    port = free_port()
-    store = open_store(f"webhdfs://127.0.0.1:{port}/late", retry_s=120)
-    outcome: list[BaseException | None] = []
-
-    def write() -> None:
-        try:
-            store.write_atomic("_state.json", b"written")
-            outcome.append(None)
-        except BaseException as exc:  # the test thread's failure, asserted below
-            outcome.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    time.sleep(2)
-    assert writer.is_alive() and outcome == []  # still trying
-    with LocalHdfs(stack, port=port):
-        writer.join(120)
-        assert outcome == [None]
-        assert store.read("_state.json") == b"written"
 
 
 def test_parquet_files_reach_hdfs_whole_and_only_when_committed(hdfs: LocalHdfs) -> None:
@@ -226,78 +215,125 @@ def _bundle(seq: int, items: list[tuple[int, str]], last: int) -> VerifiedBundle
     return VerifiedBundle(0, header, out, seq, out[-1].offset + 1)
 
 
-def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str, hdfs_uri: str) -> None:
-    settings = stack.with_(parallelism=2)
-    bootstrap = settings.kafka_bootstrap
-    app = f"xsink{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
-    db, files = tmp_path / "pairs.db", tmp_path / "files"
-    texts = generate_lines(900, words_per_line=5, vocabulary=40, seed=21)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+def _run_sinks(stack: Settings, spark: Any, tmp_path: Path, dsn: str, hdfs: LocalHdfs) -> None:
+    run = _SinkRun(stack.with_(parallelism=2), tmp_path, dsn, hdfs)
+    try:
+        run.killed(spark)
+        finals = [run.start(kind, path, 6) for kind, path in run.targets]
+        for proc in finals:
+            out, _ = proc.communicate(timeout=180)
+            assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
+    finally:
+        run.stop_all()
+    run.check()
 
-    def trickle(part: list[str]) -> int:
+
+class _SinkRun:
+    """Word pairs on Spark into a 2-partition topic, applied by four sink processes: SQLite,
+    PostgreSQL, local files and files in HDFS."""
+
+    def __init__(self, settings: Settings, tmp_path: Path, dsn: str, hdfs: LocalHdfs) -> None:
+        self.settings = settings
+        self.bootstrap = settings.kafka_bootstrap
+        app = self.app = f"xsink{uuid.uuid4().hex[:6]}"
+        self.source, self.sink = f"{app}-lines", f"{app}-pairs"
+        self.db, self.dsn, self.files = tmp_path / "pairs.db", dsn, tmp_path / "files"
+        self.hdfs, self.hdfs_uri = hdfs, hdfs.uri(f"/pairs-{uuid.uuid4().hex}")
+        self.targets: list[tuple[str, Path | str]] = [
+            ("db", self.db), ("pg", dsn), ("files", self.files), ("files", self.hdfs_uri),
+        ]  # fmt: skip
+        texts = generate_lines(920, words_per_line=5, vocabulary=40, seed=21)
+        self.lines = [f"{i} {text}" for i, text in enumerate(texts)]
+        self.started: list[Any] = []
+
+    def start(self, kind: str, where: Path | str, idle_s: float, fail: str = "") -> Any:
+        self.started.append(_sink(kind, self.bootstrap, self.sink, where, idle_s, fail=fail))
+        return self.started[-1]
+
+    def stop_all(self) -> None:
+        """kill -9 of every sink still running (a failed check leaves none behind)."""
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+
+    def trickle(self, part: list[str]) -> int:
         """``part`` in 12 small bursts 0.25 s apart: a release, and a bundle, per burst."""
         until = 0
         for i in range(12):
-            until = produce_lines(bootstrap, source, part[i::12], partitions=2)
+            until = produce_lines(self.bootstrap, self.source, part[i::12], partitions=2)
             time.sleep(0.25)
         return until
 
-    with running(settings, spark, word_pairs(app, source, KafkaSink(sink, partitions=2))) as run:
-        # Killed at each point of a commit, each process at its own count, while bundles
-        # keep coming: the database sinks between a bundle's rows and its commit, the file
-        # sink before the state that commits pending files, then between it and the renames.
-        for round_, failing in enumerate(
-            [
-                [("db", db, "dbsink.bundle=2"), ("pg", dsn, "dbsink.bundle=3"),
-                 ("files", files, "filesink.state=1"), ("files", hdfs_uri, "filesink.state=2")],
-                [("db", db, "dbsink.bundle=4"), ("pg", dsn, "dbsink.bundle=2"),
-                 ("files", files, "filesink.rename=1"), ("files", hdfs_uri, "filesink.rename=2")],
-            ]
-        ):  # fmt: skip
-            procs = [
-                _sink(kind, bootstrap, sink, path, 60, fail=fail) for kind, path, fail in failing
-            ]
-            trickle(lines[300 * round_ : 300 * (round_ + 1)])
+    def killed(self, spark: Any) -> None:
+        """The pipeline runs while the sinks are killed at their commits' points and from
+        outside, and HDFS restarts under the HDFS sink."""
+        db, dsn, files, uri, lines = self.db, self.dsn, self.files, self.hdfs_uri, self.lines
+        pipeline = word_pairs(self.app, self.source, KafkaSink(self.sink, partitions=2))
+        with running(self.settings, spark, pipeline) as run:
+            # Warm: the rounds' bursts then come out as a release (and a bundle) each.
+            warm = produce_lines(self.bootstrap, self.source, lines[:20], partitions=2)
+            run.wait_released(warm, timeout_s=180)
+            # Killed at each point of a commit, each process at its own count, while
+            # bundles keep coming: the database sinks between a bundle's rows and its
+            # commit, the file sinks before the state that commits pending files, then
+            # between it and the renames.
+            for round_, failing in enumerate(
+                [
+                    [("db", db, "dbsink.bundle=2"), ("pg", dsn, "dbsink.bundle=3"),
+                     ("files", files, "filesink.state=1"), ("files", uri, "filesink.state=2")],
+                    [("db", db, "dbsink.bundle=4"), ("pg", dsn, "dbsink.bundle=2"),
+                     ("files", files, "filesink.rename=1"), ("files", uri, "filesink.rename=2")],
+                ]
+            ):  # fmt: skip
+                procs = [self.start(kind, path, 60, fail) for kind, path, fail in failing]
+                self.trickle(lines[20 + 300 * round_ : 20 + 300 * (round_ + 1)])
+                for proc in procs:
+                    _killed(proc)
+            # kill -9 from outside while they apply what keeps arriving.
+            procs = [self.start(kind, path, 60) for kind, path in self.targets]
+            self._hdfs_restarted_under_its_sink()
             for proc in procs:
-                _killed(proc)
-        # kill -9 from outside while they apply what keeps arriving.
-        db_proc = _sink("db", bootstrap, sink, db, 60)
-        pg_proc = _sink("pg", bootstrap, sink, dsn, 60)
-        file_proc = _sink("files", bootstrap, sink, files, 60)
-        hdfs_proc = _sink("files", bootstrap, sink, hdfs_uri, 60)
-        trickle(lines[600:750])
-        for proc in (db_proc, pg_proc, file_proc, hdfs_proc):
-            _kill_running(proc)
-        until = trickle(lines[750:])
-        run.wait_released(until, timeout_s=180)
-    finals = [
-        _sink(kind, bootstrap, sink, path, 6)
-        for kind, path in (("db", db), ("pg", dsn), ("files", files), ("files", hdfs_uri))
-    ]
-    for proc in finals:
-        out, _ = proc.communicate(timeout=180)
-        assert proc.returncode == 0, out.decode(errors="replace")[-2000:]
-    output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
-    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
-    # The tables: every output item once.
-    for where in (db, dsn):
-        rows = _table_rows(where)
-        assert sum(rows.values()) == sum(output.values()), (
-            f"{where}: {sum(rows.values())} rows for {sum(output.values())} output items: "
-            f"missing {sum((output - rows).values())}, extra {sum((rows - output).values())}"
-        )
-        assert rows == output
-        parts = _table_rows(where, "SELECT part FROM flamepipe_sink_positions")
-        assert set(parts) == {0, 1}
-    # The files, local and in HDFS: every item of a closed bucket once, in committed files.
-    closed = _closed_items(bootstrap, sink)
-    assert sum(closed.values()) > 0
-    for root in (str(files), hdfs_uri):
-        written, buckets = _file_rows(open_store(root))
-        assert buckets >= 3, root
-        assert written == closed, (
-            f"{root}: {sum(written.values())} rows in files, {sum(closed.values())} expected: "
-            f"missing {sum((closed - written).values())}, extra "
-            f"{sum((written - closed).values())}"
-        )
+                _kill_running(proc)
+            out, _ = procs[-1].communicate()
+            assert b"trying again for up to 60 s" in out, out.decode(errors="replace")[-3000:]
+            until = self.trickle(lines[820:])
+            run.wait_released(until, timeout_s=180)
+
+    def _hdfs_restarted_under_its_sink(self) -> None:
+        """HDFS crashes (kill -9) and comes back while bundles arrive: the HDFS sink tries
+        its calls again, and commits again once HDFS is back."""
+        restart = threading.Thread(target=self.hdfs.restart, args=(2.0,))
+        restart.start()
+        self.trickle(self.lines[620:770])
+        restart.join(180)
+        assert not restart.is_alive(), "HDFS did not come back"
+        after_restart = _buckets(self.hdfs_uri)
+        self.trickle(self.lines[770:820])
+        _wait(lambda: _buckets(self.hdfs_uri) > after_restart, "an HDFS commit after the restart")
+
+    def check(self) -> None:
+        """The tables hold every output item once; the files every closed bucket's items."""
+        output = Counter(pair_key(item) for item in read_output(self.bootstrap, self.sink))
+        assert output == word_pairs_oracle(self.bootstrap, self.source, self.settings.delta_ms)
+        # The tables: every output item once.
+        for table in (self.db, self.dsn):
+            rows = _table_rows(table)
+            assert sum(rows.values()) == sum(output.values()), (
+                f"{table}: {sum(rows.values())} rows for {sum(output.values())} output items: "
+                f"missing {sum((output - rows).values())}, extra {sum((rows - output).values())}"
+            )
+            assert rows == output
+            parts = _table_rows(table, "SELECT part FROM flamepipe_sink_positions")
+            assert set(parts) == {0, 1}
+        # The files, local and in HDFS: every item of a closed bucket once, in committed files.
+        closed = _closed_items(self.bootstrap, self.sink)
+        assert sum(closed.values()) > 0
+        for root in (str(self.files), self.hdfs_uri):
+            written, buckets = _file_rows(open_store(root))
+            assert buckets >= 3, root
+            assert written == closed, (
+                f"{root}: {sum(written.values())} rows in files, {sum(closed.values())} "
+                f"expected: missing {sum((closed - written).values())}, extra "
+                f"{sum((written - closed).values())}"
+            )

@@ -3,7 +3,8 @@
 `LocalHdfs` runs Hadoop's MiniDFSCluster (the real NameNode and DataNode servers, in one
 JVM of their own: ``MiniHdfs.java`` beside this file, launched as a single source file)
 from the ``hdfs-minicluster`` jar bundle, in a fresh directory, and stops it (SIGTERM,
-then SIGKILL) and removes the directory on exit.
+then SIGKILL) and removes the directory on exit. `LocalHdfs.restart` kills it with
+SIGKILL and starts it again on the same port and files, as a NameNode crash would.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -39,22 +41,38 @@ class LocalHdfs:
         return f"webhdfs://127.0.0.1:{self.port}/{path.lstrip('/')}"
 
     def __enter__(self) -> LocalHdfs:
+        try:
+            self._start()
+        except Exception:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def restart(self, down_s: float) -> None:
+        """kill -9 of the cluster's JVM (NameNode and DataNode at once); ``down_s`` later,
+        the same cluster again (its files kept, WebHDFS on the same port)."""
+        self._daemon.kill()
+        wait_for(lambda: not self._daemon.alive(), 30, lambda: True, "MiniDFSCluster's end")
+        time.sleep(down_s)
+        self._start()
+
+    def _start(self) -> None:
         jars = jar_bundle("hdfs-minicluster", self.settings.cache_dir)
         classpath = ":".join(str(j) for j in jars)
         argv = [java_executable(), "-Xmx512m", "-cp", classpath, str(_SOURCE)]
+        log = self._daemon.log_file
+        seen = log.stat().st_size if log.exists() else 0
         self._daemon.start([*argv, str(self.root / "data"), str(self.port)])
-        try:
-            wait_for(self._ready, 120, self._daemon.alive, "MiniDFSCluster")
-        except Exception as exc:
-            self.__exit__(None, None, None)
-            raise RuntimeError(f"{exc}:\n{log_tail(self._daemon.log_file, 30)}") from exc
-        return self
 
-    def _ready(self) -> bool:
+        def ready() -> bool:  # this start's line, not an earlier one's
+            with open(log, "rb") as text:
+                text.seek(seen)
+                return _READY.search(text.read().decode(errors="replace")) is not None
+
         try:
-            return _READY.search(self._daemon.log_file.read_text(errors="replace")) is not None
-        except FileNotFoundError:
-            return False
+            wait_for(ready, 120, self._daemon.alive, "MiniDFSCluster")
+        except Exception as exc:
+            raise RuntimeError(f"{exc}:\n{log_tail(log, 30)}") from exc
 
     def __exit__(
         self,
