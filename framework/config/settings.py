@@ -83,7 +83,10 @@ class Settings:
     logged at start; `framework.runners.observe`).
 
     ``stall_timeout_ms``: a min time that does not advance that long (lost acks) starts a
-    recovery, a new epoch from the last snapshot. ``max_future_ms``: a heartbeat further
+    recovery, a new epoch from the last snapshot. ``stuck_batch_ms``: a stage's micro-batch
+    that runs that long is cancelled and its query restarted (a Kafka client stuck after a
+    broker crash; `framework.runners.spark.supervision`): keep it well above the longest
+    batch a backlog makes. ``max_future_ms``: a heartbeat further
     ahead of the broker's clock is refused by the acker, never applied.
     """
 
@@ -118,6 +121,7 @@ class Settings:
     secret: str | None = field(default=None, repr=False)
     snapshot_interval_ms: int = 1000
     stall_timeout_ms: int = 120_000
+    stuck_batch_ms: int = 60_000
     max_future_ms: int = 60_000
     log_level: str = "INFO"
     log_json: bool = False
@@ -208,6 +212,7 @@ class Settings:
             ("max_batch_records", 1),
             ("snapshot_interval_ms", 1),
             ("stall_timeout_ms", 1000),
+            ("stuck_batch_ms", 1000),
             ("max_future_ms", 0),
         )
         for name, low in minimums:

@@ -23,6 +23,8 @@ failed commit.
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
@@ -52,6 +54,23 @@ __all__ = [
     "group_consumer",
     "must_restart",
 ]
+
+_log = logging.getLogger(__name__)
+
+# How long `TransactionalProducer.send_offsets` waits for librdkafka before it gives the
+# producer up. librdkafka (2.16) ignores that call's timeout while it waits for a group
+# coordinator it knew before a broker restart (confluentinc/librdkafka#5456, #5511):
+# measured here, a producer made before a kill -9 of the broker waited in its first
+# send_offsets after the restart for good, while a new producer's took 0.1 s. A healthy
+# call takes milliseconds; a coordinator still loading its offsets, a second or two.
+SEND_OFFSETS_BOUND_S = 10.0
+
+# Producers given up inside a call that never returned: kept so their handles are never
+# destroyed under the thread that still waits in them.
+_abandoned: list[Producer] = []
+
+# Errors that mean the broker connection was lost (a broker restart among them).
+_LOST_BROKER = (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN)
 
 _PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "enable.idempotence": True,
@@ -130,7 +149,11 @@ class TransactionalProducer:
        with an id); without it a fencing is final (a barrier fenced by its successor must
        stop, not fence the successor back).
     2. `begin`, `produce` (a full local queue is waited out, polling, up to the
-       deadline), `send_offsets`.
+       deadline), `send_offsets` (bounded: a call that outlasts `SEND_OFFSETS_BOUND_S`
+       gives the producer up and raises a fatal error, so the caller restarts it). With
+       ``restart_fenced``, `begin` first replaces a producer that lost its broker
+       connection since it started: one made before a broker restart may never finish
+       its next send_offsets.
     3. `commit`: retried while Kafka calls the error retriable, up to the deadline.
     4. `abort`: a producer that cannot abort (fenced, fatal) is dropped; the next `start`
        makes a new one. `must_restart` tells which errors leave a producer unusable.
@@ -164,9 +187,19 @@ class TransactionalProducer:
             **(config or {}),
             "bootstrap.servers": bootstrap,
             "transactional.id": transactional_id,
+            "error_cb": self._on_error,
         }
         self.producer: Producer | None = None
         """The running producer, None until `start` and after `drop`."""
+        self.send_offsets_bound_s = SEND_OFFSETS_BOUND_S
+        self.lost_broker = False
+        """Whether the running producer lost a broker connection since it started."""
+        self.replaced = 0
+        """Producers replaced after a lost broker, or given up inside a hung call."""
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() in _LOST_BROKER:
+            self.lost_broker = True
 
     def start(self) -> Producer:
         """Step 1: the running producer, started (fencing older ones) if there is none."""
@@ -185,12 +218,21 @@ class TransactionalProducer:
                     ) from exc
                 continue
             self.producer = producer
+            self.lost_broker = False
             return producer
         raise AssertionError("unreachable")  # pragma: no cover
 
     def begin(self) -> None:
-        """Step 2: begin a transaction on the running producer."""
-        self._running().begin_transaction()
+        """Step 2: begin a transaction on the running producer (with ``restart_fenced``, a
+        new one if it lost its broker connection)."""
+        producer = self._running()
+        producer.poll(0)  # serves the error callback: a lost connection shows now
+        if self.lost_broker and self.restart_fenced:
+            _log.info("%s: a broker connection was lost: new producer", self.transactional_id)
+            self.replaced += 1
+            self.drop()
+            producer = self.start()
+        producer.begin_transaction()
 
     def produce(self, record: OutRecordLike, on_delivery: Any = None) -> None:
         """Step 2: produce ``record`` into the open transaction."""
@@ -201,8 +243,46 @@ class TransactionalProducer:
         produce_records(self._running(), records, self.timeout_s)
 
     def send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
-        """Step 2: commit ``positions`` for a consumer group with the transaction."""
-        self._running().send_offsets_to_transaction(positions, group_metadata, self.timeout_s)
+        """Step 2: commit ``positions`` for a consumer group with the transaction.
+
+        The call runs in a thread of its own, waited for `send_offsets_bound_s`; past that
+        the producer is given up (kept, never closed: the thread still waits in it) and a
+        fatal ``KafkaException`` says it must restart (`must_restart`).
+        """
+        producer = self._running()
+        timeout_s = min(self.timeout_s, self.send_offsets_bound_s)
+        outcome: list[BaseException | None] = []
+
+        def call() -> None:
+            try:
+                producer.send_offsets_to_transaction(positions, group_metadata, timeout_s)
+                outcome.append(None)
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.append(exc)
+
+        worker = threading.Thread(target=call, name="flamepipe-send-offsets", daemon=True)
+        worker.start()
+        worker.join(self.send_offsets_bound_s + 1.0)
+        if outcome:
+            if outcome[0] is not None:
+                raise outcome[0]
+            return
+        _abandoned.append(producer)
+        self.producer = None
+        self.replaced += 1
+        _log.warning(
+            "%s: send_offsets_to_transaction did not return within %.0f s (a group "
+            "coordinator lost in a broker restart): producer given up",
+            self.transactional_id,
+            self.send_offsets_bound_s,
+        )
+        raise KafkaException(
+            KafkaError(
+                KafkaError._FATAL,
+                f"send_offsets_to_transaction hung for {self.send_offsets_bound_s:g} s",
+                fatal=True,
+            )
+        )
 
     def flush(self) -> None:
         """Send what is queued (crash tests: records in the log, uncommitted)."""
@@ -351,7 +431,8 @@ class TaskCommitter:
         3. Add ``positions`` ((topic, partition) -> next offset) for ``group``: the marker.
         4. Commit, retrying while the error is retriable.
         5. If the producer was fenced (another worker or attempt used the transactional.id
-           since) or broke, start a new one, which fences all others. If the marker now
+           since), broke, or failed with a transient error (a broker restart), start a
+           new one, which fences all others. If the marker now
            covers ``positions``, another attempt committed this batch: done. Else steps
            1-4 once more.
 
@@ -409,6 +490,12 @@ class TaskCommitter:
             if must_restart(exc):
                 self._drop()
                 # Without its traceback: the frame would keep the dropped producer alive.
+                return exc.with_traceback(None)
+            if is_transient(exc):
+                # A broker restart mid-transaction (a lost connection, a coordinator
+                # moving): as safe to try again as a fencing, with a new producer.
+                self._abort()
+                self._drop()
                 return exc.with_traceback(None)
             self._abort()
             raise self._failed(len(records), group, exc) from exc

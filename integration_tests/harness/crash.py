@@ -24,7 +24,7 @@ input appended before the kill is released).
 At the end: production ends, the harness waits until the output is complete (a bundle's
 GT_last passes the last input record and the item count reaches the oracle's), then
 compares the read_committed output with the oracle (`word_pairs_oracle`; the in-process
-harness for ``two_groupings``) as multisets, and reads it again with `BundleConsumer`
+harness for the others) as multisets, and reads it again with `BundleConsumer`
 (bundle sequence rules).
 
 By hand::
@@ -57,20 +57,27 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.errors import ProtocolViolation, StackError
 from framework.kafka.clients import read_to_end
+from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.assembly import source_fronts
+from framework.runners.keys import install_keys
 from integration_tests.harness.processes import (
     SETTLE_S,
     Clock,
     Component,
     InputProducer,
     OutputTail,
+    executor_kill,
+    executor_pids,
     now_ms,
     stack_settings,
 )
 from integration_tests.harness.report import (
-    COMPONENTS,
+    BROKER,
+    EXECUTOR,
     STACK,
+    TARGETS,
+    ZOOKEEPER,
     ChaosEvent,
     Exit,
     HarnessConfig,
@@ -114,6 +121,13 @@ class _Run:
         """Start the stack, prepare the topics, start the components and the tail."""
         self.clock.say(f"stack up in {self.settings.state_dir}")
         self.stack.up()
+        if self.config.cluster:
+            # Ports chosen only now: one picked before Kafka started may be a client's.
+            self.settings = self.settings.with_(spark_master_port=free_port(), spark_workers=2)
+            self.stack = LocalStack(self.settings, quiet=True)
+            self.stack.up()
+            self.clock.say(f"spark standalone master {self.stack.master_url}, 2 workers")
+        master = self.stack.master_url if self.config.cluster else "local[2]"
         bootstrap = self.settings.kafka_bootstrap
         self.clock.say(f"kafka {bootstrap}, zookeeper {self.settings.zookeeper}, app {self.app}")
         source_fronts(bootstrap, self.graph)  # creates the source topic with LogAppendTime
@@ -125,9 +139,12 @@ class _Run:
             {"FP_TEST_APP": self.app, "FP_TEST_SOURCE": self.source, "FP_TEST_SINK": self.sink},
             FLAMEPIPE_STATE_DIR=str(self.state_dir),
             FLAMEPIPE_PARALLELISM="2",
-            FLAMEPIPE_SPARK_MASTER="local[2]",
+            FLAMEPIPE_SPARK_MASTER=master,
             FLAMEPIPE_STALL_TIMEOUT_MS=str(self.config.stall_timeout_ms),
         )
+        # This process reads the pipeline's epoch in ZooKeeper too (`final_epoch`): the
+        # components' key, from their state directory unless the environment names one.
+        install_keys(self.settings.with_(state_dir=self.state_dir))
         spec = _SPECS[self.config.pipeline]
         cli = [sys.executable, "-m", "framework.cli"]
         logs = self.work / "logs"
@@ -198,7 +215,7 @@ class _Run:
         next_at = time.monotonic() + self.config.kill_every_s
         while True:
             done_producing = self.producer.finished.is_set()
-            if wanted is None and done_producing and self._stack_restarted():
+            if wanted is None and done_producing and self._stack_done():
                 break
             if wanted is not None and len(self.events) >= wanted:
                 break
@@ -222,8 +239,17 @@ class _Run:
     def _stack_restarted(self) -> bool:
         return any(event.target == STACK for event in self.events)
 
+    def _stack_done(self) -> bool:
+        """Whether the stack restarts this run asks for happened (none when disabled)."""
+        return self.config.stack_every <= 0 or self._stack_restarted()
+
     def _next_target(self) -> str:
         assert self.producer is not None
+        if self.config.stack_every <= 0:
+            if not self._turns:
+                self._turns = list(self.config.targets)
+                self.rng.shuffle(self._turns)
+            return self._turns.pop()
         index = len(self.events)
         first, every = self.config.stack_first, self.config.stack_every
         due = index >= first and (index - first) % every == 0
@@ -233,7 +259,7 @@ class _Run:
             return STACK
         if not self._turns:
             # Shuffled rounds: random order, yet every component is hit.
-            self._turns = list(COMPONENTS)
+            self._turns = list(self.config.targets)
             self.rng.shuffle(self._turns)
         return self._turns.pop()
 
@@ -247,11 +273,38 @@ class _Run:
             self.clock.say("stack up again")
             self.supervise()
             return
+        if target in (BROKER, ZOOKEEPER):
+            self._kill_server(target)
+            return
+        if target == EXECUTOR:
+            pids = executor_pids(self.settings.state_dir)
+            if not pids:
+                raise AssertionError("no executor JVM of the cluster to kill")
+            victim = self.rng.choice(pids)
+            executor_kill(victim)
+            self.clock.say(f"killed executor (pid {victim}) with SIGKILL")
+            return
         component = self.components[target]
         pid = component.proc.pid if component.proc else None
         component.kill()
         component.start()
         self.clock.say(f"killed {target} (pid {pid}) with SIGKILL, restarted it")
+
+    def _kill_server(self, target: str) -> None:
+        """kill -9 of the broker or ZooKeeper, down ``restart_after_s``, then started again
+        on the same port and data directory."""
+        daemon = self.stack.kafka if target == BROKER else self.stack.zookeeper
+        pid = daemon.pid()
+        daemon.kill()
+        deadline = time.monotonic() + 30
+        while daemon.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.clock.say(f"killed {target} (pid {pid}) with SIGKILL")
+        time.sleep(self.config.restart_after_s)
+        self.stack = LocalStack(self.settings, quiet=True)
+        self._stack_up()
+        self.clock.say(f"{target} up again")
+        self.supervise()
 
     def _stack_up(self) -> None:
         try:
@@ -408,10 +461,12 @@ def _in_process_output(pipeline: str, app: str, source: str, stored: list[Messag
 
 def _with_endpoints(pipeline: str, app: str, source: Any, sink: Any) -> Any:
     from framework.demos.wordcount import two_groupings
+    from integration_tests.pipelines import windows_and_pairs
 
-    if pipeline != "two_groupings":
+    builders = {"two_groupings": two_groupings, "windows_and_pairs": windows_and_pairs}
+    if pipeline not in builders:
         raise ValueError(f"no in-process oracle for {pipeline!r}")
-    return two_groupings(app, source, sink)
+    return builders[pipeline](app, source, sink)
 
 
 def run_harness(config: HarnessConfig, work_dir: Path) -> HarnessReport:
@@ -477,6 +532,13 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--timeout", type=float, default=defaults.complete_timeout_s)
     parser.add_argument("--work-dir", type=Path, help="logs and state (default: a temp dir)")
+    parser.add_argument(
+        "--targets",
+        default=",".join(defaults.targets),
+        help=f"comma-separated, of {', '.join(t for t in TARGETS if t != STACK)}",
+    )
+    parser.add_argument("--cluster", action="store_true", help="a Spark standalone cluster")
+    parser.add_argument("--stall-timeout-ms", type=int, default=defaults.stall_timeout_ms)
     return parser.parse_args(argv)
 
 
@@ -492,6 +554,9 @@ def main(argv: list[str] | None = None) -> int:
         pipeline=args.pipeline,
         seed=args.seed,
         complete_timeout_s=args.timeout,
+        targets=tuple(args.targets.split(",")),
+        cluster=args.cluster,
+        stall_timeout_ms=args.stall_timeout_ms,
     )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="flamepipe-crash-"))
     report = run_harness(config, work_dir)

@@ -32,6 +32,8 @@ __all__ = [
     "Component",
     "InputProducer",
     "OutputTail",
+    "executor_kill",
+    "executor_pids",
     "now_ms",
     "stack_settings",
 ]
@@ -358,6 +360,29 @@ class OutputTail(threading.Thread):
                 event.first_output_s = (seen - event.at_ms) / 1000
             if event.caught_up_s is None and gt_last.slot >= kill_slot and seen >= event.at_ms:
                 event.caught_up_s = (seen - event.at_ms) / 1000
+
+
+def executor_pids(state_dir: Path) -> list[int]:
+    """Executor JVMs the workers of the stack in ``state_dir`` launched (their working
+    directory lies under it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            cwd = Path(os.readlink(proc / "cwd"))
+        except OSError:
+            continue
+        if b"CoarseGrainedExecutorBackend" in cmdline and state_dir.resolve() in cwd.parents:
+            found.append(int(proc.name))
+    return sorted(found)
+
+
+def executor_kill(pid: int) -> None:
+    """SIGKILL to one executor JVM (its Python workers die with their pipes)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
 
 
 def stack_settings(state_dir: Path) -> Settings:

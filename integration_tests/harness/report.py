@@ -8,8 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "BROKER",
     "COMPONENTS",
+    "EXECUTOR",
     "STACK",
+    "TARGETS",
+    "ZOOKEEPER",
     "ChaosEvent",
     "Exit",
     "HarnessConfig",
@@ -18,7 +22,11 @@ __all__ = [
 ]
 
 COMPONENTS = ("driver", "acker", "barrier")
-STACK = "stack"
+STACK = "stack"  # the broker and ZooKeeper stopped (SIGTERM) and started again
+BROKER = "broker"  # the broker killed with SIGKILL, started again on its data
+ZOOKEEPER = "zookeeper"  # ZooKeeper killed with SIGKILL, started again on its data
+EXECUTOR = "executor"  # one executor JVM of the Spark standalone cluster (SIGKILL)
+TARGETS = (*COMPONENTS, STACK, BROKER, ZOOKEEPER, EXECUTOR)
 """The chaos target that restarts the broker and ZooKeeper."""
 
 
@@ -30,6 +38,10 @@ class HarnessConfig:
     the chaos goes on after production until that many happened). Every run restarts the
     stack at least once: if no event did before the last one, the last one does.
     ``stall_timeout_ms``: the driver's stall watch (`Settings.stall_timeout_ms`).
+    ``targets``: what the shuffled rounds of kills take (`TARGETS` but `STACK`);
+    ``stack_every`` 0: no stack restarts. ``cluster``: Spark on a standalone master and
+    two one-core workers instead of ``local[2]``. ``restart_after_s``: how long a killed
+    broker or ZooKeeper stays down.
     """
 
     records: int = 20_000
@@ -45,6 +57,9 @@ class HarnessConfig:
     complete_timeout_s: float = 600.0
     ready_timeout_s: float = 240.0
     stall_timeout_ms: int = 120_000
+    targets: tuple[str, ...] = COMPONENTS
+    cluster: bool = False
+    restart_after_s: float = 3.0
 
 
 @dataclass(slots=True)
@@ -104,11 +119,11 @@ class HarnessReport:
         lines = [
             f"crash harness: pipeline {self.pipeline}, {self.records} records, "
             f"{self.expected_items} expected items, {self.output_items} output items",
-            "kills: " + ", ".join(f"{t} {kills[t]}" for t in (*COMPONENTS, STACK)),
+            "kills: " + ", ".join(f"{t} {kills[t]}" for t in TARGETS if kills[t]),
             "exits by themselves (restarted): "
             + (", ".join(f"{c} {n}" for c, n in sorted(exits.items())) or "none"),
         ]
-        for target in (*COMPONENTS, STACK):
+        for target in TARGETS:
             events = [e for e in self.events if e.target == target]
             if events:
                 first = _stats([e.first_output_s for e in events])

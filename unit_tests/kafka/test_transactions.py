@@ -1,11 +1,17 @@
-"""The transactional layer without a broker: what it refuses before any Kafka call."""
+"""The transactional layer without a broker: what it refuses before any Kafka call, and how
+it gives up a producer whose call hangs."""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from framework.errors import KafkaClientError
-from framework.kafka.transactions import TransactionalProducer
+from framework.kafka.transactions import TransactionalProducer, must_restart
 from framework.wire.records import OutRecord
 
 
@@ -24,3 +30,57 @@ def test_abort_and_close_without_a_producer_are_harmless() -> None:
     assert txn.abort() is False
     txn.close()
     assert txn.producer is None
+
+
+class _HungProducer:
+    """A producer whose send_offsets_to_transaction never returns (librdkafka's wait for
+    a group coordinator it knew before a broker restart), until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.closed = False
+
+    def send_offsets_to_transaction(self, *_: Any) -> None:
+        self.release.wait(30)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_hung_send_offsets_gives_the_producer_up_with_a_fatal_error() -> None:
+    txn = TransactionalProducer("127.0.0.1:1", "app.stage.p0")
+    hung = _HungProducer()
+    txn.producer = hung  # type: ignore[assignment]
+    txn.send_offsets_bound_s = 0.2
+    started = time.monotonic()
+    try:
+        with pytest.raises(KafkaException) as raised:
+            txn.send_offsets([], None)
+        assert time.monotonic() - started < 5
+        assert must_restart(raised.value)  # callers start a new producer
+        assert txn.producer is None and txn.replaced == 1
+        assert not hung.closed  # never closed under the thread that still waits in it
+        txn.drop()  # a caller's clean-up touches nothing of it
+        assert not hung.closed
+    finally:
+        hung.release.set()
+
+
+def test_a_failing_send_offsets_raises_its_own_error() -> None:
+    class _Refusing(_HungProducer):
+        def send_offsets_to_transaction(self, *_: Any) -> None:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "gone"))
+
+    txn = TransactionalProducer("127.0.0.1:1", "app.stage.p0")
+    txn.producer = _Refusing()  # type: ignore[assignment]
+    with pytest.raises(KafkaException, match="gone"):
+        txn.send_offsets([], None)
+    assert txn.producer is not None and txn.replaced == 0
+
+
+def test_a_lost_broker_connection_is_noted_from_the_error_callback() -> None:
+    txn = TransactionalProducer("127.0.0.1:1", "app.stage.p0", restart_fenced=True)
+    txn._on_error(KafkaError(KafkaError.REQUEST_TIMED_OUT))
+    assert not txn.lost_broker
+    txn._on_error(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    assert txn.lost_broker

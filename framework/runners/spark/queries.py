@@ -172,6 +172,7 @@ class StageQuery:
         self.run_id = ""  # read from the checkpoint when the query starts
         self.query: Any = None
         self._stopping = False
+        self._batch_started: float | None = None  # monotonic, while a batch runs
         # Aggregate stages: per input partition the earliest window end still to emit
         # (-1: none; missing: unknown) and the ticks sent for it (framework.runners.spark.ticks).
         self._due: dict[int, int] = {}
@@ -279,6 +280,7 @@ class StageQuery:
         ``StackOverflowError`` of 1 024 frames. The full error goes to the log; Spark gets
         one line, and the batch still fails (it is not committed, so it runs again).
         """
+        self._batch_started = time.monotonic()
         try:
             self._run_batch(frame, batch_id)
         except Exception as exc:
@@ -290,6 +292,13 @@ class StageQuery:
             raise StageInterrupted(
                 f"stage {stage}: batch {batch_id} failed: {essence(exc)} (the log has the rest)"
             ) from None
+        finally:
+            self._batch_started = None
+
+    def batch_age_s(self) -> float | None:
+        """How long the micro-batch in flight has run (None: none is)."""
+        started = self._batch_started
+        return None if started is None else time.monotonic() - started
 
     def _run_batch(self, frame: Any, batch_id: int) -> None:
         started = time.monotonic()
@@ -374,3 +383,11 @@ class StageQuery:
         self._stopping = True
         if self.query is not None and self.query.isActive:
             self.query.stop()
+
+    def restart(self, spark: Any) -> None:
+        """Stop the query (Spark cancels a batch in flight and ends its tasks' Python
+        workers) and start it again from its checkpoint (`framework.runners.spark.supervision`)."""
+        self.stop()
+        self._stopping = False
+        self._batch_started = None
+        self.start(spark)

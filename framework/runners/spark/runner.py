@@ -41,7 +41,6 @@ from framework.errors import (
     DeadlineExceeded,
     FlamepipeError,
     PipelineError,
-    ServiceFailed,
 )
 from framework.kafka.admin import ensure_topics
 from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
@@ -74,6 +73,7 @@ from framework.runners.spark.fused_query import FusedQuery
 from framework.runners.spark.queries import StageQuery, StageStats
 from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
+from framework.runners.spark.supervision import QuerySupervisor
 from framework.runners.spark.ticks import Due, WindowTicks
 from framework.service import Service
 from framework.wire.topics import Topics
@@ -192,6 +192,13 @@ class PipelineRun:
         self.shipment: Shipment | None = None
         self.watch: WatchServer | None = None
         self.janitor: TopicJanitor | None = None
+        self.supervisor = QuerySupervisor(
+            graph.name,
+            lambda: self.queries,
+            spark,
+            stuck_batch_s=settings.stuck_batch_ms / 1000,
+        )
+        self._stopped = False
 
     @property
     def stats(self) -> Mapping[str, StageStats]:
@@ -209,7 +216,7 @@ class PipelineRun:
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
         alone, fused = fuse(stages) if self.settings.fuse_stages else (stages, ())
         # Step 2
-        self.shipment = ship(self.spark, self.graph, self.graph, self._local_dir())
+        self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
         # Step 3
         partitions = self._prepare_topics(sources, stages)
         # Step 4
@@ -420,17 +427,18 @@ class PipelineRun:
         """Spark checkpoints of this epoch (a URI): a new epoch starts every query afresh."""
         return epoch_checkpoints(self.settings, self.graph.name, self.epoch)
 
-    def _local_dir(self) -> Path:
-        """This driver's own files of the epoch (the shipped code), never shared."""
-        return self.settings.state_dir / "apps" / self.graph.name / f"e{self.epoch}"
+    def _code_dir(self) -> Path:
+        """Where the shipped code's zips go: one per content, shared by the epochs (a
+        driver that starts a new epoch ships into the Spark context it already has)."""
+        return self.settings.state_dir / "apps" / self.graph.name / "code"
 
     def check(self) -> None:
-        """Raise the failure of a query or a service that died (`ServiceFailed`, or the
-        flamepipe error that stopped the service)."""
-        for stage, query in self.queries.items():
-            reason = query.failure()
-            if reason is not None:
-                raise ServiceFailed(f"stage {stage} of {self.graph.name!r} failed: {reason}")
+        """Restart a stage query that died of a passing failure or hangs in a batch
+        (`framework.runners.spark.supervision`); raise the failure of a query that cannot
+        restart or of a service that died (`ServiceFailed`, or the flamepipe error that
+        stopped the service)."""
+        if not self._stopped:
+            self.supervisor.heal()
         for service in self._drivers():
             service.check()
         self.services.check()
@@ -491,6 +499,7 @@ class PipelineRun:
     def stop(self) -> None:
         """Stop heartbeats, queries, then services (each waits for its current work);
         raise the first failure once everything is stopped."""
+        self._stopped = True  # the queries stop now: not a failure to heal
         failure: FlamepipeError | None = None
         watch, self.watch = self.watch, None
         if watch is not None:

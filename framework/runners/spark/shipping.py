@@ -24,16 +24,23 @@ Protocol of `ship`:
    on every worker, like pyspark). Map each to its top-level package directory or file.
    Add the user's modules those import, until none is new: a function the tasks name by
    reference runs on the executor in its own module, whose imports must resolve there.
-4. Zip them (Python sources only, stable order) into the run's directory and add the zip
-   to the Spark context: executors put it on their path before running a task.
+4. Zip them (Python sources only, stable order, fixed dates) into the app's code
+   directory under a name that is the digest of its bytes, and add the zip to the Spark
+   context unless this context holds it already: executors put it on their path before
+   running a task. A Spark context refuses a second file of the same name from another
+   path, and a driver that starts a new epoch (a replay, a stall recovery) ships again
+   into the same context: the same code is the same file, added once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import os
 import sys
 import sysconfig
+import weakref
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -49,6 +56,10 @@ _log = logging.getLogger(__name__)
 
 _OWN = ("framework", "connectors", "schemas", "pyspark", "py4j")
 _SKIP_DIRS = {"__pycache__", ".git", ".venv", "venv", "node_modules", ".mypy_cache"}
+_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the zip's dates: its digest depends on the code alone
+
+# Spark context -> the zips added to it (a context outlives the epochs of one driver).
+_added: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 def _pickler_class() -> Any:
@@ -146,18 +157,38 @@ class Shipment:
         return f"Shipment({self.zip_path}, {sorted(self.roots)})"
 
 
-def _write_zip(target: Path, roots: dict[str, Path]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as zf:
+def _zip_bytes(roots: dict[str, Path]) -> bytes:
+    """The zip of ``roots``: the same sources give the same bytes."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, root in sorted(roots.items()):
-            if root.is_file():
-                zf.write(root, root.name)
-                continue
-            for file in sorted(root.rglob("*.py")):
-                rel = file.relative_to(root.parent)
-                if not _SKIP_DIRS.intersection(rel.parts):
-                    zf.write(file, str(rel))
-            _log.debug("shipping package %s from %s", name, root)
+            files = [(root, root.name)] if root.is_file() else _sources(root)
+            for file, arcname in files:
+                info = zipfile.ZipInfo(arcname, _ZIP_DATE)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, file.read_bytes())
+            _log.debug("shipping %s from %s", name, root)
+    return buffer.getvalue()
+
+
+def _sources(root: Path) -> list[tuple[Path, str]]:
+    """A package's Python files with their names in the zip, in a stable order."""
+    found = []
+    for file in sorted(root.rglob("*.py")):
+        rel = file.relative_to(root.parent)
+        if not _SKIP_DIRS.intersection(rel.parts):
+            found.append((file, str(rel)))
+    return found
+
+
+def _write_once(target: Path, data: bytes) -> None:
+    """``data`` at ``target`` unless it is there already (its name is its digest)."""
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    os.replace(partial, target)
 
 
 def _imported_by(tops: Iterable[str]) -> set[str]:
@@ -191,13 +222,22 @@ def with_imports(roots: dict[str, Path]) -> dict[str, Path]:
         roots.update(more)
 
 
-def ship(spark: Any, graph: Graph, payload: object, run_dir: Path) -> Shipment:
-    """Steps 1-4: send the user's modules that ``payload`` needs to ``spark``'s executors."""
+def ship(spark: Any, graph: Graph, payload: object, code_dir: Path) -> Shipment:
+    """Steps 1-4: send the user's modules that ``payload`` needs to ``spark``'s executors;
+    the zip goes to ``code_dir``."""
     roots = with_imports(user_roots(referenced_modules(graph, payload)))
     if not roots:
         return Shipment(None, roots)
-    target = run_dir / f"{graph.name}-code.zip"
-    _write_zip(target, roots)
-    spark.sparkContext.addPyFile(str(target))
-    _log.info("shipped %s to the executors (%s)", ", ".join(sorted(roots)), target)
+    data = _zip_bytes(roots)
+    target = code_dir / f"{graph.name}-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    _write_once(target, data)
+    context = spark.sparkContext
+    added = _added.setdefault(context, set())
+    names = ", ".join(sorted(roots))
+    if str(target) in added:
+        _log.info("shipped %s to the executors already (%s)", names, target)
+        return Shipment(target, roots)
+    context.addPyFile(str(target))
+    added.add(str(target))
+    _log.info("shipped %s to the executors (%s)", names, target)
     return Shipment(target, roots)

@@ -71,6 +71,27 @@ def test_the_user_modules_a_pipeline_names_are_shipped_whole(user_code: Path) ->
         assert sorted(zf.namelist()) == ["helpers/__init__.py", "helpers/words.py"]
 
 
+def test_a_new_epoch_in_the_same_context_ships_the_same_file_once(user_code: Path) -> None:
+    """A replay or a stall recovery starts the next epoch in the running driver: Spark
+    refuses a file name added from another path, so the zip is named by its content and
+    added to a context once; changed code is another file."""
+    graph = importlib.import_module("jobs").pipeline().graph()
+    spark = _Spark()
+    first = ship(spark, graph, graph, user_code / "code")
+    again = ship(spark, graph, graph, user_code / "code")
+    assert first.zip_path == again.zip_path
+    assert spark.sparkContext.added == [str(first.zip_path)]
+    other = _Spark()  # a new context (a restarted driver) gets it again
+    assert ship(other, graph, graph, user_code / "code").zip_path == first.zip_path
+    assert other.sparkContext.added == [str(first.zip_path)]
+    (user_code / "helpers" / "words.py").write_text(
+        "def split(line):\n    return line.split(',')\n"
+    )
+    changed = ship(spark, graph, graph, user_code / "code")
+    assert changed.zip_path != first.zip_path
+    assert spark.sparkContext.added == [str(first.zip_path), str(changed.zip_path)]
+
+
 RUNNER_JOBS = """
 from framework import Pipeline
 from framework.testing import ListSink, ListSource
