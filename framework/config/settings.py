@@ -86,7 +86,9 @@ class Settings:
     recovery, a new epoch from the last snapshot. ``stuck_batch_ms``: a stage's micro-batch
     that runs that long is cancelled and its query restarted (a Kafka client stuck after a
     broker crash; `framework.runners.spark.supervision`): keep it well above the longest
-    batch a backlog makes. ``max_future_ms``: a heartbeat further
+    batch a backlog makes. ``startup_wait_ms``: how long a driver waits for Kafka and
+    ZooKeeper to answer, and tries a start they fail again, before it gives up
+    (`framework.runners.startup`; 0: not at all). ``max_future_ms``: a heartbeat further
     ahead of the broker's clock is refused by the acker, never applied.
     """
 
@@ -122,6 +124,7 @@ class Settings:
     snapshot_interval_ms: int = 1000
     stall_timeout_ms: int = 120_000
     stuck_batch_ms: int = 60_000
+    startup_wait_ms: int = 120_000
     max_future_ms: int = 60_000
     log_level: str = "INFO"
     log_json: bool = False
@@ -213,6 +216,7 @@ class Settings:
             ("snapshot_interval_ms", 1),
             ("stall_timeout_ms", 1000),
             ("stuck_batch_ms", 1000),
+            ("startup_wait_ms", 0),
             ("max_future_ms", 0),
         )
         for name, low in minimums:

@@ -75,6 +75,7 @@ from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
 from framework.runners.spark.supervision import QuerySupervisor
 from framework.runners.spark.ticks import Due, WindowTicks
+from framework.runners.startup import start_retrying
 from framework.service import Service
 from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
@@ -129,9 +130,10 @@ class SparkRunner:
         """
         from framework.coordination import Epochs
 
-        epochs = Epochs(self.settings.zookeeper, graph.name)
-        run = self.start(graph)
+        # A driver started during a broker or ZooKeeper outage waits for them (bounded).
+        run = start_retrying(self.settings, lambda: self.start(graph))
         runs = [run]
+        epochs = Epochs(self.settings.zookeeper, graph.name)
 
         def figures() -> Figures:
             return runs[-1].figures()  # the current epoch's run
@@ -152,7 +154,7 @@ class SparkRunner:
                 if current is not None and current.epoch != run.epoch:
                     _log.info("epoch %d started (%s): restarting", current.epoch, current.reason)
                     run.stop()
-                    run = self.start(graph)
+                    run = start_retrying(self.settings, lambda: self.start(graph))
                     runs.append(run)
         except KeyboardInterrupt:
             _log.info("stopping")
