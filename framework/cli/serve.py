@@ -9,7 +9,11 @@ Protocol of `serve`:
    A start that fails on the cluster (Kafka or ZooKeeper restarting) is tried again every
    5 s for a minute before the process gives up.
 3. Run them, printing progress every 10 s, until the epoch changes (a replay or a
-   recovery), the leadership is lost, or Ctrl-C / SIGTERM.
+   recovery), the leadership is lost, or Ctrl-C / SIGTERM. A service that fails with an
+   error that passes with the cluster's outage (`framework.runners.startup.is_passing`:
+   a transaction a broker restart broke, ZooKeeper away) is stopped and started again,
+   back to step 2 (at most `_RESTARTS` times in `_RESTART_WINDOW_S`); any other failure
+   ends the process.
 4. Stop them. A new epoch: back to step 2. Leadership lost: back to step 1 (what the
    old leader still had in flight is fenced by Kafka: the new leader's producer uses the
    same transactional.id). Ctrl-C: done.
@@ -36,6 +40,8 @@ _EPOCH_CHECK_S = 2.0
 _TAKEOVER_S = 6.0  # ZooKeeper session timeout: how soon a standby replaces a dead leader
 _START_PAUSE_S = 5.0
 _START_ATTEMPTS = 12  # a minute of a cluster that is not there yet
+_RESTARTS = 5
+_RESTART_WINDOW_S = 600.0
 
 
 def _say(text: str) -> None:
@@ -108,7 +114,10 @@ def _serve_epochs(
     lost: Callable[[], bool],
 ) -> None:
     """Steps 2-4 until the leadership is lost (or forever without an election)."""
+    from framework.runners.startup import is_passing
+
     epoch = epoch_of()
+    restarts: list[float] = []
     while not lost():
         # Step 2
         started = _start_retrying(build, epoch, lost)
@@ -118,10 +127,18 @@ def _serve_epochs(
             _say(f"ready (epoch {epoch}): {describe(started)}")
             # Step 3
             changed = _until_change(started, describe, epoch, epoch_of, lost)
+            started.check()
+        except Exception as exc:
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < _RESTART_WINDOW_S]
+            if not is_passing(exc) or len(restarts) >= _RESTARTS:
+                raise
+            restarts.append(now)
+            _say(f"a service failed ({exc}): restarting the services")
+            continue
         finally:
             # Step 4
             started.stop_quietly()
-        started.check()
         if changed is not None:
             _say(f"epoch {changed} started: restarting")
             epoch = changed
@@ -131,24 +148,13 @@ def _start_retrying(
     build: Callable[[int], ServiceSet], epoch: int, lost: Callable[[], bool]
 ) -> ServiceSet | None:
     """`ServiceSet.start` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
-    from framework.errors import (
-        CoordinationError,
-        DeadlineExceeded,
-        Fenced,
-        KafkaClientError,
-        ServiceFailed,
-    )
+    from framework.runners.startup import PASSING, is_passing
 
     for attempt in range(1, _START_ATTEMPTS + 1):
         try:
             return build(epoch).start()
-        except (
-            KafkaClientError,
-            DeadlineExceeded,
-            ServiceFailed,
-            CoordinationError,
-        ) as exc:
-            if isinstance(exc, Fenced) or attempt == _START_ATTEMPTS:
+        except PASSING as exc:
+            if not is_passing(exc) or attempt == _START_ATTEMPTS:
                 raise
             _say(f"start failed ({exc}); trying again in {_START_PAUSE_S:.0f} s")
         time.sleep(_START_PAUSE_S)

@@ -44,7 +44,14 @@ from framework.errors import (
 )
 from framework.net import unreachable
 
-__all__ = ["PROGRESS_S", "START_PAUSE_S", "await_cluster", "start_retrying"]
+__all__ = [
+    "PASSING",
+    "PROGRESS_S",
+    "START_PAUSE_S",
+    "await_cluster",
+    "is_passing",
+    "start_retrying",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -54,9 +61,15 @@ PROGRESS_S = 10.0
 START_PAUSE_S = 5.0
 _PROBE_S = 1.0
 
-# What a cluster that is still starting fails a start with (never a fencing: a driver or
-# service fenced by a successor must stop).
-_PASSING = (KafkaClientError, DeadlineExceeded, ServiceFailed, CoordinationError)
+PASSING = (KafkaClientError, DeadlineExceeded, ServiceFailed, CoordinationError)
+"""What a cluster that is coming up, or going through a broker or ZooKeeper restart, fails
+a start or a running service with; never a fencing (`is_passing`)."""
+
+
+def is_passing(exc: BaseException) -> bool:
+    """Whether ``exc`` passes with the cluster's outage: one of `PASSING`, not `Fenced` (a
+    driver or service fenced by a successor must stop)."""
+    return isinstance(exc, PASSING) and not isinstance(exc, Fenced)
 
 
 def _missing(settings: Settings) -> list[str]:
@@ -107,8 +120,8 @@ def start_retrying(settings: Settings, start: Callable[[], T]) -> T:
         await_cluster(settings, deadline)
         try:
             return start()
-        except _PASSING as exc:
-            if isinstance(exc, Fenced) or deadline.expired:
+        except PASSING as exc:
+            if not is_passing(exc) or deadline.expired:
                 raise
             _log.warning("start failed (%s); trying again in %.0f s", exc, START_PAUSE_S)
         time.sleep(START_PAUSE_S)

@@ -38,6 +38,7 @@ from framework.core.time import GlobalTime
 from framework.deadline import Deadline
 from framework.errors import (
     ConfigError,
+    CoordinationError,
     DeadlineExceeded,
     FlamepipeError,
     PipelineError,
@@ -75,14 +76,17 @@ from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
 from framework.runners.spark.supervision import QuerySupervisor
 from framework.runners.spark.ticks import Due, WindowTicks
-from framework.runners.startup import start_retrying
+from framework.runners.startup import is_passing, start_retrying
 from framework.service import Service
 from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
 
-__all__ = ["PipelineRun", "SparkRunner"]
+__all__ = ["RUN_RESTARTS", "RUN_RESTART_WINDOW_S", "PipelineRun", "SparkRunner"]
 
 _log = logging.getLogger(__name__)
+
+RUN_RESTARTS = 3
+RUN_RESTART_WINDOW_S = 600.0
 
 
 class SparkRunner:
@@ -125,8 +129,12 @@ class SparkRunner:
     def run(self, graph: Graph, stop: threading.Event | None = None) -> PipelineRun:
         """Start and run until interrupted (Ctrl-C), ``stop`` is set, or a part fails.
 
-        When the pipeline's epoch changes (a replay, or a recovery after a stall), the run
-        stops and starts again on the new epoch's topics.
+        A driver started during a broker or ZooKeeper outage waits for them
+        (`framework.runners.startup`). A stage query that fails or hangs is restarted
+        (`PipelineRun.check`); a run that fails with an error that passes with the
+        cluster's outage is stopped and started again in this driver (`_restart`). When
+        the pipeline's epoch changes (a replay, or a recovery after a stall), the run stops
+        and starts again on the new epoch's topics.
         """
         from framework.coordination import Epochs
 
@@ -143,14 +151,20 @@ class SparkRunner:
             live.start()
         lines = self.progress_s > 0 and (live is None or not live.interactive)
         last = time.monotonic()
+        restarts: list[float] = []
         try:
             while stop is None or not stop.is_set():
-                run.check()
+                try:
+                    run.check()
+                except FlamepipeError as exc:
+                    run = self._restart(graph, run, exc, restarts)
+                    runs.append(run)
+                    continue
                 time.sleep(1)
                 if lines and time.monotonic() - last >= self.progress_s:
                     last = time.monotonic()
                     _log.info("%s", run.progress())
-                current = epochs.current()
+                current = _current_epoch(epochs)
                 if current is not None and current.epoch != run.epoch:
                     _log.info("epoch %d started (%s): restarting", current.epoch, current.reason)
                     run.stop()
@@ -164,6 +178,32 @@ class SparkRunner:
             run.stop()
             epochs.close()
         return run
+
+    def _restart(
+        self, graph: Graph, run: PipelineRun, failure: FlamepipeError, restarts: list[float]
+    ) -> PipelineRun:
+        """A run that failed with an error that passes with the cluster's outage (a service
+        that a broker restart broke, a stage query over its restart budget), stopped and
+        started again in this driver and Spark session; `RUN_RESTARTS` in
+        `RUN_RESTART_WINDOW_S`, then the failure ends the driver."""
+        now = time.monotonic()
+        restarts[:] = [t for t in restarts if now - t < RUN_RESTART_WINDOW_S]
+        if not is_passing(failure) or len(restarts) >= RUN_RESTARTS:
+            raise failure
+        restarts.append(now)
+        _log.warning(
+            "%s failed (%s): restarting it in this driver (%d of %d in %.0f min)",
+            graph.name,
+            failure,
+            len(restarts),
+            RUN_RESTARTS,
+            RUN_RESTART_WINDOW_S / 60,
+        )
+        try:
+            run.stop()
+        except FlamepipeError as exc:  # the failure being handled, or one it caused
+            _log.debug("stopping the failed run: %s", exc)
+        return start_retrying(self.settings, lambda: self.start(graph))
 
     def _session(self) -> Any:
         if self._spark is None:
@@ -521,6 +561,16 @@ class PipelineRun:
             self._committed.close()
         if failure is not None:
             raise failure
+
+
+def _current_epoch(epochs: Any) -> Any:
+    """The pipeline's epoch record; None while ZooKeeper does not answer (an outage only
+    delays noticing a new epoch; the services ride it out on their own)."""
+    try:
+        return epochs.current()
+    except CoordinationError as exc:
+        _log.warning("cannot read the epoch now: %s", exc)
+        return None
 
 
 def _overlaps(a: str, b: str) -> bool:
