@@ -14,8 +14,9 @@ Protocol of `QuerySupervisor.heal` (the run's health check calls it about once a
 2. Within the budget (`RESTARTS` per query in `WINDOW_S`): stop it (a batch in flight is
    cancelled: Spark interrupts its tasks and ends their Python workers) and start it again
    from its checkpoint, logging which stage and why.
-3. Over the budget, or for a final failure: `ServiceFailed`. The run stops, and whoever
-   supervises the driver starts it again (a new Spark session) or a person reads why.
+3. Over the budget: `ServiceFailed`; the driver restarts the run (`SparkRunner.run`), or
+   stops after too many. A final failure: `ProtocolViolation` or `PipelineError`, which
+   stop the driver: a person reads why.
 
 A query restarted from its checkpoint runs its last planned batch again, exactly as after
 a driver restart: the tasks that committed find their markers and skip, the others
@@ -31,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from framework.errors import ServiceFailed
+from framework.errors import PipelineError, ProtocolViolation, ServiceFailed
 
 __all__ = ["FINAL", "RESTARTS", "WINDOW_S", "QuerySupervisor", "Supervised"]
 
@@ -104,7 +105,9 @@ class QuerySupervisor:
         if failure is not None:
             final = next((name for name in FINAL if name in failure), None)
             if final is not None:
-                raise ServiceFailed(f"stage {stage} of {self.app!r} failed: {failure}")
+                # Not a ServiceFailed: the driver restarts a run that failed with one.
+                error = ProtocolViolation if final == "ProtocolViolation" else PipelineError
+                raise error(f"stage {stage} of {self.app!r} failed: {failure}")
             return f"it failed: {_first_line(failure)}"
         age = query.batch_age_s()
         if age is not None and age > self.stuck_batch_s:

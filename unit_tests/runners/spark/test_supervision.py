@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from framework.errors import ServiceFailed
+from framework.errors import FlamepipeError, ProtocolViolation, ServiceFailed
 from framework.runners.spark.supervision import RESTARTS, WINDOW_S, QuerySupervisor
+from framework.runners.startup import is_passing
 
 
 class _Query:
@@ -75,6 +76,8 @@ def test_too_many_restarts_in_the_window_stop_the_driver() -> None:
 def test_a_final_failure_stops_without_a_restart(error: str) -> None:
     query = _Query()
     query.failed = f"stage s1: batch 3 failed: {error}: what a restart would repeat"
-    with pytest.raises(ServiceFailed, match=f"stage s1 of 'app' failed: .*{error}"):
+    with pytest.raises(FlamepipeError, match=f"stage s1 of 'app' failed: .*{error}") as raised:
         _supervisor(query, [0.0]).heal()
+    assert not is_passing(raised.value)  # the driver stops: no restart repeats it
+    assert isinstance(raised.value, ProtocolViolation) == (error == "ProtocolViolation")
     assert query.restarts == 0
