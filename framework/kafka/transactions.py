@@ -63,7 +63,7 @@ _log = logging.getLogger(__name__)
 # measured here, a producer made before a kill -9 of the broker waited in its first
 # send_offsets after the restart for good, while a new producer's took 0.1 s. A healthy
 # call takes milliseconds; a coordinator still loading its offsets, a second or two.
-SEND_OFFSETS_BOUND_S = 10.0
+SEND_OFFSETS_BOUND_S = 5.0
 
 # Producers given up inside a call that never returned: kept so their handles are never
 # destroyed under the thread that still waits in them.
@@ -150,10 +150,9 @@ class TransactionalProducer:
        stop, not fence the successor back).
     2. `begin`, `produce` (a full local queue is waited out, polling, up to the
        deadline), `send_offsets` (bounded: a call that outlasts `SEND_OFFSETS_BOUND_S`
-       gives the producer up and raises a fatal error, so the caller restarts it). With
-       ``restart_fenced``, `begin` first replaces a producer that lost its broker
-       connection since it started: one made before a broker restart may never finish
-       its next send_offsets.
+       gives the producer up and raises a fatal error, so the caller restarts it). `begin`
+       first replaces a producer that lost its broker connection since it started: one
+       made before a broker restart may never finish its next send_offsets.
     3. `commit`: retried while Kafka calls the error retriable, up to the deadline.
     4. `abort`: a producer that cannot abort (fenced, fatal) is dropped; the next `start`
        makes a new one. `must_restart` tells which errors leave a producer unusable.
@@ -223,11 +222,14 @@ class TransactionalProducer:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def begin(self) -> None:
-        """Step 2: begin a transaction on the running producer (with ``restart_fenced``, a
-        new one if it lost its broker connection)."""
+        """Step 2: begin a transaction on the running producer (a new one if it lost its
+        broker connection)."""
         producer = self._running()
         producer.poll(0)  # serves the error callback: a lost connection shows now
-        if self.lost_broker and self.restart_fenced:
+        if self.lost_broker:
+            # Its init_transactions fences the others of the id, as any restart of the
+            # owner would: a barrier that lost its leadership unnoticed fences its
+            # successor once, and is fenced back (output stays exact, by transactions).
             _log.info("%s: a broker connection was lost: new producer", self.transactional_id)
             self.replaced += 1
             self.drop()

@@ -220,11 +220,28 @@ class _Run:
             if wanted is not None and len(self.events) >= wanted:
                 break
             self.supervise()
-            if time.monotonic() >= next_at and self._all_ready():
+            if time.monotonic() >= next_at and self._all_ready() and self._output_resumed():
                 self._strike(self._next_target())
                 next_at = time.monotonic() + self.config.kill_every_s
             time.sleep(0.2)
         self.clock.say(f"chaos over after {len(self.events)} events")
+
+    def _output_resumed(self) -> bool:
+        """With ``one_at_a_time``: whether a bundle was committed since the last event, so
+        each event's recovery is its own (always, once the input is written)."""
+        assert self.producer is not None and self.tail is not None
+        if not self.config.one_at_a_time or not self.events or self.producer.finished.is_set():
+            return True
+        last = self.events[-1]
+        if self.tail.produced_since(last.at_ms):
+            return True
+        waited = (now_ms() - last.at_ms) / 1000
+        if waited > self.config.ready_timeout_s:
+            raise AssertionError(
+                f"no output committed {waited:.0f} s after the {last.target} event:\n"
+                + self.tails()
+            )
+        return False
 
     def _all_ready(self) -> bool:
         ready = all(c.ready() for c in self.components.values())
@@ -538,6 +555,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated, of {', '.join(t for t in TARGETS if t != STACK)}",
     )
     parser.add_argument("--cluster", action="store_true", help="a Spark standalone cluster")
+    parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="the next event only once output was committed after the last one",
+    )
     parser.add_argument("--stall-timeout-ms", type=int, default=defaults.stall_timeout_ms)
     return parser.parse_args(argv)
 
@@ -555,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         complete_timeout_s=args.timeout,
         targets=tuple(args.targets.split(",")),
+        one_at_a_time=args.one_at_a_time,
         cluster=args.cluster,
         stall_timeout_ms=args.stall_timeout_ms,
     )

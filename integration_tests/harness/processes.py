@@ -345,6 +345,11 @@ class OutputTail(threading.Thread):
         """Stop reading."""
         self._halt.set()
 
+    def produced_since(self, at_ms: int) -> bool:
+        """Whether a bundle produced at or after ``at_ms`` was read."""
+        with self._lock:
+            return any(created >= at_ms for created, _, _ in self.bundles)
+
     def max_gt_last(self) -> GlobalTime | None:
         """The highest GT_last committed so far."""
         with self._lock:

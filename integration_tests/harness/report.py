@@ -41,7 +41,8 @@ class HarnessConfig:
     ``targets``: what the shuffled rounds of kills take (`TARGETS` but `STACK`);
     ``stack_every`` 0: no stack restarts. ``cluster``: Spark on a standalone master and
     two one-core workers instead of ``local[2]``. ``restart_after_s``: how long a killed
-    broker or ZooKeeper stays down.
+    broker or ZooKeeper stays down. ``one_at_a_time``: the next event only once output
+    was committed after the last (each recovery measured alone).
     """
 
     records: int = 20_000
@@ -60,6 +61,7 @@ class HarnessConfig:
     targets: tuple[str, ...] = COMPONENTS
     cluster: bool = False
     restart_after_s: float = 3.0
+    one_at_a_time: bool = False
 
 
 @dataclass(slots=True)

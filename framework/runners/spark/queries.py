@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from framework.config import Settings
+from framework.errors import FlamepipeError
 from framework.kafka import security
 from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
@@ -173,6 +174,9 @@ class StageQuery:
         self.query: Any = None
         self._stopping = False
         self._batch_started: float | None = None  # monotonic, while a batch runs
+        # The essence of the last batch failure (`essence`): Spark's own report of a failed
+        # query may keep only the first line of the Python traceback.
+        self.last_error: str | None = None
         # Aggregate stages: per input partition the earliest window end still to emit
         # (-1: none; missing: unknown) and the ticks sent for it (framework.runners.spark.ticks).
         self._due: dict[int, int] = {}
@@ -289,6 +293,10 @@ class StageQuery:
                 _log.debug("stage %s: batch %d ended by the stop: %s", stage, batch_id, exc)
                 raise StageInterrupted(f"stage {stage}: stopped during batch {batch_id}") from None
             _log.error("stage %s: batch %d failed: %s", stage, batch_id, exc)
+            # Raised here in the driver (a batch's check), the error's own name; raised in
+            # a task, its name is in the traceback `essence` reads.
+            own = isinstance(exc, FlamepipeError)
+            self.last_error = f"{type(exc).__name__}: {exc}" if own else essence(exc)
             raise StageInterrupted(
                 f"stage {stage}: batch {batch_id} failed: {essence(exc)} (the log has the rest)"
             ) from None
@@ -372,11 +380,12 @@ class StageQuery:
         return {}
 
     def failure(self) -> str | None:
-        """Why the query died, or None while it is healthy."""
+        """Why the query died (its last batch's error first), or None while it is healthy."""
         if self.query is None or self.query.isActive:
             return None
         exception = self.query.exception()
-        return str(exception) if exception is not None else "stopped"
+        reason = str(exception) if exception is not None else "stopped"
+        return reason if self.last_error is None else f"{self.last_error} ({reason})"
 
     def stop(self) -> None:
         """Stop the query, waiting for its current batch to end."""
@@ -390,4 +399,5 @@ class StageQuery:
         self.stop()
         self._stopping = False
         self._batch_started = None
+        self.last_error = None
         self.start(spark)

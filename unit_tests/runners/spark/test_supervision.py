@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from framework.errors import FlamepipeError, ProtocolViolation, ServiceFailed
+from framework.runners.spark.queries import StageInterrupted, StageQuery
 from framework.runners.spark.supervision import RESTARTS, WINDOW_S, QuerySupervisor
 from framework.runners.startup import is_passing
 
@@ -81,3 +83,29 @@ def test_a_final_failure_stops_without_a_restart(error: str) -> None:
     assert not is_passing(raised.value)  # the driver stops: no restart repeats it
     assert isinstance(raised.value, ProtocolViolation) == (error == "ProtocolViolation")
     assert query.restarts == 0
+
+
+def test_a_violation_found_by_a_batch_check_stops_the_driver() -> None:
+    """Spark's report of the failed query keeps only the first line of the Python
+    traceback; the query's own record of its last error names the violation."""
+    query = StageQuery.__new__(StageQuery)
+    query.spec = SimpleNamespace(stage=SimpleNamespace(id="s1"))  # type: ignore[assignment]
+    query._stopping = False
+    query._batch_started = None
+    query.last_error = None
+
+    def violating(_frame: Any, _batch_id: int) -> None:
+        raise ProtocolViolation("a record of lines[0] became readable after the heartbeat")
+
+    query._run_batch = violating  # type: ignore[method-assign]
+    with pytest.raises(StageInterrupted):
+        query._batch(None, 3)
+    assert query.batch_age_s() is None
+    query.query = SimpleNamespace(
+        isActive=False, exception=lambda: "An exception was raised by the Python Proxy."
+    )
+    failure = query.failure()
+    assert failure is not None and failure.startswith("ProtocolViolation: a record")
+    supervisor = QuerySupervisor("app", lambda: {"s1": query}, "spark", stuck_batch_s=60)
+    with pytest.raises(ProtocolViolation):
+        supervisor.heal()
