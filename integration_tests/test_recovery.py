@@ -10,45 +10,21 @@ window), both restored from the snapshot.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 import uuid
 from collections import Counter
 from typing import Any
 
-from confluent_kafka import Producer
-
 from framework.config import Settings
 from framework.coordination import Epochs
-from framework.core.acker.sharded import shard_of
-from framework.core.messages import Ack
 from framework.core.time import GlobalTime
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.kafka.admin import partitions_if_exists
-from framework.kafka.clients import produce_record
 from framework.runners.spark import SparkRunner
-from framework.wire.avro import encode_ack_batch
-from framework.wire.records import OutRecord
-from framework.wire.topics import Topics
 from integration_tests.harness.counts import pairs_and_windows, released_windows
-from integration_tests.harness.runs import produce_lines, read_output
-
-
-def _lose_an_ack(bootstrap: str, app: str, segment: str, slot: int, shards: int) -> None:
-    """An ack of a send whose receipt never comes: the slot's XOR stays non-zero."""
-    producer = Producer({"bootstrap.servers": bootstrap})
-    node = random.getrandbits(62)
-    for shard in range(shards):
-        acks = (
-            [Ack(segment, slot, random.getrandbits(64) | 1)]
-            if shard == shard_of(slot, shards)
-            else []
-        )
-        value = encode_ack_batch(node, 1, acks, [])
-        produce_record(producer, OutRecord(Topics(app).acks, shard, None, value))
-    producer.flush(30)
+from integration_tests.harness.runs import lose_an_ack, produce_lines, read_output
 
 
 def _wait_items(
@@ -93,7 +69,7 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
         # Half a second ahead: min time cannot have passed it yet, and the next round
         # takes longer than that to produce, so its later lines cannot be released
         # without a recovery.
-        _lose_an_ack(bootstrap, app, segment, now_slot + 50, settings.acker_shards)
+        lose_an_ack(bootstrap, app, segment, now_slot + 50, settings.acker_shards)
         for start in range(150, 300, 30):
             produce_lines(bootstrap, source, lines[start : start + 30], partitions=2)
             time.sleep(0.3)

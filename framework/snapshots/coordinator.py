@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from framework.snapshots.writer import SnapshotWriter
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["KEEP", "SnapshotCoordinator", "SnapshotStats"]
+__all__ = ["KEEP", "SnapshotCoordinator", "SnapshotStats", "aligned", "combining_pane"]
 
 _log = logging.getLogger(__name__)
 
@@ -47,6 +48,30 @@ KEEP = 2
 """Committed snapshots kept in ZooKeeper (and so in the backend)."""
 
 _TIMEOUT_S = 60.0
+
+
+def combining_pane(graph: Graph) -> int:
+    """Slots a snapshot's slot must be a multiple of: the least common multiple of the
+    panes of the graph's combinable aggregates (1 without any).
+
+    A source task pre-reduces a combinable aggregate's items per key and pane into one
+    partial with the largest meta of its items (`framework.plan.task`). A snapshot cut at
+    a slot inside a pane would drop a partial whose largest item lies at or after the slot
+    together with its earlier items, which the replay from the slot's offsets never reads
+    again: measured on the cluster tier, a 1 s window's counts 213 of 275 after a stall
+    recovery. At a pane boundary every partial lies wholly on one side.
+    """
+    pane = 1
+    for node in graph.by_kind(Kind.AGGREGATE):
+        aggregation = node.aggregation
+        if aggregation is not None and aggregation.combinable:
+            pane = math.lcm(pane, max(1, aggregation.pane_slots(graph.delta_ms)))
+    return pane
+
+
+def aligned(slot: int, pane: int) -> int:
+    """``slot`` lowered to a multiple of ``pane``."""
+    return slot - slot % pane
 
 
 @dataclass(slots=True)
@@ -82,8 +107,9 @@ class SnapshotCoordinator(Service):
 
     1. Slot: ``M`` is the global min time, lowered to the largest slot every sink's
        barrier has accepted (committed a ``GT_last`` at or after the end of slot
-       ``M - 1``, `framework.snapshots.acceptance`). Only an ``M`` after the last committed
-       slot goes on; otherwise the round is skipped and the next tick tries again.
+       ``M - 1``, `framework.snapshots.acceptance`), then to a pane boundary of every
+       combinable aggregate (`aligned`). Only an ``M`` after the last committed slot goes
+       on; otherwise the round is skipped and the next tick tries again.
     2. State: mark the changelogs' ends; once no transaction below the marks is open
        (possibly a later tick), catch every unit's copy up to its stable end (an
        aggregate's image up to its first batch with a min time past ``M``: a cut older
@@ -136,6 +162,7 @@ class SnapshotCoordinator(Service):
         self._own_view = view is None
         self._groups = list(self.graph.by_kind(Kind.GROUP))
         self._aggregates = list(self.graph.by_kind(Kind.AGGREGATE))
+        self._pane = combining_pane(self.graph)
         self._sources = sorted(s.topic for s in kafka_sources(self.graph).values())
         self._barriers: BarrierMarks | None = None
         self._copies: ChangelogCopies | None = None
@@ -181,7 +208,7 @@ class SnapshotCoordinator(Service):
             min_time = self._view.min_time()
             if min_time <= (self.committed_slot or 0):
                 return
-            slot = min(min_time, self._barriers.accepted())
+            slot = aligned(min(min_time, self._barriers.accepted()), self._pane)
             if slot <= (self.committed_slot or 0):
                 self.stats.waiting_barriers += 1
                 return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,10 +13,15 @@ from confluent_kafka import Producer
 
 from framework.config import Settings
 from framework.coordination import SnapshotRegistry
+from framework.core.acker.sharded import shard_of
+from framework.core.messages import Ack
 from framework.demos.text import word_counts
-from framework.kafka.clients import read_to_end
+from framework.kafka.clients import produce_record, read_to_end
 from framework.pipeline import Pipeline
 from framework.runners.spark import PipelineRun, SparkRunner
+from framework.wire.avro import encode_ack_batch
+from framework.wire.records import OutRecord
+from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
 
@@ -79,3 +85,18 @@ def snapshot_past(
             time.sleep(0.2)
     finally:
         registry.close()
+
+
+def lose_an_ack(bootstrap: str, app: str, segment: str, slot: int, shards: int) -> None:
+    """An ack of a send whose receipt never comes: the slot's XOR stays non-zero."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    node = random.getrandbits(62)
+    for shard in range(shards):
+        acks = (
+            [Ack(segment, slot, random.getrandbits(64) | 1)]
+            if shard == shard_of(slot, shards)
+            else []
+        )
+        value = encode_ack_batch(node, 1, acks, [])
+        produce_record(producer, OutRecord(Topics(app).acks, shard, None, value))
+    producer.flush(30)
