@@ -34,9 +34,8 @@ def test_short_chaos_run_output_is_exactly_once(tmp_path: Path) -> None:
     # 6k lines at 100/s: ~60 s of input, 4 events: the driver, the acker and the barrier
     # each killed once in shuffled order, the third event restarts the stack (the long
     # runs behind `slow` do more of each).
-    # A source query can stop reading after the broker restart until the stall watch
-    # starts a new epoch (seen: 2 min of the run at the default 120 s); 45 s is past a
-    # driver's restart (first output 20-45 s after a kill).
+    # 45 s of stalled min time start a recovery: past a driver's restart (first output
+    # 20-45 s after a kill).
     config = HarnessConfig(
         records=6_000,
         rate=100,
