@@ -5,7 +5,9 @@ kill the process with SIGKILL (what ``kill -9`` does: no cleanup, no flush, no a
 Unset, `hit` costs one dictionary lookup. Only tests and soak harnesses set it.
 
 A few failpoints are values, not crashes (`value`): ``clock.skew_ms=2000`` sets the
-driver's clock for front heartbeats 2 s ahead, as a skewed host clock would.
+driver's clock for front heartbeats 2 s ahead, as a skewed host clock would;
+``fronts.ahead_ms=3000`` makes caught-up source partitions promise 3 s past the broker's
+time, as a broker that exposes records that long after stamping them would.
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 
 from framework.core.time import GlobalTime
 from framework.kafka.clients import read_to_end
+from framework.wire.lifts import Lift, LiftIndex
 
 __all__ = ["pair_key", "window_counts_oracle", "word_pairs_oracle"]
 
@@ -16,17 +18,23 @@ def pair_key(item: object) -> str:
     return json.dumps(item, sort_keys=True)
 
 
-def word_pairs_oracle(bootstrap: str, topic: str, delta_ms: int) -> Counter[str]:
+def word_pairs_oracle(
+    bootstrap: str, topic: str, delta_ms: int, lifts: Iterable[Lift] = ()
+) -> Counter[str]:
     """In-order output of `word_pairs` for the input topic as Kafka stored it.
 
-    Global times come from the stored records (timestamp, partition, offset), so this is
-    the order flamepipe must reproduce whatever order the records were processed in.
+    Global times come from the stored records (timestamp, partition, offset) and the
+    pipeline's ``lifts`` of the topic (`framework.kafka.lifts.read_lifts`), so this is the
+    order flamepipe must reproduce whatever order the records were processed in.
     """
+    index = LiftIndex(lifts)
     occurrences: dict[str, list[tuple[GlobalTime, int, str]]] = {}
     for msg in read_to_end(bootstrap, topic):
         _, stamp = msg.timestamp()
         partition, offset = msg.partition() or 0, msg.offset() or 0
         gt = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms)
+        for lift in index.of(partition):
+            gt = GlobalTime(lift.slot_of(offset, gt.slot), gt.front, gt.offset)
         line_id, *words = (msg.value() or b"").decode().split()
         for child, word in enumerate(words):
             occurrences.setdefault(word, []).append((gt, child, line_id))

@@ -25,6 +25,7 @@ __all__ = [
     "acks_topic_spec",
     "changelog_topic_spec",
     "dlq_topic_spec",
+    "lifts_topic_spec",
     "mintime_topic_spec",
     "pre_topic_spec",
     "shuffle_topic_spec",
@@ -85,6 +86,12 @@ def pre_topic_spec(app: str, sink_node: str, epoch: int = 0, barriers: int = 1) 
     whole by its instance; trimmed below the barrier's ``P_rel``, never expired by time."""
     name = Topics(app, epoch).pre(sink_node)
     return TopicSpec(name, barriers, {**SEGMENTS, "retention.ms": "-1"})
+
+
+def lifts_topic_spec(app: str) -> TopicSpec:
+    """``<app>.lifts``: moved global times of late source records, compacted (one key per
+    range, never superseded: kept as long as the input)."""
+    return compacted_spec(Topics(app).lifts, 1)
 
 
 def dlq_topic_spec(app: str) -> TopicSpec:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import random
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -177,13 +177,16 @@ class StageProgram:
         rng: Callable[[], int] | None = None,
         *,
         min_slot: int = 0,
+        slots: Mapping[int, int] | None = None,
     ) -> TaskResult:
         """Process one partition's batch; see the module docstring for the steps.
 
         ``min_slot``: the min time of the stage's segment, which completes an aggregate's
-        windows.
+        windows. ``slots``: a source batch's records whose slot is not their timestamp's,
+        by offset (lifted: `framework.wire.lifts`).
         """
         run = _TaskRun(self, state, rng or _ack_value)
+        run.slots = slots or {}
         result = run.result
         decoded: list[tuple[Record, InRecord, int]] = []
         for record in records:
@@ -246,6 +249,7 @@ class _TaskRun:
         self.partition = -1
         self.frames: dict[tuple[str, int], FrameBuilder] = {}
         self._fronts: dict[tuple[str, int], int] = {}
+        self.slots: Mapping[int, int] = {}  # lifted source records (`StageProgram.run`)
         # Combining: (exit, key, pane) -> [largest meta, key hash, reduced value]
         self._partials: dict[tuple[str, object, int], list[Any]] = {}
         entry = self.spec.stage.entry
@@ -364,7 +368,10 @@ class _TaskRun:
             front = self._fronts[(record.topic, record.partition)] = front_id(
                 record.topic, record.partition
             )
-        gt = GlobalTime(slot_of(record.timestamp_ms, spec.graph.delta_ms), front, record.offset)
+        slot = slot_of(record.timestamp_ms, spec.graph.delta_ms)
+        if self.slots:
+            slot = self.slots.get(record.offset, slot)
+        gt = GlobalTime(slot, front, record.offset)
         return Record(Meta(gt), spec.source.payload(record))
 
     def _decode_frame(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:

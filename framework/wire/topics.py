@@ -14,7 +14,8 @@ class Topics:
     A replay or a recovery starts a new epoch (`framework.coordination.Epochs`): its internal topics
     are new (``<app>.e<epoch>.*``), so nothing of the old epoch's acks, shuffles, state or
     pre-barrier records can leak into the new one. Epoch 0 keeps the plain names. The
-    dead-letter topic is for people and stays the same across epochs.
+    dead-letter topic is for people and the lifts topic for replays: both stay the same
+    across epochs.
     """
 
     app: str
@@ -44,6 +45,12 @@ class Topics:
     def dlq(self) -> str:
         """Dead letters: records that could not be decoded or processed, with the reason."""
         return f"{self.app}.dlq"
+
+    @property
+    def lifts(self) -> str:
+        """Source records whose global time was moved up to a heartbeat they arrived after
+        (`framework.wire.lifts`, compacted): every epoch's replays read them."""
+        return f"{self.app}.lifts"
 
     def shuffle(self, node: str) -> str:
         """The input of a grouping or aggregate ``node``, partitioned by key."""

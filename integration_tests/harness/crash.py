@@ -57,10 +57,12 @@ from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.errors import ProtocolViolation, StackError
 from framework.kafka.clients import read_to_end
+from framework.kafka.lifts import read_lifts
 from framework.local.provision import free_port
 from framework.local.stack import LocalStack
 from framework.runners.assembly import source_fronts
 from framework.runners.keys import install_keys
+from framework.wire.lifts import Lift, LiftIndex
 from integration_tests.harness.processes import (
     SETTLE_S,
     Clock,
@@ -419,9 +421,21 @@ class _Run:
     def expected(self, stored: list[Message]) -> Counter[str]:
         """The oracle's output for the stored input, as canonical JSON items."""
         bootstrap = self.settings.kafka_bootstrap
+        # Records that arrived after their partition was heartbeated past them were
+        # moved up (`framework.wire.lifts`): global time is what Kafka stores, lifts too.
+        lifts = read_lifts(bootstrap, self.app).get(self.source, ())
+        if lifts:
+            self.clock.say(f"{len(lifts)} lifted ranges of late input records")
         if self.config.pipeline == "word_pairs":
-            return word_pairs_oracle(bootstrap, self.source, self.graph.delta_ms)
-        return _in_process_output(self.config.pipeline, self.app, self.source, stored)
+            return word_pairs_oracle(bootstrap, self.source, self.graph.delta_ms, lifts)
+        return _in_process_output(
+            self.config.pipeline,
+            self.app,
+            self.source,
+            stored,
+            lifts=lifts,
+            delta_ms=self.graph.delta_ms,
+        )
 
     def output(self) -> Counter[str]:
         """The output items as a plain read_committed reader sees them."""
@@ -455,8 +469,26 @@ class _Run:
         )
 
 
-def _in_process_output(pipeline: str, app: str, source: str, stored: list[Message]) -> Counter[str]:
-    """The in-process harness's output for the stored records (their exact coordinates)."""
+def _in_process_output(
+    pipeline: str,
+    app: str,
+    source: str,
+    stored: list[Message],
+    *,
+    lifts: tuple[Lift, ...] = (),
+    delta_ms: int = 10,
+) -> Counter[str]:
+    """The in-process harness's output for the stored records (their exact coordinates,
+    a lifted record's timestamp moved to its lift's slot)."""
+    index = LiftIndex(lifts)
+
+    def stamp(m: Message) -> int:
+        ts = m.timestamp()[1]
+        for lift in index.of(m.partition() or 0):
+            if lift.first <= (m.offset() or 0) <= lift.last:
+                ts = max(ts, lift.slot * delta_ms)
+        return ts
+
     from framework.runners.inprocess.endpoints import SourceRecord
     from framework.testing import InProcessRunner, ListSink, ListSource
 
@@ -465,9 +497,7 @@ def _in_process_output(pipeline: str, app: str, source: str, stored: list[Messag
     list_source = ListSource.timed([], partitions=partitions, topic=source)
     # Exact partitions and offsets as Kafka stored them, so global times are identical.
     list_source.records = tuple(
-        SourceRecord(
-            m.partition() or 0, m.offset() or 0, m.timestamp()[1], (m.value() or b"").decode()
-        )
+        SourceRecord(m.partition() or 0, m.offset() or 0, stamp(m), (m.value() or b"").decode())
         for m in ordered
     )
     sink = ListSink()

@@ -12,12 +12,19 @@ from framework.local.provision import free_port
 
 
 def _args(tmp_path: Path, kafka: int) -> list[str]:
+    # Distinct ports: two free_port calls may name the same free port (seen in CI: "ports
+    # must differ" instead of the error under test).
+    ports = [kafka]
+    while len(ports) < 3:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
     return [
         "up",
         "--state-dir", str(tmp_path / "state"),
         "--kafka-port", str(kafka),
-        "--controller-port", str(free_port()),
-        "--zookeeper-port", str(free_port()),
+        "--controller-port", str(ports[1]),
+        "--zookeeper-port", str(ports[2]),
     ]  # fmt: skip
 
 

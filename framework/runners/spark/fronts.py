@@ -22,10 +22,11 @@ Every ``heartbeat_ms``, and at once when a source stage finished a batch, per so
    closed by this driver's next node time. The acks of the batches it covers were
    committed before Spark reported their progress, so they precede it on every shard.
 
-A record that breaks the lag bound is detected, not dropped in silence: the source task
-fails before its batch commits (`framework.runners.spark.tasks`), and `check_batch`
-compares each committed batch's earliest timestamp per partition with what was
-heartbeated, failing the run (`ProtocolViolation`) naming the setting to raise.
+A record that breaks the lag bound is repaired, not dropped in silence: its source task
+moves it up to the slot heartbeated (`framework.runners.spark.tasks.lift_late`, recorded
+as a `framework.wire.lifts.Lift` with the batch), and `check_batch` compares each
+committed batch's least slot per partition with what was heartbeated, failing the run
+(`ProtocolViolation`) naming the setting to raise should one still lie below.
 
 A round that fails (the broker restarting, a leader moving) is skipped: heartbeats only
 ever rise, so a missed round holds min time back and costs nothing else. The thread gives
@@ -197,7 +198,9 @@ class FrontHeartbeats(Service):
                 continue
             partition, stamp = row["partition"], row["min_timestamp_ms"]
             promised = self.sent.get(front_id(topic, partition), -1)
-            if slot_of(stamp, self.delta_ms) < promised:
+            # The least slot the batch's records took (a lift moves late records up).
+            least = row["min_slot"] if row["min_slot"] >= 0 else slot_of(stamp, self.delta_ms)
+            if least < promised:
                 raise ProtocolViolation(
                     f"a record of {topic}[{partition}] stamped {stamp} (LogAppendTime) became "
                     f"readable after this driver heartbeated the partition past slot "
@@ -267,7 +270,10 @@ class FrontHeartbeats(Service):
             consumed = consumed_offsets(progress, topic)
             t0 = self.broker_now()
             ends = end_offsets(self.bootstrap, topic, partitions=self._partition_count(topic))
-            caught_up = slot_of(t0 - self.lag_ms, self.delta_ms)
+            # ``fronts.ahead_ms`` (tests): promise that far ahead, as a broker that stamps
+            # records long before exposing them would make a correct promise turn out.
+            ahead = failpoints.value("fronts.ahead_ms")
+            caught_up = slot_of(t0 - self.lag_ms + ahead, self.delta_ms)
             for partition, end in ends.items():
                 # Step 2
                 slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1

@@ -217,8 +217,8 @@ def _map(ctx: FusedContext, batches: Iterator[Any]) -> list[dict[str, Any]]:
     # Step 2
     source = ctx.source
     partition = records[0].partition
-    check_lag(source, partition, records)
-    result = program_for(source).run(records, None, 0, 0, min_slot=source.min_slot)
+    slots = check_lag(source, partition, records)
+    result = program_for(source).run(records, None, 0, 0, min_slot=source.min_slot, slots=slots)
     dlq = source.spec.topics.dlq
     home = partition % ctx.units
     rows: list[dict[str, Any]] = []

@@ -22,6 +22,7 @@ from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
 from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
+from framework.wire.lifts import Lift
 
 __all__ = ["StageQuery", "StageStats", "summary_type"]
 
@@ -93,6 +94,7 @@ class StageStats:
     dead_letters: int = 0
     tombstones: int = 0
     replayed: int = 0  # aggregate results below a restore floor, not emitted again
+    lifted: int = 0  # source records whose slot a lift moved (`framework.wire.lifts`)
     skipped_tasks: int = 0
     last_timestamp_ms: dict[int, int] = field(default_factory=dict)  # per input partition
     # Placement of a stateful stage: a partition whose task ran in another Python worker
@@ -120,6 +122,7 @@ class StageStats:
                 self.dead_letters += row["dead_letters"]
                 self.tombstones += row["tombstones"]
                 self.replayed += row["replayed"]
+                self.lifted += row["lifted"]
                 self.skipped_tasks += int(row["skipped"])
                 partition, stamp = row["partition"], row["max_timestamp_ms"]
                 newer = stamp > self.last_timestamp_ms.get(partition, -1)
@@ -168,6 +171,8 @@ class StageQuery:
         self.on_batch: Callable[[], None] | None = None  # after each batch's tasks committed
         # A source stage's heartbeat floors per partition (`FrontHeartbeats.floors`).
         self.floors: Callable[[], dict[int, int]] = dict
+        # A source stage's committed lifts (`framework.wire.lifts`), read at the start.
+        self.lifts: tuple[Lift, ...] = ()
         self.front_lag_ms = settings.front_lag_ms
         self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
         self.run_id = ""  # read from the checkpoint when the query starts
@@ -327,12 +332,26 @@ class StageQuery:
             tuple(self.floors().items()),
             self.front_lag_ms,
             self.worker_log,
+            self.lifts if spec.stage.is_source else (),
         )
 
     def _count(self, rows: list[Any], started: float) -> None:
         """A committed batch's summary rows: checks, counters, windows due, listeners."""
         if self.on_rows is not None:
             self.on_rows(rows)
+        for row in rows:
+            if row["lifted"] and not row["skipped"]:
+                _log.warning(
+                    "stage %s: %d records of %s[%d] arrived after the partition was "
+                    "heartbeated past them (over front_lag_ms=%d from append to readable): "
+                    "their global time moved up to the heartbeat, recorded in %s",
+                    self.spec.stage.id,
+                    row["lifted"],
+                    self.topic,
+                    row["partition"],
+                    self.front_lag_ms,
+                    self.spec.topics.lifts,
+                )
         self.stats.add(rows)
         self.stats.batch_s.append(time.monotonic() - started)
         self.note_due(rows)

@@ -45,10 +45,12 @@ from framework.errors import (
 )
 from framework.kafka.admin import ensure_topics
 from framework.kafka.endpoints import KafkaSink, KafkaSource, kafka_sources, sink_nodes
+from framework.kafka.lifts import read_lifts
 from framework.kafka.topics import (
     acks_topic_spec,
     changelog_topic_spec,
     dlq_topic_spec,
+    lifts_topic_spec,
     mintime_topic_spec,
     pre_topic_spec,
     shuffle_topic_spec,
@@ -78,6 +80,7 @@ from framework.runners.spark.supervision import QuerySupervisor
 from framework.runners.spark.ticks import Due, WindowTicks
 from framework.runners.startup import is_passing, start_retrying
 from framework.service import Service
+from framework.wire.lifts import Lift
 from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
 
@@ -234,6 +237,7 @@ class PipelineRun:
         self.shipment: Shipment | None = None
         self.watch: WatchServer | None = None
         self.janitor: TopicJanitor | None = None
+        self._lifts: dict[str, tuple[Lift, ...]] = {}
         self.supervisor = QuerySupervisor(
             graph.name,
             lambda: self.queries,
@@ -261,6 +265,8 @@ class PipelineRun:
         self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
         # Step 3
         partitions = self._prepare_topics(sources, stages)
+        # Replays move the records earlier epochs lifted, from their first batch on.
+        self._lifts = read_lifts(self.bootstrap, self.graph.name)
         # Step 4
         if self.embedded:
             self.services = embedded_services(self.settings, self.graph, self.epoch)
@@ -356,6 +362,7 @@ class PipelineRun:
             acks_topic_spec(self.graph.name, self.settings.acker_shards, self.epoch),
             mintime_topic_spec(self.graph.name, epoch=self.epoch),
             dlq_topic_spec(self.graph.name),
+            lifts_topic_spec(self.graph.name),
         ]
         for stage in stages:
             if not stage.is_source:
@@ -401,6 +408,7 @@ class PipelineRun:
             self._min_slot(stage),
             starting_offsets=self._starting_offsets(stage),
         )
+        query.lifts = self._lifts.get(stage.topic, ())
         query.start(self.spark)
         self.queries[stage.id] = query
 
@@ -418,6 +426,7 @@ class PipelineRun:
             self._min_slot(pair.reduce),
             starting_offsets=self._starting_offsets(pair.map),
         )
+        query.lifts = self._lifts.get(pair.map.topic, ())
         query.start(self.spark)
         self.queries[pair.map.id] = query
         name = self.graph.name

@@ -4,13 +4,16 @@ Protocol of `run_partition` (docs/runtime.md, "Acks, exactly once per task and b
 
 1. Read the task's rows (one Kafka partition's offset range of this micro-batch).
 2. If the stage's consumer group already committed a position at or past the range's
-   end, this batch was committed by an earlier attempt: do nothing.
+   end, this batch was committed by an earlier attempt: do nothing. A source stage's
+   records take their slots, moved by committed lifts and, when they arrived after their
+   partition's heartbeat, by a new one (`lift_late`).
 3. Bring the partition's state (grouping or aggregate) up to date: this worker's cached
    copy plus what the changelog gained since (another worker may have run the partition
    meanwhile).
 4. Run the stage program with the min time the driver passed: it prunes a grouping and
    completes an aggregate's windows.
-5. Commit outputs, dead letters, acks, changelog and the new position in one transaction.
+5. Commit outputs, dead letters, acks, changelog, a new lift and the new position in one
+   transaction.
    On failure drop the cached state, which may be ahead of what was committed. On success
    the changelog reader skips the records just written when that is provably safe
    (`ChangelogReader.skip_own`): the cached state already holds them.
@@ -41,7 +44,8 @@ from framework.plan.records import StageSpec
 from framework.plan.state import StageState, apply_changelog
 from framework.plan.task import StageProgram
 from framework.wire.auth import Keyring, install
-from framework.wire.records import InRecord
+from framework.wire.lifts import Lift, LiftIndex
+from framework.wire.records import InRecord, OutRecord
 
 __all__ = [
     "SUMMARY_SCHEMA",
@@ -63,7 +67,8 @@ SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
     "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "
     "max_timestamp_ms LONG, next_due LONG, worker STRING, catchup_records LONG, "
-    "catchup_bytes LONG, catchup_ms DOUBLE, source_row BOOLEAN, replayed LONG"
+    "catchup_bytes LONG, catchup_ms DOUBLE, source_row BOOLEAN, replayed LONG, "
+    "min_slot LONG, lifted LONG"
 )
 """One row per task: ``source_row`` rows describe a source partition (what fronts heartbeat
 by), the others a partition or hash unit of a keyed stage (windows due, placement)."""
@@ -99,6 +104,9 @@ class TaskContext:
     floors: tuple[tuple[int, int], ...] = ()
     front_lag_ms: int = 0
     worker_log: WorkerLog | None = None
+    # Source stages: the committed lifts of the stage's topic (`framework.wire.lifts`),
+    # which replays of their offsets apply.
+    lifts: tuple[Lift, ...] = ()
 
     @property
     def group(self) -> str:
@@ -222,7 +230,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     # Step 2
     if committer.is_committed(ctx.group, topic, partition, end):
         return summary_row(partition, records, skipped=True, source_row=spec.stage.is_source)
-    check_lag(ctx, partition, records)
+    slots, lift = lift_late(ctx, partition, records)
     program = program_for(ctx)
     # Fence a zombie attempt now: its open transaction would hold the changelog's end.
     committer.start()
@@ -233,14 +241,17 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         if isinstance(state, Grouping):
             state.on_min_time(ctx.min_slot)
         node = node_id(app, stage, partition, ctx.run_id)
-        result = program.run(records, state, node, ctx.batch_id + 1, min_slot=ctx.min_slot)
+        result = program.run(
+            records, state, node, ctx.batch_id + 1, min_slot=ctx.min_slot, slots=slots
+        )
         # Step 5
-        offsets = committer.commit(result.records, ctx.group, {(topic, partition): end})
+        out: list[OutRecord] = list(result.records)
+        if lift is not None:  # committed with the outputs it moved, or not at all
+            out.append(OutRecord(spec.topics.lifts, 0, lift.key(), lift.encode()))
+        offsets = committer.commit(out, ctx.group, {(topic, partition): end})
         if reader is not None and offsets is not None:
             changelog = spec.topics.state(stage)
-            reader.skip_own(
-                [o for r, o in zip(result.records, offsets, strict=True) if r.topic == changelog]
-            )
+            reader.skip_own([o for r, o in zip(out, offsets, strict=True) if r.topic == changelog])
     except BaseException:
         drop_state(state_key)
         raise
@@ -253,31 +264,74 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         "replayed": result.replayed,
         "next_due": result.next_due,
         **catchup,
+        "min_slot": _min_slot(records, slots, spec.graph.delta_ms) if spec.stage.is_source else -1,
+        "lifted": len(slots),  # records whose slot a lift moved (a new one or a replay's)
     }
 
 
 _NO_CATCHUP: dict[str, Any] = {"catchup_records": 0, "catchup_bytes": 0, "catchup_ms": 0.0}
 
 
-def check_lag(ctx: TaskContext, partition: int, records: list[InRecord]) -> None:
-    """Before anything commits: `ProtocolViolation` if a source record lies in a slot the
-    driver already heartbeated its front past. Min time may have passed it, so its output
-    would be dropped as a replay; failing here, uncommitted, loses nothing, and a restart
-    reads the batch again instead of skipping it."""
-    floor = dict(ctx.floors).get(partition)
-    if floor is None:
-        return
+def _min_slot(records: list[InRecord], slots: dict[int, int], delta_ms: int) -> int:
+    """The least slot a source batch's records take (lifts applied)."""
+    return min(slots.get(r.offset, slot_of(r.timestamp_ms, delta_ms)) for r in records)
+
+
+def lift_late(
+    ctx: TaskContext, partition: int, records: list[InRecord]
+) -> tuple[dict[int, int], Lift | None]:
+    """A source batch's moved slots (offset -> slot) and the new `Lift`, if any.
+
+    1. Apply the committed lifts of the partition (a replay of lifted offsets).
+    2. A record still below the slot the driver heartbeated the partition up to (its
+       *floor*) took longer than ``front_lag_ms`` to become readable: min time may have
+       passed its slot, and the barrier would drop its output. Every such record moves up
+       to the floor, which min time cannot have passed (the partition's heartbeat holds it
+       there), and the move becomes a `Lift` the caller commits with the batch's outputs
+       (`framework.wire.lifts`: replays move the same records the same way).
+    """
     delta = ctx.spec.graph.delta_ms
-    stamp = min(r.timestamp_ms for r in records)
-    if slot_of(stamp, delta) < floor:
-        topic = records[0].topic
-        raise ProtocolViolation(
-            f"a record of {topic}[{partition}] stamped {stamp} (LogAppendTime) became "
-            f"readable after the driver heartbeated the partition past {floor * delta}: it "
-            f"took over front_lag_ms={ctx.front_lag_ms} to become readable. Nothing of this "
-            "batch was committed. Raise FLAMEPIPE_FRONT_LAG_MS (the broker's worst pause or "
-            "replication delay) and restart the pipeline."
-        )
+    # Step 1
+    committed = [lift for lift in ctx.lifts if lift.partition == partition]
+    slots = LiftIndex(committed).slots(partition, _stamps(records), delta) if committed else {}
+    # Step 2
+    floor = dict(ctx.floors).get(partition)
+    if floor is None or slot_of(min(r.timestamp_ms for r in records), delta) >= floor:
+        return slots, None
+    late = [
+        r.offset for r in records if slots.get(r.offset, slot_of(r.timestamp_ms, delta)) < floor
+    ]
+    if not late:
+        return slots, None
+    lift = Lift(records[0].topic, partition, min(late), max(late), floor)
+    for r in records:
+        slot = slots.get(r.offset, slot_of(r.timestamp_ms, delta))
+        if lift.slot_of(r.offset, slot) > slot:
+            slots[r.offset] = lift.slot
+    return slots, lift
+
+
+def _stamps(records: list[InRecord]) -> dict[int, int]:
+    return {r.offset: r.timestamp_ms for r in records}
+
+
+def check_lag(ctx: TaskContext, partition: int, records: list[InRecord]) -> dict[int, int]:
+    """The committed lifts' slots (`lift_late` step 1) for a fused query's map side, which
+    commits nothing of its own to record a new `Lift` in: a record that would need one
+    fails the task with `ProtocolViolation` before anything commits (min time may have
+    passed its slot, so its output would be dropped as a replay); a restart reads the
+    batch again instead of skipping it."""
+    slots, lift = lift_late(ctx, partition, records)
+    if lift is None:
+        return slots
+    delta = ctx.spec.graph.delta_ms
+    raise ProtocolViolation(
+        f"a record of {lift.topic}[{partition}]@{lift.first} became readable after the "
+        f"driver heartbeated the partition past {lift.slot * delta}: it took over "
+        f"front_lag_ms={ctx.front_lag_ms} to become readable. Nothing of this batch was "
+        "committed. A fused query cannot move it (split stages do: fuse_stages=false), or "
+        "raise FLAMEPIPE_FRONT_LAG_MS (the broker's worst pause), and restart the pipeline."
+    )
 
 
 def partition_state(
@@ -339,4 +393,6 @@ def summary_row(
         **_NO_CATCHUP,
         "source_row": source_row,
         "replayed": 0,
+        "min_slot": -1,  # unknown (skipped): the driver checks the timestamps
+        "lifted": 0,
     }

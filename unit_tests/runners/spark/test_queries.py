@@ -19,6 +19,7 @@ def _row(
         "dead_letters": 0,
         "tombstones": 0,
         "replayed": 0,
+        "lifted": 0,
         "skipped": False,
         "max_timestamp_ms": 5,
         "worker": worker,
