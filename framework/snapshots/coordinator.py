@@ -20,8 +20,9 @@ from framework.coordination.registry import SnapshotRegistry
 from framework.core.graph import Graph, Kind, Node
 from framework.core.ops import op_id_of
 from framework.errors import ConfigError, FlamepipeError
-from framework.kafka.admin import partition_count
+from framework.kafka.admin import end_offsets, partition_count
 from framework.kafka.endpoints import kafka_sources, sink_nodes
+from framework.kafka.lifts import read_lifts
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.topics import CHANGELOG_LAG_MS
 from framework.service import Service
@@ -37,6 +38,7 @@ from framework.snapshots.units import (
     unit_name,
 )
 from framework.snapshots.writer import SnapshotWriter
+from framework.wire.lifts import Lift
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
@@ -118,7 +120,7 @@ class SnapshotCoordinator(Service):
        ``M`` of each aggregate unit, at slot ``M`` through a `SnapshotWriter`; wait until
        every save is durable.
     3. Replay offsets: per source partition, the first offset stamped at or after
-       ``M * delta_ms`` (`replay_offsets`).
+       ``M * delta_ms``, or the first of a lift at or after ``M`` (`replay_offsets`).
     4. Commit ``SnapshotRecord(M, offsets, units, epoch)`` to the registry.
     5. Collect: ``registry.gc(keep=2)``, then ``backend.drop_below`` the oldest kept slot.
 
@@ -163,6 +165,8 @@ class SnapshotCoordinator(Service):
         self._groups = list(self.graph.by_kind(Kind.GROUP))
         self._aggregates = list(self.graph.by_kind(Kind.AGGREGATE))
         self._pane = combining_pane(self.graph)
+        self._lifts_end = 0
+        self._lifted: dict[str, tuple[Lift, ...]] = {}
         self._sources = sorted(s.topic for s in kafka_sources(self.graph).values())
         self._barriers: BarrierMarks | None = None
         self._copies: ChangelogCopies | None = None
@@ -251,7 +255,7 @@ class SnapshotCoordinator(Service):
         units = self._save(copies, target.slot)
         # Step 3
         sources = {topic: self._partition_count(topic) or 0 for topic in self._sources}
-        offsets = replay_offsets(self.bootstrap, sources, target.slot, self.delta_ms)
+        offsets = replay_offsets(self.bootstrap, sources, target.slot, self.delta_ms, self._lifts())
         # Step 4
         record = SnapshotRecord(
             slot=target.slot,
@@ -324,6 +328,17 @@ class SnapshotCoordinator(Service):
                 },
             )
         return self._copies
+
+    def _lifts(self) -> dict[str, tuple[Lift, ...]]:
+        """The pipeline's lifts (`framework.wire.lifts`), read again only when more exist:
+        nearly always none, one end offset asked per round."""
+        topic = Topics(self.graph.name).lifts
+        if not self._partition_count(topic):
+            return {}
+        count = end_offsets(self.bootstrap, topic, partitions=1)[0]
+        if count != self._lifts_end:
+            self._lifts_end, self._lifted = count, read_lifts(self.bootstrap, self.graph.name)
+        return self._lifted
 
     def _partition_count(self, topic: str) -> int | None:
         if topic not in self._partitions:

@@ -3,7 +3,10 @@
 Input topics stamp records with LogAppendTime, so timestamps never go back inside a
 partition and the first offset whose timestamp is at or after ``slot * delta_ms`` is the
 first record with a slot at or after ``slot``: every record before it is in the snapshot,
-none after it.
+none after it. Lifted records (`framework.wire.lifts`) are the exception: a lift moves
+late records up to a slot their timestamps lie below, so a lift at or after ``slot``
+starts its partition's replay at its first offset at the latest (every record from there
+on has a slot at or after the lift's: lifted, or stamped at or past the heartbeat).
 """
 
 from __future__ import annotations
@@ -15,12 +18,17 @@ from confluent_kafka import Consumer, TopicPartition
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.kafka.cache import ProcessCache
 from framework.kafka.clients import close_quietly, kafka_retry, new_consumer
+from framework.wire.lifts import Lift
 
 __all__ = ["replay_offsets"]
 
 
 def replay_offsets(
-    bootstrap: str, sources: Mapping[str, int], slot: int, delta_ms: int
+    bootstrap: str,
+    sources: Mapping[str, int],
+    slot: int,
+    delta_ms: int,
+    lifts: Mapping[str, tuple[Lift, ...]] | None = None,
 ) -> dict[str, dict[int, int]]:
     """Per topic of ``sources`` (topic -> partition count) and partition: the replay start.
 
@@ -29,14 +37,22 @@ def replay_offsets(
     3. None (-1): no record that late yet; the end offset of step 1 is the answer. A
        record appended after step 1 was stamped after the caller saw min time ``slot``,
        so it is in ``slot`` or later: starting at that end skips nothing.
+    4. No later than the first offset of a lift (``lifts``: by topic) at or after ``slot``.
     """
     if slot < 0 or delta_ms < 1:
         raise ValueError(f"slot={slot} must be >= 0 and delta_ms={delta_ms} >= 1")
     consumer = _consumers.get(bootstrap, lambda: _new_consumer(bootstrap))
-    return {
+    offsets = {
         topic: _topic_offsets(consumer, topic, partitions, slot * delta_ms)
         for topic, partitions in sources.items()
     }
+    # Step 4
+    for topic, lifted in (lifts or {}).items():
+        starts = offsets.get(topic)
+        for lift in lifted:
+            if starts is not None and lift.slot >= slot and lift.partition in starts:
+                starts[lift.partition] = min(starts[lift.partition], lift.first)
+    return offsets
 
 
 # One per broker address and process: a snapshot a second made a new client (connections,
