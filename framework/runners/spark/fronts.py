@@ -11,11 +11,12 @@ Every ``heartbeat_ms``, and at once when a source stage finished a batch, per so
 2. Any partition heartbeats the slot of its last consumed timestamp: LogAppendTime grows
    with offsets, so no record not yet consumed has a lower slot. This keeps min time
    moving while a stage works through a backlog.
-3. A partition whose consumed offset reached its end offset heartbeats
-   ``slot(t0 - lag)``: a record not consumed yet was not readable at ``t0``, so it was
-   stamped after ``t0 - lag`` unless it took longer than ``lag`` (``front_lag_ms``) from
-   its LogAppendTime to the high watermark. The broker stamps a record before it makes it
-   readable; a pause in between (a GC, a starved CPU, followers replicating) is the lag.
+3. A partition whose consumed offset reached its end offset (one known, and not below
+   an end seen before) heartbeats ``slot(t0 - lag)``: a record not consumed yet was not
+   readable at ``t0``, so it was stamped after ``t0 - lag`` unless it took longer than
+   ``lag`` (``front_lag_ms``) from its LogAppendTime to the high watermark. The broker
+   stamps a record before it makes it readable; a pause in between (a GC, a starved CPU,
+   followers replicating) is the lag.
 4. If any front's heartbeat rose, record the new slots as the partitions' floors
    (`floors`: every source task gets them and refuses, before it commits, a record below
    its partition's floor), then send one AckBatch per acker shard (heartbeats only),
@@ -133,6 +134,7 @@ class FrontHeartbeats(Service):
         self.broker_offset_ms: int | None = None
         self._producer: Producer | None = new_producer(bootstrap)
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
+        self._ends: dict[tuple[str, int], int] = {}  # the highest end offset seen
         self._wake = threading.Event()
         self._failing_since: float | None = None
         self.flush_s = 10.0
@@ -261,6 +263,21 @@ class FrontHeartbeats(Service):
             known = self._partitions[topic] = (partition_count(self.bootstrap, topic), now)
         return known[0]
 
+    def _caught_up(self, topic: str, partition: int, consumed: int | None, end: int) -> bool:
+        """Whether the partition was read to ``end``, an end offset believed only when it
+        is known (>= 0) and not below one seen before: a broker restarting answers with
+        offsets that are not its log's, and an end taken too low would promise the clock
+        past records still to be read (measured: 2 092 records of a backlog moved up)."""
+        key = (topic, partition)
+        seen = self._ends.get(key, 0)
+        if end < seen:
+            _log.debug(
+                "%s[%d]: end offset %d below %d seen before: ignored", topic, partition, end, seen
+            )
+            return False
+        self._ends[key] = end
+        return consumed is not None and consumed >= end
+
     def beat(self) -> list[Heartbeat]:
         """One round of steps 1-4; the heartbeats it sent."""
         beats: list[Heartbeat] = []
@@ -278,7 +295,7 @@ class FrontHeartbeats(Service):
                 # Step 2
                 slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1
                 # Step 3
-                if consumed.get(partition, -1) >= end:
+                if self._caught_up(topic, partition, consumed.get(partition), end):
                     slot = max(slot, caught_up)
                 front = front_id(topic, partition)
                 if slot > self.sent.get(front, -1):

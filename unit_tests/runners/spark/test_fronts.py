@@ -242,3 +242,17 @@ def test_floors_are_promised_before_the_heartbeat_is_sent(
         assert seen and seen[0] == {0: beat.slot} == fronts.floors("a")
     finally:
         fronts.stop(flush_s=0)
+
+
+def test_an_end_offset_below_one_seen_or_no_progress_is_not_caught_up() -> None:
+    """A broker restarting may answer with an end offset that is not its log's: taken as
+    the end, it would promise the clock past a backlog still to be read."""
+    fronts = _fronts(outage_s=60)
+    try:
+        assert fronts._caught_up("a", 0, 10, 10)
+        assert not fronts._caught_up("a", 0, 10, -1)  # below the end seen: ignored
+        assert not fronts._caught_up("a", 0, 3, 0)  # the same
+        assert not fronts._caught_up("a", 1, None, 0)  # no progress of the query yet
+        assert fronts._caught_up("a", 0, 12, 12)
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
