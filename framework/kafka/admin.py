@@ -140,6 +140,14 @@ def _failed(bootstrap: str, what: str, exc: BaseException) -> ConfigError:
     return ConfigError(f"Kafka at {bootstrap}: cannot {what}: {exc}")
 
 
+def _stale_epoch(exc: KafkaException) -> bool:
+    error = _error(exc)
+    return error is not None and error.code() in (
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+    )
+
+
 def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
     """``ask()``, asked again while Kafka's error is transient; else a `ConfigError`."""
     deadline = Deadline(DEFAULT_TIMEOUT_S)
@@ -149,6 +157,12 @@ def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
         except KafkaException as exc:
             if not is_transient(exc) or deadline.expired:
                 raise _failed(bootstrap, what, exc) from exc
+            if _stale_epoch(exc):
+                # The client asks with the leader epochs of its metadata from before a
+                # broker restart and is refused for as long as it keeps it (an acker's
+                # admin client failed so for 30 s): a new client fetches fresh metadata.
+                # The old one is not closed here: another thread may be using it.
+                _clients.discard(bootstrap)
         except FlamepipeError:
             raise
         except Exception as exc:  # the futures' own timeouts and client errors

@@ -251,11 +251,16 @@ class SnapshotCoordinator(Service):
                 self._skipping,
             )
             self._skipping = 0
+        try:
+            lifts = self._lifts()
+        except FlamepipeError as exc:  # a broker restarting: the next round tries again
+            _log.warning("%s: snapshot at slot %d postponed: %s", self.graph.name, target.slot, exc)
+            return
         self.stats.cut_short = copies.cut_short()
         units = self._save(copies, target.slot)
         # Step 3
         sources = {topic: self._partition_count(topic) or 0 for topic in self._sources}
-        offsets = replay_offsets(self.bootstrap, sources, target.slot, self.delta_ms, self._lifts())
+        offsets = replay_offsets(self.bootstrap, sources, target.slot, self.delta_ms, lifts)
         # Step 4
         record = SnapshotRecord(
             slot=target.slot,
