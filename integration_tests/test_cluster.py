@@ -43,6 +43,7 @@ from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.serde import Bytes
 from integration_tests.harness.http_service import PriceService
+from integration_tests.harness.processes import executor_pids
 from integration_tests.harness.runs import lose_an_ack, produce_lines, read_output
 
 WORDTOOLS = '''
@@ -649,22 +650,6 @@ def _verified_items(bootstrap: str, topic: str) -> int:
         return sum(len(bundle.items) for bundle in consumer.bundles(idle_s=5))
 
 
-def _executor_pids(state_dir: Path) -> list[int]:
-    """Executor JVMs the cluster's workers launched (their working directory is theirs)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            cwd = Path(os.readlink(proc / "cwd"))
-        except OSError:
-            continue
-        if b"CoarseGrainedExecutorBackend" in cmdline and state_dir.resolve() in cwd.parents:
-            found.append(int(proc.name))
-    return sorted(found)
-
-
 def _wait(condition: Any, what: str, timeout_s: float = _TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -675,7 +660,7 @@ def _wait(condition: Any, what: str, timeout_s: float = _TIMEOUT_S) -> None:
 def _kill_executor_and_worker(cluster: Settings, between: Callable[[], object]) -> list[str]:
     """kill -9 of one executor JVM (its tasks run again elsewhere), ``between``, then of a
     whole worker (and with it its executors), restarted 5 s later; what was killed."""
-    executors = _executor_pids(cluster.state_dir)
+    executors = executor_pids(cluster.state_dir)
     assert executors, "no executor JVM of the cluster found"
     os.kill(executors[0], signal.SIGKILL)
     between()
