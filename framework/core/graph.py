@@ -102,7 +102,8 @@ class Node:
     ``fn`` is the user function of map, map_async, flat_map, filter and key_by; ``window``
     the group's window; ``ports`` the broadcast's copies; ``endpoint`` the source or sink
     descriptor; ``aggregation`` the aggregate's `Aggregation`; ``call`` how map_async
-    calls its function.
+    calls its function; ``batch`` that map, flat_map or filter's ``fn`` takes a column of
+    payloads (`framework.core.batches`).
     """
 
     id: str
@@ -115,6 +116,7 @@ class Node:
     aggregation: Aggregation | None = None
     label: str = ""
     call: AsyncCall | None = None
+    batch: bool = False  # map, flat_map, filter: ``fn`` takes a column (`core.batches`)
 
     def describe(self) -> str:
         """The node for error messages: its id and user label."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from framework.core.batches import FilterBatchesOp, FlatMapBatchesOp, MapBatchesOp
 from framework.core.calls import MapAsyncOp
 from framework.core.graph import Kind, Node
 from framework.core.ops import (
@@ -26,6 +27,8 @@ def stateless_operation(pipeline: str, node: Node) -> Operation:
     op_id = op_id_of(pipeline, node.id)
     name = f"{node.kind} {node.describe()}"
     fn: Any = node.fn
+    if node.batch:
+        return _batch_operation(name, op_id, node)
     if node.kind is Kind.MAP:
         return MapOp(name, op_id, fn)
     if node.kind is Kind.MAP_ASYNC:
@@ -42,3 +45,14 @@ def stateless_operation(pipeline: str, node: Node) -> Operation:
     if node.kind is Kind.BROADCAST:
         return BroadcastOp(name, op_id, node.ports)
     raise PipelineError(f"{node.describe()} is not a stateless operation")
+
+
+def _batch_operation(name: str, op_id: int, node: Node) -> Operation:
+    fn: Any = node.fn
+    if node.kind is Kind.MAP:
+        return MapBatchesOp(name, op_id, fn)
+    if node.kind is Kind.FLAT_MAP:
+        return FlatMapBatchesOp(name, op_id, fn)
+    if node.kind is Kind.FILTER:
+        return FilterBatchesOp(name, op_id, fn)
+    raise PipelineError(f"{node.describe()} has no batch form")

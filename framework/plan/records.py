@@ -42,6 +42,9 @@ class StageSpec:
     # on receipt (docs/decisions/fused-stages.md).
     fused_exit: str | None = None
     fused_input: bool = False
+    # A source stage's chain of stateless operations runs on columns
+    # (`framework.plan.columnar`).
+    columnar: bool = False
 
     @property
     def topics(self) -> Topics:
@@ -63,3 +66,4 @@ class TaskResult:
     max_timestamp_ms: int = -1
     replayed: int = 0  # results below a restore floor, not emitted again (`put_floor`)
     next_due: int = -1  # an aggregate's earliest window end still to emit (-1: none)
+    columnar: bool = False  # the batch ran on columns (`framework.plan.columnar`)

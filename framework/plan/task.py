@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 from framework.core.acker.local import LocalAcker
 from framework.core.aggregate import aggregator
 from framework.core.calls import MapAsyncOp
+from framework.core.columns import COLUMN_OPS
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack
@@ -63,6 +64,7 @@ from framework.errors import (
     Unauthenticated,
     UserFunctionError,
 )
+from framework.plan.columnar import flow_columns
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.stages import ExitKind
 from framework.plan.state import (
@@ -130,6 +132,28 @@ class StageProgram:
         self.hold_segment = ""
         if self.aggregation is not None:
             self.hold_segment = self._segment[consumers[Port(entry.id, 0)].id]
+        self.chain = self._column_chain() if spec.columnar else None
+
+    def _column_chain(self) -> tuple[list[Operation], _ExitRoute] | None:
+        """A source stage's operations and exit, if they form one chain that runs on
+        columns (`framework.plan.columnar`)."""
+        stage = self.spec.stage
+        if not stage.is_source or self.spec.source is None:
+            return None
+        ops: list[Operation] = []
+        node_id = stage.entry
+        while True:
+            routes = self._routes[node_id]
+            if len(routes) != 1:
+                return None
+            target = routes[0]
+            if target is None:
+                return ops, self._exits[Port(node_id, 0)]
+            op = self._ops.get(target)
+            if not isinstance(op, COLUMN_OPS):
+                return None
+            ops.append(op)
+            node_id = target
 
     def _route(self, port: Port, exit_: Any) -> _ExitRoute:
         target = self.spec.graph.node(exit_.target)
@@ -168,6 +192,21 @@ class StageProgram:
             return aggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
         return None
 
+    def _flow_items(self, run: _TaskRun, records: list[InRecord], state: StageState | None) -> None:
+        """Steps 1-4 item by item."""
+        decoded: list[tuple[Record, InRecord, int]] = []
+        for record in records:
+            run.decode(record, decoded)
+        run.result.items_in = len(decoded)
+        # Any order gives the same output; global-time order spares the grouping repairs
+        # for disorder inside one batch (a shuffle partition interleaves upstream tasks).
+        decoded.sort(key=_by_meta)
+        if isinstance(state, Grouping):
+            run.flow_grouped(state, decoded)
+        else:
+            for item, record, index in decoded:
+                run.flow(item, record, index)
+
     def run(
         self,
         records: Iterable[InRecord],
@@ -188,21 +227,15 @@ class StageProgram:
         run = _TaskRun(self, state, rng or _ack_value)
         run.slots = slots or {}
         result = run.result
-        decoded: list[tuple[Record, InRecord, int]] = []
-        for record in records:
-            result.records_in += 1
-            result.last_offset = max(result.last_offset, record.offset)
-            result.max_timestamp_ms = max(result.max_timestamp_ms, record.timestamp_ms)
-            run.decode(record, decoded)
-        result.items_in = len(decoded)
-        # Any order gives the same output; global-time order spares the grouping repairs
-        # for disorder inside one batch (a shuffle partition interleaves upstream tasks).
-        decoded.sort(key=_by_meta)
-        if isinstance(state, Grouping):
-            run.flow_grouped(state, decoded)
+        records = records if isinstance(records, list) else list(records)
+        result.records_in = len(records)
+        if records:
+            result.last_offset = max(r.offset for r in records)
+            result.max_timestamp_ms = max(r.timestamp_ms for r in records)
+        if records and self.chain is not None and flow_columns(run, *self.chain, records):
+            result.columnar = True
         else:
-            for item, record, index in decoded:
-                run.flow(item, record, index)
+            self._flow_items(run, records, state)
         if isinstance(state, WindowAggregator):
             # Step 7
             replayed = state.replayed
@@ -362,17 +395,20 @@ class _TaskRun:
         spec = self.spec
         if spec.source is None:
             raise PipelineError(f"source stage {spec.stage.id} has no decoder")
-        # A task reads one partition: its front id (a blake2b digest) is computed once.
-        front = self._fronts.get((record.topic, record.partition))
-        if front is None:
-            front = self._fronts[(record.topic, record.partition)] = front_id(
-                record.topic, record.partition
-            )
+        front = self.front_of(record.topic, record.partition)
         slot = slot_of(record.timestamp_ms, spec.graph.delta_ms)
         if self.slots:
             slot = self.slots.get(record.offset, slot)
         gt = GlobalTime(slot, front, record.offset)
         return Record(Meta(gt), spec.source.payload(record))
+
+    def front_of(self, topic: str, partition: int) -> int:
+        """The front id of a source partition."""
+        # A task reads one partition: its front id (a blake2b digest) is computed once.
+        front = self._fronts.get((topic, partition))
+        if front is None:
+            front = self._fronts[(topic, partition)] = front_id(topic, partition)
+        return front
 
     def _decode_frame(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
         # Step 1
@@ -492,20 +528,28 @@ class _TaskRun:
             raise UserFunctionError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
         pending[0] = max(pending[0], meta)
 
+    def add_partial(self, route: _ExitRoute, pane: int, meta: Meta, keyed: Keyed) -> None:
+        """Step 3 for a combinable aggregate: a key's pane partial reduced elsewhere
+        (`framework.plan.columnar`), which has it alone."""
+        self._partials[(route.target, keyed.key, pane)] = [meta, keyed.hash, keyed.value, route]
+
     def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
         meta = record.meta
         value = record.value if route.encode is None else route.encode(meta, record.value)
+        self.send(route, meta, value)
+
+    def send(self, route: _ExitRoute, meta: Meta, value: Any) -> None:
+        """Step 3 for an item leaving as ``value`` (a sink's record, else its payload)."""
         ack = self.rng()
         if route.acked:
             self.acker.ack(route.segment, meta.gt.slot, ack)
         if route.shuffle:
-            keyed = record.value
-            if not isinstance(keyed, Keyed):
+            if not isinstance(value, Keyed):
                 raise UserFunctionError(f"{route.node} must key its output before {route.target}")
-            partition = keyed.hash % route.partitions
+            partition = value.hash % route.partitions
         elif route.sink_partitions:  # the value is the output record (key, value, meta, mac)
-            key: bytes | None = value[0]  # type: ignore[index]
+            key: bytes | None = value[0]
             partition = barrier_instance(key, meta, route.sink_partitions, route.partitions)
         else:
             partition = meta.gt.front % route.partitions

@@ -392,6 +392,7 @@ class PipelineRun:
             sources.get(stage.entry),
             self.settings.fail_fast,
             self.epoch,
+            columnar=self.settings.columnar,
             **fused,
         )
 

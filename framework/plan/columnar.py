@@ -1,0 +1,155 @@
+"""A source stage's chain of stateless operations run on columns (`framework.core.columns`).
+
+A source stage whose nodes form one chain of ``map``, ``flat_map``, ``filter`` and
+``key_by`` (and their batch twins) into one exit runs its batch as columns: no record and
+meta objects per item between the operations, map-side combining without a meta per item,
+metas made only for the items that leave. The output is the per-item path's exactly (same
+items, metas, frames and order; `framework.plan.task`), which a unit test checks on random
+chains.
+
+Protocol of `flow_columns`, steps 1-2 of the stage task (`framework.plan.task`):
+
+1. Decode every record and order the batch by global time (slot from the timestamp or a
+   lift, then offset; one front per task).
+2. Run each operation of the chain over all items.
+3. Leave the stage: into the map-side partials of a combinable aggregate (per key and
+   pane, reduced in item order; the partial's meta is the pane's last item's), or every
+   item emitted with its meta.
+
+Everything that would make one record a dead letter (an undecodable record, a user
+function or a sink's encoder that raises) happens before anything is emitted; then the
+batch is left to the per-item path, which finds the record and sends it to the dead
+letters exactly as without columns. The caller counts such fallbacks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from framework.core.columns import Columns, apply
+from framework.core.meta import Meta
+from framework.core.ops import Keyed, Operation
+from framework.errors import DecodeError, EncodeError, UserFunctionError
+from framework.wire.records import InRecord
+
+if TYPE_CHECKING:
+    from framework.plan.task import _ExitRoute, _TaskRun
+
+__all__ = ["flow_columns"]
+
+log = logging.getLogger(__name__)
+
+_ITEM_ERRORS = (DecodeError, UserFunctionError, EncodeError)
+
+
+def flow_columns(
+    run: _TaskRun, ops: Sequence[Operation], route: _ExitRoute, records: list[InRecord]
+) -> bool:
+    """Steps 1-3 for a source batch; False (nothing emitted) to leave it to the per-item
+    path: one of its records is a dead letter, or the batch reads more than one front."""
+    first = records[0]
+    if any(r.partition != first.partition or r.topic != first.topic for r in records):
+        return False
+    spec = run.spec
+    assert spec.source is not None  # a source stage (`StageProgram`)
+    try:
+        # Step 1
+        decode = spec.source.payload
+        payloads = [decode(r) for r in records]
+        offsets = np.fromiter((r.offset for r in records), np.int64, len(records))
+        stamps = np.fromiter((r.timestamp_ms for r in records), np.int64, len(records))
+        slots = stamps // spec.graph.delta_ms
+        if run.slots:
+            for i, offset in enumerate(offsets.tolist()):
+                slots[i] = run.slots.get(offset, slots[i])
+        order = np.lexsort((offsets, slots))
+        if np.any(order != np.arange(len(order))):
+            payloads = [payloads[i] for i in order.tolist()]
+            offsets, slots = offsets[order], slots[order]
+        # Step 2
+        cols = Columns.of(payloads)
+        for op in ops:
+            cols = apply(op, cols)
+        # Step 3
+        front = run.front_of(first.topic, first.partition)
+        if route.aggregation is not None:
+            partials = _combine(route, cols, slots, offsets, front)
+            sent = None
+        else:
+            partials = None
+            sent = _outputs(route, cols, cols.metas(slots, offsets, front))
+    except _ITEM_ERRORS as exc:
+        where = f"{first.topic}[{first.partition}]"
+        log.debug("a batch of %s is left to the per-item path: %s", where, exc)
+        return False
+    if partials is None and sent is None:
+        return False
+    run.partition = first.partition
+    run.result.items_in = len(records)
+    for pane, meta, keyed in partials or ():
+        run.add_partial(route, pane, meta, keyed)
+    for meta, value in sent or ():
+        run.send(route, meta, value)
+    return True
+
+
+def _outputs(route: _ExitRoute, cols: Columns, metas: list[Meta]) -> list[tuple[Meta, Any]] | None:
+    """Step 3: every item's meta and what it leaves as (a sink's record, keyed payload)."""
+    values = cols.pylist()
+    if cols.keys is not None:
+        assert cols.hashes is not None
+        values = [Keyed(k, h, v) for k, h, v in zip(cols.keys, cols.hashes, values, strict=True)]
+    elif route.shuffle:
+        return None  # unkeyed into a grouping: the per-item path says so per record
+    encode = route.encode
+    if encode is not None:
+        values = [encode(m, v) for m, v in zip(metas, values, strict=True)]
+    return list(zip(metas, values, strict=True))
+
+
+def _combine(
+    route: _ExitRoute, cols: Columns, slots: Any, offsets: Any, front: int
+) -> list[tuple[int, Meta, Keyed]] | None:
+    """Step 3 into a combinable aggregate: one partial per key and pane, reduced in item
+    order, with the meta of its last item (the largest: items are in meta order)."""
+    if cols.keys is None or cols.hashes is None:
+        return None
+    aggregation = route.aggregation
+    assert aggregation is not None and aggregation.reduce is not None
+    reduce = aggregation.reduce
+    panes = slots[cols.parents] // route.pane
+    keys, values = cols.keys, cols.pylist()
+    # Items are in meta order, so panes never decrease: one dictionary per run of a pane,
+    # whose keys are first seen in the order the per-item path's would be.
+    bounds = [0, *(np.flatnonzero(np.diff(panes)) + 1).tolist(), len(panes)]
+    runs: list[tuple[int, dict[Any, list[Any]]]] = []
+    try:
+        for start, end in itertools.pairwise(bounds):
+            partials: dict[Any, list[Any]] = {}
+            get = partials.get
+            for i in range(start, end):
+                key, value = keys[i], values[i]
+                pending = get(key)
+                if pending is None:
+                    partials[key] = [i, value]
+                else:
+                    pending[1] = reduce(pending[1], value)
+                    pending[0] = i
+            if partials:
+                runs.append((int(panes[start]), partials))
+    except Exception as exc:
+        raise UserFunctionError(f"reduce of {route.target} failed") from exc
+    entries = [(pane, key, p) for pane, partials in runs for key, p in partials.items()]
+    last = np.fromiter((p[0] for _, _, p in entries), np.int64, len(entries))
+    lasts = Columns([], cols.parents[last], tuple(c[last] for c in cols.children), cols.trace)
+    metas = lasts.metas(slots, offsets, front)
+    hashes = cols.hashes
+    return [
+        (pane, meta, Keyed(key, hashes[i], value))
+        for (pane, key, (i, value)), meta in zip(entries, metas, strict=True)
+    ]

@@ -1,0 +1,146 @@
+"""A source stage on columns gives the per-item path's output exactly, record for record."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors import KafkaSink, KafkaSource
+from framework import Pipeline, Tumbling
+from framework.core.graph import Graph, Kind
+from framework.plan import plan_stages
+from framework.plan.records import StageSpec, TaskResult
+from framework.plan.task import StageProgram
+from framework.testing import ListSink, ListSource
+from framework.wire.records import InRecord
+
+WORDS = ["a", "bb", "ccc", "dd", "e", "", "ffff"]
+
+
+def _even(s: str) -> bool:
+    return len(s) % 2 == 0
+
+
+def _even_batch(column: pa.Array) -> pa.Array:
+    return pc.equal(pc.bit_wise_and(pc.utf8_length(column), 1), 0)
+
+
+OPS: dict[str, Callable[[Any, str], Any]] = {
+    "map": lambda stream, n: stream.map(lambda s: s + "x", name=n),
+    "upper": lambda stream, n: stream.map_batches(pc.utf8_upper, name=n),
+    "split": lambda stream, n: stream.flat_map(str.split, name=n),
+    "split_batches": lambda stream, n: stream.flat_map_batches(pc.utf8_split_whitespace, name=n),
+    "chars": lambda stream, n: stream.flat_map(lambda s: list(s[:2]), name=n),
+    "even": lambda stream, n: stream.filter(_even, name=n),
+    "even_batches": lambda stream, n: stream.filter_batches(_even_batch, name=n),
+}
+
+
+def graph_of(chain: list[str], exit_: str) -> Graph:
+    p = Pipeline("cols")
+    stream = p.source(ListSource([], topic="lines"))
+    for i, op in enumerate(chain):
+        stream = OPS[op](stream, f"{op}{i}")
+        stream = stream.map(lambda s: s, name=f"id{i}") if i % 3 == 2 else stream
+    if exit_ == "sink":
+        stream.sink(ListSink())
+    elif exit_ == "kafka":
+        stream.sink(KafkaSink("out"))
+    else:
+        keyed = stream.key_by(lambda s: s[:1], name="k")
+        if exit_ == "group":
+            keyed.group(2).sink(ListSink())
+        else:
+            keyed.aggregate(Tumbling(50), reduce=lambda a, b: a + b, combinable=True).sink(
+                ListSink()
+            )
+    return p.graph()
+
+
+def program(graph: Graph, *, columnar: bool) -> StageProgram:
+    sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
+    stages = plan_stages(graph, sources)
+    topics = {e.topic: 1 for stage in stages for e in stage.exits.values()}
+    topics.update({stage.topic: 3 for stage in stages if not stage.is_source})
+    spec = StageSpec(graph, stages[0], topics, 2, KafkaSource("lines"), columnar=columnar)
+    return StageProgram(spec)
+
+
+def run(
+    graph: Graph, records: list[InRecord], slots: dict[int, int], *, columnar: bool
+) -> TaskResult:
+    draws = random.Random(7)
+    return program(graph, columnar=columnar).run(
+        records, None, 1, 1, lambda: draws.getrandbits(64) | 1, slots=slots
+    )
+
+
+def batch(texts: list[bytes], stamps: list[int]) -> list[InRecord]:
+    return [
+        InRecord("lines", 1, 100 + i, ts, None, t)
+        for i, (t, ts) in enumerate(zip(texts, stamps, strict=True))
+    ]
+
+
+lines = st.lists(st.sampled_from(WORDS), max_size=4).map(lambda ws: " ".join(ws).encode())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    chain=st.lists(st.sampled_from(sorted(OPS)), max_size=4),
+    exit_=st.sampled_from(["sink", "kafka", "group", "aggregate"]),
+    texts=st.lists(lines, min_size=1, max_size=12),
+    data=st.data(),
+)
+def test_columns_give_the_per_item_output(
+    chain: list[str], exit_: str, texts: list[bytes], data: st.DataObject
+) -> None:
+    stamps = data.draw(st.lists(st.integers(0, 400), min_size=len(texts), max_size=len(texts)))
+    lifted = data.draw(st.sets(st.integers(0, len(texts) - 1)))
+    records = batch(texts, stamps)
+    slots = {100 + i: 45 for i in lifted}
+    graph = graph_of(chain, exit_)
+    items = run(graph, records, slots, columnar=False)
+    columns = run(graph, records, slots, columnar=True)
+    assert columns.columnar and not items.columnar
+    assert replace(columns, columnar=False) == items
+
+
+def test_a_failing_function_leaves_the_batch_to_the_per_item_path() -> None:
+    def picky(s: str) -> str:
+        if s == "dd":
+            raise ValueError("no dd")
+        return s
+
+    p = Pipeline("cols")
+    p.source(ListSource([], topic="lines")).flat_map(str.split).map(picky).sink(ListSink())
+    graph = p.graph()
+    records = batch([b"a bb", b"a dd e", b"ccc"], [10, 20, 30])
+    items = run(graph, records, {}, columnar=False)
+    columns = run(graph, records, {}, columnar=True)
+    assert not columns.columnar and columns == items
+    assert columns.dead_letters == 1 and columns.items_out == 4  # "a dd e" yields "a" first
+
+
+def test_an_undecodable_record_leaves_the_batch_to_the_per_item_path() -> None:
+    graph = graph_of(["split"], "sink")
+    records = batch([b"a bb", b"\xff\xfe", b"ccc"], [10, 20, 30])
+    columns = run(graph, records, {}, columnar=True)
+    assert not columns.columnar and columns.dead_letters == 1
+    assert columns == run(graph, records, {}, columnar=False)
+
+
+def test_a_chain_that_does_not_run_on_columns_runs_item_by_item() -> None:
+    p = Pipeline("cols")
+    left, right = p.source(ListSource([], topic="lines")).broadcast(2)
+    left.sink(ListSink("one"))
+    right.sink(ListSink("two"))
+    assert program(p.graph(), columnar=True).chain is None
+    assert program(graph_of(["split"], "aggregate"), columnar=True).chain is not None
