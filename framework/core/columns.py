@@ -87,10 +87,15 @@ class Columns:
             _new(GlobalTime, (s, front, o))
             for s, o in zip(slots[parents].tolist(), offsets[parents].tolist(), strict=True)
         ]
+        return [
+            _new(Meta, (gt, path, trace, False)) for gt, path in zip(gts, self.paths(), strict=True)
+        ]
+
+    def paths(self) -> list[tuple[int, ...]]:
+        """Every item's child-id path."""
         if not self.children:
-            return [_new(Meta, (gt, (), trace, False)) for gt in gts]
-        paths = zip(*(c.tolist() for c in self.children), strict=True)
-        return [_new(Meta, (gt, path, trace, False)) for gt, path in zip(gts, paths, strict=True)]
+            return [()] * len(self)
+        return list(zip(*(c.tolist() for c in self.children), strict=True))
 
     def take(self, rows: Ints, values: list[Any] | pa.Array, child: Ints, op_id: int) -> Columns:
         """The items ``rows`` (ascending) with new ``values`` and one more child id."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -77,38 +78,78 @@ def flow_columns(
             cols = apply(op, cols)
         # Step 3
         front = run.front_of(first.topic, first.partition)
+        partials = sent = None
         if route.aggregation is not None:
             partials = _combine(route, cols, slots, offsets, front)
-            sent = None
+        elif route.encode is None:
+            if route.shuffle and cols.keys is None:
+                return False  # unkeyed into a grouping: the per-item path says so per record
+            cols = replace(cols, values=cols.pylist())
         else:
-            partials = None
             sent = _outputs(route, cols, cols.metas(slots, offsets, front))
     except _ITEM_ERRORS as exc:
         where = f"{first.topic}[{first.partition}]"
         log.debug("a batch of %s is left to the per-item path: %s", where, exc)
         return False
-    if partials is None and sent is None:
+    if route.aggregation is not None and partials is None:
         return False
     run.partition = first.partition
     run.result.items_in = len(records)
-    for pane, meta, keyed in partials or ():
-        run.add_partial(route, pane, meta, keyed)
-    for meta, value in sent or ():
-        run.send(route, meta, value)
+    if partials is not None:
+        for pane, meta, keyed in partials:
+            run.add_partial(route, pane, meta, keyed)
+    elif sent is not None:
+        for meta, value in sent:
+            run.send(route, meta, value)
+    else:
+        _send_columns(run, route, cols, slots[cols.parents], offsets[cols.parents], front=front)
     return True
 
 
-def _outputs(route: _ExitRoute, cols: Columns, metas: list[Meta]) -> list[tuple[Meta, Any]] | None:
-    """Step 3: every item's meta and what it leaves as (a sink's record, keyed payload)."""
+def _send_columns(
+    run: _TaskRun, route: _ExitRoute, cols: Columns, slots: Any, offsets: Any, *, front: int
+) -> None:
+    """Step 3 for items leaving as they are (into a shuffle or another stage): what
+    `_TaskRun.send` does item by item, on columns."""
+    count = len(cols)
+    if not count:
+        return
+    acks = run.ack_values(count)
+    if route.acked:
+        # Items are in meta order: each slot's items are one run, acked as their XOR.
+        starts = np.flatnonzero(np.diff(slots, prepend=slots[0] - 1))
+        xors = np.bitwise_xor.reduceat(np.asarray(acks, np.uint64), starts)
+        for slot, value in zip(slots[starts].tolist(), xors.tolist(), strict=True):
+            run.acker.ack(route.segment, slot, value)
+    if route.shuffle:
+        assert cols.keys is not None and cols.hashes is not None
+        payload = [cols.keys, cols.hashes, cols.pylist()]
+        partitions = np.asarray(cols.hashes, np.uint64) % np.uint64(route.partitions)
+    else:
+        payload = [cols.pylist()]
+        partitions = np.full(count, front % route.partitions, np.uint64)
+    columns = [slots.tolist(), offsets.tolist(), cols.paths(), acks, *payload]
+    firsts = np.unique(partitions, return_index=True)[1]
+    for partition in partitions[np.sort(firsts)].tolist():
+        builder = run.builder(route, partition)
+        if len(firsts) == 1:
+            part = columns
+        else:
+            rows = np.flatnonzero(partitions == partition).tolist()
+            part = [[column[i] for i in rows] for column in columns]
+        slot_l, offset_l, paths, ack_l, *payload_l = part
+        builder.add_columns(
+            slot_l, offset_l, paths, ack_l, payload_l, front=front, trace=cols.trace
+        )
+    run.result.items_out += count
+
+
+def _outputs(route: _ExitRoute, cols: Columns, metas: list[Meta]) -> list[tuple[Meta, Any]]:
+    """Step 3 into a sink: every item's meta and its output record."""
     values = cols.pylist()
-    if cols.keys is not None:
-        assert cols.hashes is not None
-        values = [Keyed(k, h, v) for k, h, v in zip(cols.keys, cols.hashes, values, strict=True)]
-    elif route.shuffle:
-        return None  # unkeyed into a grouping: the per-item path says so per record
     encode = route.encode
-    if encode is not None:
-        values = [encode(m, v) for m, v in zip(metas, values, strict=True)]
+    assert encode is not None
+    values = [encode(m, v) for m, v in zip(metas, values, strict=True)]
     return list(zip(metas, values, strict=True))
 
 

@@ -44,6 +44,8 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from framework.core.acker.local import LocalAcker
 from framework.core.aggregate import aggregator
 from framework.core.calls import MapAsyncOp
@@ -260,6 +262,9 @@ def _batch_only(record: Record) -> list[Record]:
 
 def _by_meta(entry: tuple[Record, InRecord, int]) -> Meta:
     return entry[0].meta
+
+
+_ACKS = np.random.default_rng()  # seeded from the OS: ack values must not repeat across runs
 
 
 def _ack_value() -> int:
@@ -553,11 +558,22 @@ class _TaskRun:
             partition = barrier_instance(key, meta, route.sink_partitions, route.partitions)
         else:
             partition = meta.gt.front % route.partitions
+        self.builder(route, partition).add(meta, ack, value)
+        self.result.items_out += 1
+
+    def builder(self, route: _ExitRoute, partition: int) -> FrameBuilder:
+        """The frames of ``route``'s topic to ``partition``, in the order first used."""
         builder = self.frames.get((route.topic, partition))
         if builder is None:
             builder = self.frames[(route.topic, partition)] = FrameBuilder(route.shuffle)
-        builder.add(meta, ack, value)
-        self.result.items_out += 1
+        return builder
+
+    def ack_values(self, count: int) -> list[int]:
+        """``count`` fresh ack values, drawn as ``count`` calls of the task's would."""
+        if self.rng is _ack_value:
+            drawn = _ACKS.integers(0, 1 << 64, count, np.uint64, endpoint=False)
+            return (drawn | np.uint64(1)).tolist()  # type: ignore[no-any-return]
+        return [self.rng() for _ in range(count)]
 
     def write_frames(self) -> None:
         """Step 3, at the end: partials, then every partition's items as frames (no key)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from framework.core.meta import Meta
@@ -101,6 +102,37 @@ class FrameBuilder:
             )
         else:
             self.rows.append((gt[0], gt[1], gt[2], meta[1], meta[2], meta[3], ack, payload))
+
+    def add_columns(
+        self,
+        slots: list[int],
+        offsets: list[int],
+        child_ids: Iterable[tuple[int, ...]],
+        acks: list[int],
+        payload: list[list[Any]],
+        *,
+        front: int,
+        trace: int,
+    ) -> None:
+        """Append items given as columns, all of one front and trace and none a tombstone:
+        what `add` appends item by item. ``payload``: the keys, hashes and values on a
+        keyed builder, else the payloads."""
+        if len(payload) != (3 if self.keyed else 1):
+            raise ValueError(f"{len(payload)} payload columns for a keyed={self.keyed} frame")
+        count = len(acks)
+        self.rows.extend(
+            zip(
+                slots,
+                repeat(front, count),
+                offsets,
+                child_ids,
+                repeat(trace, count),
+                repeat(False, count),
+                acks,
+                *payload,
+                strict=True,
+            )
+        )
 
     def frames(self, max_bytes: int = FRAME_BYTES, max_items: int = FRAME_ITEMS) -> list[bytes]:
         """The values of the frames holding every item added, in order."""

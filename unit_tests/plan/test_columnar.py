@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -20,6 +21,7 @@ from framework.plan.records import StageSpec, TaskResult
 from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
 from framework.wire.records import InRecord
+from unit_tests.plan.test_task import items_of, xor_table
 
 WORDS = ["a", "bb", "ccc", "dd", "e", "", "ffff"]
 
@@ -144,3 +146,21 @@ def test_a_chain_that_does_not_run_on_columns_runs_item_by_item() -> None:
     right.sink(ListSink("two"))
     assert program(p.graph(), columnar=True).chain is None
     assert program(graph_of(["split"], "aggregate"), columnar=True).chain is not None
+
+
+def test_the_acks_of_items_sent_on_columns_are_what_their_frames_carry() -> None:
+    graph = graph_of(["split"], "group")
+    records = batch([b"a bb a", b"ccc dd", b"e"], [10, 20, 400])
+    stage = program(graph, columnar=True)
+    result = stage.run(records, None, 1, 1)  # the task's own ack values, not a test's
+    assert result.columnar and result.items_out == 6
+    sent = xor_table(result.records, stage.spec.topics.acks)
+    carried: dict[tuple[str, int], int] = defaultdict(int)
+    (exit_,) = stage.spec.stage.exits.values()
+    segment = graph.segments().of_node[exit_.target]
+    for record in result.records:
+        if record.topic == exit_.topic:
+            for meta, ack, _ in items_of(record):
+                assert ack % 2 == 1
+                carried[(segment, meta.gt.slot)] ^= ack
+    assert carried and sent == carried
