@@ -177,21 +177,26 @@ def _spread(cols: Columns, lengths: Ints, values: list[Any] | pa.Array, op_id: i
     return cols.take(rows, values, child, op_id)
 
 
+def _hash(cache: dict[Any, int], key: Any) -> int:
+    """``key``'s hash, remembered: a key seen earlier in the same batch is known now."""
+    try:
+        hash_ = cache.get(key)
+        if hash_ is None:
+            if len(cache) >= _HASHES:
+                cache.clear()
+            hash_ = cache[key] = key_hash(key)
+    except TypeError:  # unhashable (a list)
+        return key_hash(key)
+    return hash_
+
+
 def _key_by(op: KeyByOp, cols: Columns) -> Columns:
     fn, name, cache = op.fn, op.name, op.hashes
     values = cols.pylist()
     keys = _each(fn, name, values)
-    hashes: list[int] = []
-    append = hashes.append
-    for key in keys:
-        try:
-            hash_ = cache[key]
-        except KeyError:
-            hash_ = key_hash(key)
-            if len(cache) >= _HASHES:
-                cache.clear()
-            cache[key] = hash_
-        except TypeError:  # unhashable (a list): nothing to remember it by
-            hash_ = key_hash(key)
-        append(hash_)
+    try:
+        known: list[int | None] = list(map(cache.get, keys))
+    except TypeError:  # an unhashable key (a list): nothing to remember it by
+        known = [None] * len(keys)
+    hashes = [_hash(cache, k) if h is None else h for k, h in zip(keys, known, strict=True)]
     return replace(cols, values=values, trace=cols.trace ^ op.op_id, keys=keys, hashes=hashes)
