@@ -196,7 +196,11 @@ class Stream(_Handle):
         )
 
     def map(self, fn: Callable[[Any], Any], *, name: str = "") -> Stream:
-        """One output per payload: ``fn(payload)``."""
+        """One output per payload: ``fn(payload)``.
+
+        Cost: one Python call per payload. After a source, on columns (setting
+        ``columnar``), no record or meta object per payload besides; `map_batches` is
+        one call per batch."""
         return Stream(self.pipeline, self._then(Kind.MAP, fn, name))
 
     def map_async(
@@ -244,11 +248,16 @@ class Stream(_Handle):
         return Stream(self.pipeline, port)
 
     def flat_map(self, fn: Callable[[Any], Iterable[Any]], *, name: str = "") -> Stream:
-        """Zero or more outputs per payload, in the order ``fn`` yields them."""
+        """Zero or more outputs per payload, in the order ``fn`` yields them.
+
+        Cost: one Python call per payload and an object per output; see `map` and
+        `flat_map_batches`."""
         return Stream(self.pipeline, self._then(Kind.FLAT_MAP, fn, name))
 
     def filter(self, fn: Callable[[Any], object], *, name: str = "") -> Stream:
-        """The payloads for which ``fn`` is true."""
+        """The payloads for which ``fn`` is true.
+
+        Cost: one Python call per payload; see `map` and `filter_batches`."""
         return Stream(self.pipeline, self._then(Kind.FILTER, fn, name))
 
     def map_batches(self, fn: Callable[[pa.Array], Any], *, name: str = "") -> Stream:
