@@ -96,9 +96,12 @@ def _check(report: HarnessReport) -> None:
     assert report.duplicates == 0 and report.lost == 0 and report.identical, context
     assert report.bundles_ok, context
     for event in report.events:
-        assert event.first_output_s is not None, f"no output after {event.target}{context}"
-        if event.target == BROKER:
+        if event.first_output_s is None:
+            # Output after a kill is owed only while input flows; the output is complete.
+            assert not event.input_left, f"no output after {event.target}{context}"
+        elif event.target == BROKER:
             assert event.first_output_s <= BROKER_GOAL_S, context
+    assert sum(e.input_left for e in report.events) >= 4, f"most kills after the input{context}"
 
 
 def test_broker_and_zookeeper_kills_on_the_cluster_lose_and_repeat_nothing(
@@ -108,7 +111,7 @@ def test_broker_and_zookeeper_kills_on_the_cluster_lose_and_repeat_nothing(
     ZooKeeper killed and restarted, with the driver, an executor and the acker killed
     between them, in a random order; the input flows throughout."""
     config = HarnessConfig(
-        records=12_000,
+        records=16_000,
         rate=100,
         kill_every_s=5,
         kills=6,

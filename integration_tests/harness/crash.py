@@ -283,7 +283,8 @@ class _Run:
         return self._turns.pop()
 
     def _strike(self, target: str) -> None:
-        event = ChaosEvent(target, now_ms())
+        assert self.producer is not None
+        event = ChaosEvent(target, now_ms(), input_left=not self.producer.finished.is_set())
         self.events.append(event)
         if target == STACK:
             self.clock.say("restarting the broker and ZooKeeper (down without purge, up)")

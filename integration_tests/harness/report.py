@@ -72,6 +72,9 @@ class ChaosEvent:
     at_ms: int
     first_output_s: float | None = None
     caught_up_s: float | None = None
+    # Whether input was still being written at the kill: after the last record, a pipeline
+    # that had caught up has no output left to show that it recovered.
+    input_left: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,9 @@ class HarnessReport:
         lines = [
             f"crash harness: pipeline {self.pipeline}, {self.records} records, "
             f"{self.expected_items} expected items, {self.output_items} output items",
-            "kills: " + ", ".join(f"{t} {kills[t]}" for t in TARGETS if kills[t]),
+            "kills: "
+            + ", ".join(f"{t} {kills[t]}" for t in TARGETS if kills[t])
+            + f" ({sum(not e.input_left for e in self.events)} after the input ended)",
             "exits by themselves (restarted): "
             + (", ".join(f"{c} {n}" for c, n in sorted(exits.items())) or "none"),
         ]
