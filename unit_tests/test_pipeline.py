@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,3 +146,10 @@ def test_builder_and_harness_import_no_cluster_client() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_batch_operator_example_runs() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.DOTALL)
+    (example,) = [b for b in blocks if "InProcessRunner()" in b and "flat_map_batches" in b]
+    exec(compile("from framework import Pipeline\n" + example, "README.md", "exec"), {})
