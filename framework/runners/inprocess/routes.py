@@ -13,6 +13,7 @@ from framework.core.physical import stateless_operation
 from framework.core.time import GlobalTime, front_id
 from framework.core.windows import Count, Session, WindowAggregator
 from framework.errors import PipelineError
+from framework.runners.inprocess.columns import Chain, chain_from
 from framework.runners.inprocess.endpoints import ListSink, ListSource
 
 __all__ = ["Front", "Plan"]
@@ -48,7 +49,7 @@ class Front:
 class Plan:
     """Everything static about one run: ops by node, where outputs go, fronts, segments."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, *, columnar: bool = False) -> None:
         self.graph = graph.validate()
         self.segments: Segments = graph.segments()
         consumers = graph.consumers()
@@ -68,6 +69,12 @@ class Plan:
             self._add(node)
         self.fronts = self._fronts()
         self.end = self._end_slot()
+        # A source's target where a chain of stateless operations runs on columns.
+        self.chains: dict[str, Chain] = {}
+        for front in self.fronts if columnar else ():
+            chain = chain_from(front.target, self.ops, self.routes)
+            if chain is not None:
+                self.chains[front.target] = chain
 
     def _add(self, node: Node) -> None:
         graph = self.graph
