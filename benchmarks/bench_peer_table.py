@@ -433,11 +433,19 @@ def main() -> None:
     ap.add_argument(
         "--fuse", action="store_true", help="fuse_stages: source and keyed stage in one query"
     )
+    ap.add_argument(
+        "--columnar",
+        choices=("on", "off"),
+        default=None,
+        help="columnar source stages on or off (default: the setting's default)",
+    )
     args = ap.parse_args()
     text = Text()
     results = []
     with provision() as stack:
         settings = stack.with_(parallelism=2, spark_master="local[2]", fuse_stages=args.fuse)
+        if args.columnar is not None:
+            settings = settings.with_(columnar=args.columnar == "on")
         if args.warm_lines:
             print(f"warm-up, not measured ({args.warm_lines} lines):", flush=True)
             warm = {**vars(args), "lines": args.warm_lines, "phases": "throughput"}
