@@ -44,7 +44,7 @@ class StageSpec:
     fused_input: bool = False
     # A source stage's chain of stateless operations runs on columns
     # (`framework.plan.columnar`).
-    columnar: bool = False
+    columnar: bool = True
 
     @property
     def topics(self) -> Topics:
