@@ -315,6 +315,24 @@ class Stream(_Handle):
         """
         return Stream(self.pipeline, self._then(Kind.FILTER, fn, name, batch=True))
 
+    def key_by_batches(self, fn: Callable[[pa.Array], Any], *, name: str = "") -> KeyedStream:
+        """``key_by`` over a column: ``fn`` takes many payloads as one `pyarrow.Array` and
+        returns one key per payload (an Arrow array, a list; a null is None).
+
+        Guarantee and cost as `map_batches`; each distinct key of a batch is hashed once.
+
+        >>> import pyarrow.compute as pc
+        >>> from framework.testing import InProcessRunner, ListSink, ListSource
+        >>> p = Pipeline("firsts")
+        >>> out = ListSink()
+        >>> words = p.source(ListSource(["tea", "toast", "cake"]))
+        >>> keyed = words.key_by_batches(lambda w: pc.utf8_slice_codeunits(w, 0, 1))
+        >>> _ = keyed.reduce(lambda a, b: a + "+" + b).map(lambda kv: kv.value).sink(out)
+        >>> p.run(InProcessRunner()).values()
+        ['tea', 'tea+toast', 'cake']
+        """
+        return KeyedStream(self.pipeline, self._then(Kind.KEY_BY, fn, name, batch=True))
+
     def key_by(self, fn: Callable[[Any], Any], *, name: str = "") -> KeyedStream:
         """Key each payload by ``fn(payload)`` (None, bool, int, float, str, bytes, tuples)."""
         return KeyedStream(self.pipeline, self._then(Kind.KEY_BY, fn, name))

@@ -1,11 +1,12 @@
 """Batch operations: the user function takes a column of payloads, not one payload.
 
-``map_batches``, ``flat_map_batches`` and ``filter_batches`` are ``map``, ``flat_map``
-and ``filter`` whose function sees many payloads at once as a `pyarrow.Array` (payloads
-that are dicts arrive as a ``StructArray``; `pyarrow.RecordBatch.from_struct_array` makes
-a batch of columns of it). Their meta rules are their per-item twins' exactly
-(`framework.core.ops`): the ``i``-th output of a payload has child id ``i`` and the op's
-id XORed into its trace, so a pipeline gives the same output with either.
+``map_batches``, ``flat_map_batches``, ``filter_batches`` and ``key_by_batches`` are
+``map``, ``flat_map``, ``filter`` and ``key_by`` whose function sees many payloads at once
+as a `pyarrow.Array` (payloads that are dicts arrive as a ``StructArray``;
+`pyarrow.RecordBatch.from_struct_array` makes a batch of columns of it). Their meta rules
+are their per-item twins' exactly (`framework.core.ops`): the ``i``-th output of a payload
+has child id ``i`` and the op's id XORed into its trace, so a pipeline gives the same
+output with either.
 
 What the function returns, for ``n`` payloads in:
 
@@ -13,7 +14,8 @@ What the function returns, for ``n`` payloads in:
 * ``flat_map_batches``: ``n`` lists, one per payload (a ``ListArray``, such as
   ``pyarrow.compute.utf8_split_whitespace`` returns, or a list of lists); a null is an
   empty list;
-* ``filter_batches``: ``n`` booleans; a null is false.
+* ``filter_batches``: ``n`` booleans; a null is false;
+* ``key_by_batches``: ``n`` keys (a null is None), of the types ``key_by`` allows.
 
 A function must be deterministic on each payload alone: the runner may call it on any
 split of the payloads, down to one payload at a time (after a failure, to find the payload
@@ -27,18 +29,20 @@ from __future__ import annotations
 
 import reprlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from framework.core.meta import Record
+from framework.core.meta import Meta, Record
+from framework.core.ops import Keyed, key_hash
 from framework.errors import UserFunctionError
 
 __all__ = [
     "FilterBatchesOp",
     "FlatMapBatchesOp",
+    "KeyByBatchesOp",
     "MapBatchesOp",
     "as_array",
     "lists_of",
@@ -148,3 +152,41 @@ class FilterBatchesOp:
         if not keep:
             return []
         return [Record(record.meta.child(self.op_id, 0), record.value)]
+
+
+_HASHES = 1 << 16  # keys whose hash a key_by_batches remembers
+
+
+@dataclass(frozen=True, slots=True)
+class KeyByBatchesOp:
+    """``key_by_batches``: each payload keyed by its value of the returned column; trace
+    XOR only, as ``key_by``."""
+
+    name: str
+    op_id: int
+    fn: Callable[[pa.Array], Any]
+    hashes: dict[Any, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def column(self, payloads: pa.Array) -> tuple[list[Any], list[int]]:
+        """Every payload's key and its stable hash, hashed once per distinct key."""
+        keys = as_array(_call(self.name, self.fn, payloads))
+        _check_length(self.name, len(keys), len(payloads))
+        encoded = pc.dictionary_encode(keys, null_encoding="encode")
+        distinct = encoded.dictionary.to_pylist()
+        hashes = [self._hash(key) for key in distinct]
+        indices = encoded.indices.to_pylist()
+        return [distinct[i] for i in indices], [hashes[i] for i in indices]
+
+    def _hash(self, key: Any) -> int:
+        known = self.hashes.get(key)
+        if known is None:
+            if len(self.hashes) >= _HASHES:
+                self.hashes.clear()
+            known = self.hashes[key] = key_hash(key)
+        return known
+
+    def apply(self, record: Record) -> list[Record]:
+        (key,), (hash_,) = self.column(as_array([record.value]))
+        gt, child_ids, trace, tombstone = record.meta
+        meta = Meta(gt, child_ids, trace ^ self.op_id, tombstone)
+        return [Record(meta, Keyed(key, hash_, record.value))]

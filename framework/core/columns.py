@@ -34,7 +34,13 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from framework.core.batches import FilterBatchesOp, FlatMapBatchesOp, MapBatchesOp, as_array
+from framework.core.batches import (
+    FilterBatchesOp,
+    FlatMapBatchesOp,
+    KeyByBatchesOp,
+    MapBatchesOp,
+    as_array,
+)
 from framework.core.meta import Meta
 from framework.core.ops import FilterOp, FlatMapOp, KeyByOp, MapOp, Operation, key_hash
 from framework.core.time import GlobalTime
@@ -46,7 +52,16 @@ Ints = npt.NDArray[np.int64]
 _new = tuple.__new__
 _HASHES = 1 << 16
 
-COLUMN_OPS = (MapOp, FlatMapOp, FilterOp, KeyByOp, MapBatchesOp, FlatMapBatchesOp, FilterBatchesOp)
+COLUMN_OPS = (
+    MapOp,
+    FlatMapOp,
+    FilterOp,
+    KeyByOp,
+    MapBatchesOp,
+    FlatMapBatchesOp,
+    FilterBatchesOp,
+    KeyByBatchesOp,
+)
 """The operations `apply` runs on columns."""
 
 
@@ -125,9 +140,14 @@ def apply(op: Operation, cols: Columns) -> Columns:
         return cols.take(rows, kept, _zeros(len(rows)), op.op_id)
     if isinstance(op, KeyByOp):
         return _key_by(op, cols)
+    if not len(cols) and isinstance(op, KeyByBatchesOp):
+        return replace(cols, values=[], trace=cols.trace ^ op.op_id, keys=[], hashes=[])
     if not len(cols) and isinstance(op, MapBatchesOp | FlatMapBatchesOp | FilterBatchesOp):
         # No payloads, no call: an empty list has no Arrow type to give the function.
         return cols.take(_all(cols), [], _zeros(0), op.op_id)
+    if isinstance(op, KeyByBatchesOp):
+        keys, hashes = op.column(cols.array())
+        return replace(cols, trace=cols.trace ^ op.op_id, keys=keys, hashes=hashes)
     if isinstance(op, MapBatchesOp):
         return cols.take(_all(cols), op.column(cols.array()), _zeros(len(cols)), op.op_id)
     if isinstance(op, FlatMapBatchesOp):

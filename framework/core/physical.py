@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from framework.core.batches import FilterBatchesOp, FlatMapBatchesOp, MapBatchesOp
+from framework.core.batches import (
+    FilterBatchesOp,
+    FlatMapBatchesOp,
+    KeyByBatchesOp,
+    MapBatchesOp,
+)
 from framework.core.calls import MapAsyncOp
 from framework.core.graph import Kind, Node
 from framework.core.ops import (
@@ -55,4 +60,6 @@ def _batch_operation(name: str, op_id: int, node: Node) -> Operation:
         return FlatMapBatchesOp(name, op_id, fn)
     if node.kind is Kind.FILTER:
         return FilterBatchesOp(name, op_id, fn)
+    if node.kind is Kind.KEY_BY:
+        return KeyByBatchesOp(name, op_id, fn)
     raise PipelineError(f"{node.describe()} has no batch form")

@@ -7,10 +7,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from framework.core.batches import FilterBatchesOp, FlatMapBatchesOp, MapBatchesOp, as_array
+from framework.core.batches import (
+    FilterBatchesOp,
+    FlatMapBatchesOp,
+    KeyByBatchesOp,
+    MapBatchesOp,
+    as_array,
+)
 from framework.core.columns import Columns, apply
 from framework.core.meta import Meta, Record
-from framework.core.ops import FilterOp, FlatMapOp, MapOp
+from framework.core.ops import FilterOp, FlatMapOp, KeyByOp, MapOp, key_hash
 from framework.core.time import GlobalTime
 from framework.errors import UserFunctionError
 
@@ -59,3 +65,13 @@ def test_a_null_list_is_empty_and_a_null_mask_is_false() -> None:
     assert lists.children[0].tolist() == [0, 1, 0]
     kept = apply(FilterBatchesOp("k", 5, lambda a: pa.array([True, None, False])), lists)
     assert kept.pylist() == ["a"] and kept.trace == 3 ^ 5
+
+
+def test_key_by_batches_keys_as_key_by_does_and_hashes_each_distinct_key_once() -> None:
+    first = KeyByBatchesOp("k", 13, lambda a: pc.utf8_slice_codeunits(a, 0, 1))
+    record = Record(META, "tea")
+    assert first.apply(record) == KeyByOp("k", 13, lambda s: s[:1]).apply(record)
+    keys, hashes = first.column(pa.array(["tea", "toast", None, "cake"]))
+    assert keys == ["t", "t", None, "c"]
+    assert hashes == [key_hash("t"), key_hash("t"), key_hash(None), key_hash("c")]
+    assert set(first.hashes) == {"t", None, "c"}

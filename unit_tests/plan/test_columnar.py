@@ -45,7 +45,7 @@ OPS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
-def graph_of(chain: list[str], exit_: str) -> Graph:
+def graph_of(chain: list[str], exit_: str, batch_key: bool = False) -> Graph:
     p = Pipeline("cols")
     stream = p.source(ListSource([], topic="lines"))
     for i, op in enumerate(chain):
@@ -56,7 +56,11 @@ def graph_of(chain: list[str], exit_: str) -> Graph:
     elif exit_ == "kafka":
         stream.sink(KafkaSink("out"))
     else:
-        keyed = stream.key_by(lambda s: s[:1], name="k")
+        keyed = (
+            stream.key_by_batches(lambda a: pc.utf8_slice_codeunits(a, 0, 1), name="k")
+            if batch_key
+            else stream.key_by(lambda s: s[:1], name="k")
+        )
         if exit_ == "group":
             keyed.group(2).sink(ListSink())
         else:
@@ -99,16 +103,17 @@ lines = st.lists(st.sampled_from(WORDS), max_size=4).map(lambda ws: " ".join(ws)
     chain=st.lists(st.sampled_from(sorted(OPS)), max_size=4),
     exit_=st.sampled_from(["sink", "kafka", "group", "aggregate"]),
     texts=st.lists(lines, min_size=1, max_size=12),
+    batch_key=st.booleans(),
     data=st.data(),
 )
 def test_columns_give_the_per_item_output(
-    chain: list[str], exit_: str, texts: list[bytes], data: st.DataObject
+    chain: list[str], exit_: str, texts: list[bytes], batch_key: bool, data: st.DataObject
 ) -> None:
     stamps = data.draw(st.lists(st.integers(0, 400), min_size=len(texts), max_size=len(texts)))
     lifted = data.draw(st.sets(st.integers(0, len(texts) - 1)))
     records = batch(texts, stamps)
     slots = {100 + i: 45 for i in lifted}
-    graph = graph_of(chain, exit_)
+    graph = graph_of(chain, exit_, batch_key)
     items = run(graph, records, slots, columnar=False)
     columns = run(graph, records, slots, columnar=True)
     assert columns.columnar and not items.columnar
