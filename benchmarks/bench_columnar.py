@@ -7,6 +7,8 @@ their ratio. Pipelines:
 
 * ``windowed``: the peer benchmark's (``../shared/peers``): ``flat_map(word_ones)``,
   ``key_by(first)``, ``aggregate(Tumbling(1000), reduce=add_counts, combinable=True)``;
+* ``upper``: the peer benchmark's stateless pipeline, ``map(str.upper)`` into a Kafka sink
+  (every line leaves as the sink's output record);
 * ``pairs``: ``framework.demos.wordcount.word_pairs``'s source stage (a shuffle exit: every
   word leaves with its meta).
 
@@ -65,7 +67,14 @@ def windowed() -> Graph:
     return p.graph()
 
 
+def upper() -> Graph:
+    p = Pipeline("bench")
+    p.source(KafkaSource("lines", partitions=2)).map(str.upper).sink(KafkaSink("out"))
+    return p.graph()
+
+
 GRAPHS: dict[str, Callable[[], Graph]] = {
+    "upper": upper,
     "windowed": windowed,
     "pairs": lambda: word_pairs("bench", "lines", "out", partitions=PARTITIONS).graph(),
 }
@@ -75,6 +84,7 @@ def program(graph: Graph, columnar: bool) -> StageProgram:
     sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
     stages = plan_stages(graph, sources)
     partitions = {e.topic: PARTITIONS for s in stages for e in s.exits.values()}
+    partitions["out"] = PARTITIONS  # the sink's topic
     decoder = graph.node(stages[0].entry).endpoint
     return StageProgram(
         StageSpec(graph, stages[0], partitions, PARTITIONS, decoder, columnar=columnar)  # type: ignore[arg-type]
