@@ -38,6 +38,7 @@ so the aggregate's result (meta of the window's last item) is the same either wa
 
 from __future__ import annotations
 
+import os
 import random
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -264,7 +265,11 @@ def _by_meta(entry: tuple[Record, InRecord, int]) -> Meta:
     return entry[0].meta
 
 
-_ACKS = np.random.default_rng()  # seeded from the OS: ack values must not repeat across runs
+_ACKS = [np.random.default_rng()]
+"""Where ack values come from, seeded from the OS: two processes must never draw the same
+values (two lost items with equal ack values would cancel and hide each other), so a forked
+child seeds its own, as `random` does for `_ack_value`."""
+os.register_at_fork(after_in_child=lambda: _ACKS.__setitem__(0, np.random.default_rng()))
 
 
 def _ack_value() -> int:
@@ -571,7 +576,7 @@ class _TaskRun:
     def ack_values(self, count: int) -> list[int]:
         """``count`` fresh ack values, drawn as ``count`` calls of the task's would."""
         if self.rng is _ack_value:
-            drawn = _ACKS.integers(0, 1 << 64, count, np.uint64, endpoint=False)
+            drawn = _ACKS[0].integers(0, 1 << 64, count, np.uint64, endpoint=False)
             return (drawn | np.uint64(1)).tolist()  # type: ignore[no-any-return]
         return [self.rng() for _ in range(count)]
 

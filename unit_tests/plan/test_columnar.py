@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections import defaultdict
 from collections.abc import Callable
@@ -169,3 +170,23 @@ def test_the_acks_of_items_sent_on_columns_are_what_their_frames_carry() -> None
                 assert ack % 2 == 1
                 carried[(segment, meta.gt.slot)] ^= ack
     assert carried and sent == carried
+
+
+def test_a_forked_child_draws_other_ack_values() -> None:
+    stage = program(graph_of(["split"], "group"), columnar=True)
+    records = batch([b"a bb a"], [10])
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own values, written back
+        values = [a for r in stage.run(records, None, 1, 1).records for _, a, _ in _items(r)]
+        os.write(write, repr(values).encode())
+        os._exit(0)
+    os.close(write)
+    ours = [a for r in stage.run(records, None, 1, 1).records for _, a, _ in _items(r)]
+    os.waitpid(pid, 0)
+    theirs = eval(os.read(read, 1 << 16).decode())
+    assert ours and len(theirs) == len(ours) and not set(ours) & set(theirs)
+
+
+def _items(record: Any) -> list[Any]:
+    return items_of(record) if record.topic.endswith("group") or "shuffle" in record.topic else []
