@@ -1,10 +1,13 @@
-"""`flamepipe up && status && down`, twice, leaves no process and no listening port."""
+"""The stack commands leave no process and no listening port: `up && status && down`, and a
+demo stopped by its terminal closing."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from framework.local.process import port_free
@@ -56,3 +59,39 @@ def test_up_status_down_twice_leaves_nothing(tmp_path: Path) -> None:
         assert _java_processes_with(str(state.resolve())) == []
         stopped = _flamepipe(["status"], env)
         assert stopped.returncode == 1 and stopped.stdout.count(" stopped ") == 2
+
+
+def test_a_demo_whose_terminal_closes_stops_the_stack_it_started(tmp_path: Path) -> None:
+    """SIGHUP (the terminal closed) mid-run: the demo unwinds as for Ctrl-C, its embedded
+    Kafka and ZooKeeper stop, nothing of it keeps running or listening."""
+    state = tmp_path / "state"
+    ports = {"kafka": free_port(), "controller": free_port(), "zookeeper": free_port()}
+    env = dict(os.environ)
+    env.pop("FLAMEPIPE_BOOTSTRAP_SERVERS", None)
+    env.pop("FLAMEPIPE_ZOOKEEPER_CONNECT", None)
+    env.update(
+        FLAMEPIPE_STATE_DIR=str(state),
+        FLAMEPIPE_KAFKA_PORT=str(ports["kafka"]),
+        FLAMEPIPE_CONTROLLER_PORT=str(ports["controller"]),
+        FLAMEPIPE_ZOOKEEPER_PORT=str(ports["zookeeper"]),
+        FLAMEPIPE_UI="false",
+    )
+    cmd = [sys.executable, "-m", "framework.cli", "demo", "--lines", "500000", "--rate", "500"]
+    demo = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    assert demo.stderr is not None
+    seen = []
+    for line in demo.stderr:  # until its pipeline runs: the stack is up, Spark too
+        seen.append(line)
+        if "starting pipeline" in line:
+            break
+    else:
+        raise AssertionError("the demo never started its pipeline:\n" + "".join(seen))
+    time.sleep(5)
+    demo.send_signal(signal.SIGHUP)
+    try:
+        code = demo.wait(timeout=120)
+    finally:
+        demo.kill()
+    assert code == 130, "".join(seen) + demo.stderr.read()
+    assert all(port_free(p) for p in ports.values()), ports
+    assert _java_processes_with(str(state.resolve())) == []

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from framework.cli import jobs, savepoints, stack, state
+from framework.cli.signals import interrupt_on_signals
 from framework.errors import FlamepipeError
 from framework.logs import show_on_console
 
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flamepipe`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
     show_on_console()
+    interrupt_on_signals()
     if argv[:1] == ["consume"]:
         from framework.cli.consume import consume_main
 

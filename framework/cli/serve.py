@@ -21,13 +21,12 @@ Protocol of `serve`:
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from framework.cli.signals import interrupt_on_signals
 from framework.config import Settings
 
 if TYPE_CHECKING:
@@ -51,13 +50,6 @@ def _say(text: str) -> None:
     print(f"{stamp} {text}", file=sys.stderr, flush=True)
 
 
-def _interrupt_on_sigterm() -> None:
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 class EpochWatch:
     """The current epoch of ``app``, through one ZooKeeper session kept open."""
 
@@ -78,7 +70,7 @@ def serve(
     election: Any = None,
 ) -> int:
     """Run what ``build(epoch)`` makes; see the module docstring (``election``: step 1)."""
-    _interrupt_on_sigterm()
+    interrupt_on_signals()
     try:
         while True:
             if election is None:
