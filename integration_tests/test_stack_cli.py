@@ -94,4 +94,8 @@ def test_a_demo_whose_terminal_closes_stops_the_stack_it_started(tmp_path: Path)
         demo.kill()
     assert code == 130, "".join(seen) + demo.stderr.read()
     assert all(port_free(p) for p in ports.values()), ports
+    # Spark's JVM ends when its Python parent has gone, a moment after.
+    deadline = time.monotonic() + 30
+    while _java_processes_with(str(state.resolve())) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert _java_processes_with(str(state.resolve())) == []
