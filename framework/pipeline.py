@@ -334,7 +334,10 @@ class Stream(_Handle):
         return KeyedStream(self.pipeline, self._then(Kind.KEY_BY, fn, name, batch=True))
 
     def key_by(self, fn: Callable[[Any], Any], *, name: str = "") -> KeyedStream:
-        """Key each payload by ``fn(payload)`` (None, bool, int, float, str, bytes, tuples)."""
+        """Key each payload by ``fn(payload)`` (None, bool, int, float, str, bytes, tuples).
+
+        Cost: one Python call per payload and a stable hash per distinct key of a batch
+        (remembered); `key_by_batches` is one call per batch."""
         return KeyedStream(self.pipeline, self._then(Kind.KEY_BY, fn, name))
 
     def merge(self, *others: Stream, name: str = "") -> Stream:
