@@ -96,6 +96,7 @@ def main() -> None:
     first, second = plan_stages(graph, sources)
     topics = Topics("prof")
     partitions = {e.topic: PARTITIONS for s in (first, second) for e in s.exits.values()}
+    partitions["out"] = PARTITIONS  # the sink's topic
     source_decoder = graph.node(first.entry).endpoint
     one = StageProgram(StageSpec(graph, first, partitions, PARTITIONS, source_decoder))
     two = StageProgram(StageSpec(graph, second, partitions, PARTITIONS, None))

