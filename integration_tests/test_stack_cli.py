@@ -32,8 +32,8 @@ def _java_processes_with(marker: str) -> list[str]:
     return out
 
 
-def test_up_status_down_twice_leaves_nothing(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def _own_stack(state: Path) -> tuple[dict[str, str], dict[str, int]]:
+    """The environment of commands with an embedded stack of their own (free ports)."""
     ports = {"kafka": free_port(), "controller": free_port(), "zookeeper": free_port()}
     env = dict(os.environ)
     env.pop("FLAMEPIPE_BOOTSTRAP_SERVERS", None)
@@ -44,6 +44,12 @@ def test_up_status_down_twice_leaves_nothing(tmp_path: Path) -> None:
         FLAMEPIPE_CONTROLLER_PORT=str(ports["controller"]),
         FLAMEPIPE_ZOOKEEPER_PORT=str(ports["zookeeper"]),
     )
+    return env, ports
+
+
+def test_up_status_down_twice_leaves_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env, ports = _own_stack(state)
     for _round in range(2):
         up = _flamepipe(["up"], env)
         assert up.returncode == 0, up.stderr
@@ -65,17 +71,8 @@ def test_a_demo_whose_terminal_closes_stops_the_stack_it_started(tmp_path: Path)
     """SIGHUP (the terminal closed) mid-run: the demo unwinds as for Ctrl-C, its embedded
     Kafka and ZooKeeper stop, nothing of it keeps running or listening."""
     state = tmp_path / "state"
-    ports = {"kafka": free_port(), "controller": free_port(), "zookeeper": free_port()}
-    env = dict(os.environ)
-    env.pop("FLAMEPIPE_BOOTSTRAP_SERVERS", None)
-    env.pop("FLAMEPIPE_ZOOKEEPER_CONNECT", None)
-    env.update(
-        FLAMEPIPE_STATE_DIR=str(state),
-        FLAMEPIPE_KAFKA_PORT=str(ports["kafka"]),
-        FLAMEPIPE_CONTROLLER_PORT=str(ports["controller"]),
-        FLAMEPIPE_ZOOKEEPER_PORT=str(ports["zookeeper"]),
-        FLAMEPIPE_UI="false",
-    )
+    env, ports = _own_stack(state)
+    env["FLAMEPIPE_UI"] = "false"
     cmd = [sys.executable, "-m", "framework.cli", "demo", "--lines", "500000", "--rate", "500"]
     demo = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     assert demo.stderr is not None
