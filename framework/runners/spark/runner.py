@@ -7,7 +7,8 @@ Start-up protocol of `SparkRunner.start`:
    `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
    offsets its record gives. A keyed pipeline that ran in this epoch with another
    ``parallelism`` is refused (`framework.runners.rescale`).
-2. Ship the user's modules to the executors (`framework.runners.spark.shipping`); a user
+2. Ship the user's modules to the executors (`framework.runners.spark.shipping`) and warm
+   a Python worker in every task slot (`framework.runners.spark.warmup`); a user
    function that cannot be pickled fails here, before anything starts.
 3. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
    framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
@@ -78,6 +79,7 @@ from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
 from framework.runners.spark.supervision import QuerySupervisor
 from framework.runners.spark.ticks import Due, WindowTicks
+from framework.runners.spark.warmup import WorkerWarmup, warm_workers
 from framework.runners.startup import is_passing, start_retrying
 from framework.service import Service
 from framework.wire.lifts import Lift
@@ -235,6 +237,7 @@ class PipelineRun:
         self.ticks: WindowTicks | None = None
         self._committed: CommittedSlot | None = None
         self.shipment: Shipment | None = None
+        self.warmup: WorkerWarmup | None = None
         self.watch: WatchServer | None = None
         self.janitor: TopicJanitor | None = None
         self._lifts: dict[str, tuple[Lift, ...]] = {}
@@ -263,6 +266,7 @@ class PipelineRun:
         alone, fused = fuse(stages) if self.settings.fuse_stages else (stages, ())
         # Step 2
         self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
+        self.warmup = warm_workers(self.spark, tuple(sorted(self.shipment.roots)))
         # Step 3
         partitions = self._prepare_topics(sources, stages)
         # Replays move the records earlier epochs lifted, from their first batch on.
@@ -563,6 +567,8 @@ class PipelineRun:
                 failure = failure or exc
         for query in self.queries.values():
             query.stop()
+        if self.warmup is not None:
+            self.warmup.join()
         try:
             self.services.stop()
         except FlamepipeError as exc:

@@ -12,6 +12,7 @@ from framework.config import Settings
 from framework.local.jars import NIO_LOCAL_FS, flamepipe_jar, jar_bundle
 from framework.local.servers import local_jvm_flags
 from framework.logs import spark_log4j_options
+from framework.runners.spark.warmup import warm_workers
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,4 +116,6 @@ def spark_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    # Python workers start while the driver prepares the pipeline, not in its first batch.
+    warm_workers(session)
     return session

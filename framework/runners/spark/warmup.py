@@ -1,0 +1,118 @@
+"""Python workers started before a stage's first micro-batch needs them.
+
+A stage task runs in a Python worker that Spark forks from its daemon and that imports
+flamepipe and the user's modules while it unpickles its first task. Measured on 2 cores
+(``local[2]``, the windowed word count of `benchmarks/bench_peer_table.py`): Spark's log gave
+the first tasks ``boot = 1251, init = 1296`` ms, and the two tasks of an aggregate
+stage's first, nearly empty batch held both task slots for 3.3-3.6 s while the source
+stage's 100 000 records waited behind them. Spark keeps a finished task's worker for the
+next task (``spark.python.worker.reuse``, on by default), so one job of tiny tasks, one per
+task slot, run while the driver prepares topics and services, leaves a warm worker in
+every slot.
+
+Protocol of `warm_workers`:
+
+1. Once per Spark context (`spark_session` right after it made the session, so the job
+   overlaps the driver's whole start-up; `SparkRunner` for a session it was given), on a
+   thread of its own, run one ``mapInArrow`` job (the evaluation path of the stage tasks,
+   so the same pool of workers) of one partition per task slot; each task imports the
+   stage task's modules and the given user modules.
+2. A failure is logged and ignored: the first micro-batch then starts its own workers, as
+   it would without the warm-up.
+3. `WorkerWarmup.join` waits a bounded time (a run's stop), so the job does not outlive
+   the run that needed it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["WorkerWarmup", "warm_workers"]
+
+_log = logging.getLogger(__name__)
+
+# What every stage task imports; the user's modules come from the shipment.
+_STAGE_MODULES = ("framework.runners.spark.tasks", "framework.runners.spark.fused_tasks")
+
+
+_SCHEMA = "seconds DOUBLE, pid LONG"
+
+
+def _warm(modules: tuple[str, ...], batches: Iterator[Any]) -> Iterator[Any]:
+    """Step 1, in a Python worker: import ``modules``; one row with the seconds it took
+    and the worker's process id."""
+    import pyarrow as pa
+
+    started = time.monotonic()
+    for _ in batches:
+        pass
+    for name in (*_STAGE_MODULES, *modules):
+        importlib.import_module(name)
+    row = {"seconds": time.monotonic() - started, "pid": os.getpid()}
+    yield pa.RecordBatch.from_pylist([row])
+
+
+_started: weakref.WeakKeyDictionary[Any, WorkerWarmup] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def warm_workers(spark: Any, modules: tuple[str, ...] = ()) -> WorkerWarmup:
+    """Step 1: the Spark context's warm-up, started on the first call."""
+    with _lock:
+        context = spark.sparkContext
+        warmup = _started.get(context)
+        if warmup is None:
+            warmup = _started[context] = WorkerWarmup(spark, modules).start()
+        return warmup
+
+
+class WorkerWarmup:
+    """One warm-up job, running on its own thread (see the module docstring)."""
+
+    def __init__(self, spark: Any, modules: tuple[str, ...] = ()) -> None:
+        self.spark = spark
+        self.modules = modules
+        self.slots = max(1, int(spark.sparkContext.defaultParallelism))
+        self.seconds: float | None = None  # the slowest task's import time, once done
+        self.pids: frozenset[int] = frozenset()  # the warmed workers' process ids, once done
+        self._thread = threading.Thread(target=self._run, name="flamepipe-warmup", daemon=True)
+
+    def start(self) -> WorkerWarmup:
+        """Start the job and return at once."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        # Step 1
+        started = time.monotonic()
+        try:
+            rows = (
+                self.spark.range(0, self.slots, 1, self.slots)
+                .mapInArrow(functools.partial(_warm, self.modules), _SCHEMA)
+                .collect()
+            )
+        except Exception as exc:  # step 2: an optimisation, never a failure
+            _log.info("warming the Python workers failed (first batches start them): %s", exc)
+            return
+        self.pids = frozenset(row["pid"] for row in rows)
+        self.seconds = max((row["seconds"] for row in rows), default=0.0)
+        _log.debug(
+            "%d Python workers warm in %.2f s (imports %.2f s)",
+            self.slots,
+            time.monotonic() - started,
+            self.seconds,
+        )
+
+    def join(self, timeout_s: float = 10.0) -> bool:
+        """Step 3: wait at most ``timeout_s`` for the job; whether it has ended."""
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
