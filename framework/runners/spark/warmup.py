@@ -12,8 +12,9 @@ every slot.
 
 Protocol of `warm_workers`:
 
-1. Once per Spark context (`spark_session` right after it made the session, so the job
-   overlaps the driver's whole start-up; `SparkRunner` for a session it was given), on a
+1. Once per Spark context, and again once the last warm-up is `_STALE_S` old (Spark
+   stops a worker idle for a minute): `spark_session` right after it made the session,
+   so the job overlaps the driver's whole start-up; `SparkRunner` before its stages. On a
    thread of its own, run one ``mapInArrow`` job (the evaluation path of the stage tasks,
    so the same pool of workers) of one partition per task slot; each task imports the
    stage task's modules and the given user modules.
@@ -60,16 +61,21 @@ def _warm(modules: tuple[str, ...], batches: Iterator[Any]) -> Iterator[Any]:
     yield pa.RecordBatch.from_pylist([row])
 
 
+# Spark stops a Python worker idle for 60 s (its PythonWorkerFactory); a warm-up older
+# than this may have warmed workers that are gone.
+_STALE_S = 50.0
+
 _started: weakref.WeakKeyDictionary[Any, WorkerWarmup] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def warm_workers(spark: Any, modules: tuple[str, ...] = ()) -> WorkerWarmup:
-    """Step 1: the Spark context's warm-up, started on the first call."""
+    """Step 1: the Spark context's warm-up, started on the first call and when the last
+    one is stale."""
     with _lock:
         context = spark.sparkContext
         warmup = _started.get(context)
-        if warmup is None:
+        if warmup is None or warmup.age_s() > _STALE_S:
             warmup = _started[context] = WorkerWarmup(spark, modules).start()
         return warmup
 
@@ -83,12 +89,18 @@ class WorkerWarmup:
         self.slots = max(1, int(spark.sparkContext.defaultParallelism))
         self.seconds: float | None = None  # the slowest task's import time, once done
         self.pids: frozenset[int] = frozenset()  # the warmed workers' process ids, once done
+        self._started = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="flamepipe-warmup", daemon=True)
 
     def start(self) -> WorkerWarmup:
         """Start the job and return at once."""
+        self._started = time.monotonic()
         self._thread.start()
         return self
+
+    def age_s(self) -> float:
+        """Seconds since the job started."""
+        return time.monotonic() - self._started
 
     def _run(self) -> None:
         # Step 1
