@@ -94,12 +94,11 @@ class WorkerWarmup:
 
     def start(self) -> WorkerWarmup:
         """Start the job and return at once."""
-        self._started = time.monotonic()
         self._thread.start()
         return self
 
     def age_s(self) -> float:
-        """Seconds since the job started."""
+        """Seconds since the warm-up was made (it starts at once)."""
         return time.monotonic() - self._started
 
     def _run(self) -> None:
