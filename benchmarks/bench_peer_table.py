@@ -185,7 +185,9 @@ def pct(values: list[float], q: float) -> float:
 def stage_report(run: Any, skip: dict[str, int]) -> None:
     for stage, query in run.queries.items():
         progress = [
-            p for p in query.query.recentProgress[skip.get(stage, 0) :] if p["numInputRows"]
+            p
+            for p in getattr(query.query, "recentProgress", [])[skip.get(stage, 0) :]
+            if p["numInputRows"]
         ]
         if not progress:
             continue
@@ -204,7 +206,7 @@ def system_cpu(by_role: dict[str, float]) -> float:
 
 
 def marks(run: Any) -> dict[str, int]:
-    return {stage: len(q.query.recentProgress) for stage, q in run.queries.items()}
+    return {stage: len(getattr(q.query, "recentProgress", [])) for stage, q in run.queries.items()}
 
 
 class Windows:
@@ -238,7 +240,7 @@ def throughput_and_window(settings: Settings, text: Text, args: Any) -> dict[str
     reader = Reader(bootstrap, sink)
     cpu0 = cpu_seconds()
     launched = time.monotonic()
-    spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
+    spark = spark_session(settings, f"bench-{tag}", {"spark.master": settings.spark_master})
     pipeline = windowed_counts(tag, source, sink, window_ms=WINDOW_MS)
     run = SparkRunner(settings, spark).start(pipeline.graph())
     ready = time.monotonic()
@@ -333,7 +335,7 @@ def running_count(settings: Settings, text: Text, args: Any, every_ms: int | Non
     reader = Reader(bootstrap, sink)
     cpu0 = cpu_seconds()
     launched = time.monotonic()
-    spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
+    spark = spark_session(settings, f"bench-{tag}", {"spark.master": settings.spark_master})
     run = SparkRunner(settings, spark).start(
         rolling_counts(tag, source, sink, every_ms=every_ms).graph()
     )
@@ -372,7 +374,7 @@ def stateless_latency(settings: Settings, text: Text, args: Any) -> dict[str, An
     bootstrap = settings.kafka_bootstrap
     ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
     reader = Reader(bootstrap, sink)
-    spark = spark_session(settings, f"bench-{tag}", {"spark.master": "local[2]"})
+    spark = spark_session(settings, f"bench-{tag}", {"spark.master": settings.spark_master})
     run = SparkRunner(settings, spark).start(stateless(tag, source, sink).graph())
     try:
         produce(bootstrap, source, ["0 warm up"], 10)
@@ -439,11 +441,22 @@ def main() -> None:
         default=None,
         help="columnar source stages on or off (default: the setting's default)",
     )
+    ap.add_argument(
+        "--execution",
+        choices=("micro-batch", "continuous"),
+        default="micro-batch",
+        help="how stages run; continuous needs a task slot per task: local[4] here",
+    )
     args = ap.parse_args()
     text = Text()
     results = []
     with provision() as stack:
-        settings = stack.with_(parallelism=2, spark_master="local[2]", fuse_stages=args.fuse)
+        settings = stack.with_(
+            parallelism=2,
+            spark_master="local[4]" if args.execution == "continuous" else "local[2]",
+            fuse_stages=args.fuse,
+            execution=args.execution,
+        )
         if args.columnar is not None:
             settings = settings.with_(columnar=args.columnar == "on")
         if args.warm_lines:

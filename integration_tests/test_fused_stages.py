@@ -86,7 +86,9 @@ def test_switching_a_running_pipeline_between_split_and_fused_is_refused(
         pass
     fused = settings.with_(fuse_stages=True)
     with (
-        pytest.raises(ConfigError, match=r"ran with stages split .* switch in a new epoch"),
+        pytest.raises(
+            ConfigError, match=r"ran split in epoch .* now ask for fused: switch in a new epoch"
+        ),
         running(fused, spark, pipeline),
     ):
         pass

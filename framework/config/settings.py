@@ -12,9 +12,11 @@ from typing import Any
 from framework.config.loader import ENV_PREFIX, load_dataclass
 from framework.errors import ConfigError
 
-__all__ = ["STATE_BACKENDS", "Settings"]
+__all__ = ["EXECUTIONS", "STATE_BACKENDS", "Settings"]
 
 STATE_BACKENDS = ("memory", "file", "rocksdb")
+EXECUTIONS = ("micro-batch", "continuous")
+"""How stages run (`Settings.execution`)."""
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 """Values of ``state_backend``: where operation state snapshots are kept."""
 
@@ -63,6 +65,13 @@ class Settings:
     the path: docs/decisions/fused-stages.md); a pipeline switches only in a new epoch.
     ``columnar`` runs a source stage's chain of stateless operations on columns of items
     (`framework.plan.columnar`; the same output, less work per item; on by default).
+    ``execution``: ``micro-batch`` runs every stage as a Spark streaming query;
+    ``continuous`` as long-running Spark tasks, one per input partition, each polling
+    Kafka and committing a transaction whenever it has something to commit
+    (`framework.runners.spark.continuous`; one task slot per task, checked at the start);
+    a pipeline switches only in a new epoch. ``commit_interval_ms``: the least time
+    between two commits of a continuous task (each is a Kafka transaction, whose cost
+    falls on the broker); input that arrives meanwhile waits for the next one.
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
     ``framework.snapshots.backends``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
     ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
@@ -118,6 +127,8 @@ class Settings:
     fail_fast: bool = False
     fuse_stages: bool = False
     columnar: bool = True
+    execution: str = "micro-batch"
+    commit_interval_ms: int = 20
     state_backend: str = "file"
     snapshot_dir: Path | None = None
     checkpoint_uri: str | None = None
@@ -215,6 +226,7 @@ class Settings:
             ("acker_shards", 1),
             ("heartbeat_ms", 1),
             ("front_lag_ms", 0),
+            ("commit_interval_ms", 0),
             ("max_batch_records", 1),
             ("snapshot_interval_ms", 1),
             ("stall_timeout_ms", 1000),
@@ -228,6 +240,16 @@ class Settings:
         if self.trigger_ms < 0:
             raise ConfigError(
                 f"trigger_ms={self.trigger_ms} must be >= 0 (0: run batches back to back)"
+            )
+        if self.execution not in EXECUTIONS:
+            raise ConfigError(
+                f"execution={self.execution!r} is not an execution mode: use one of "
+                f"{', '.join(EXECUTIONS)} (FLAMEPIPE_EXECUTION)"
+            )
+        if self.execution == "continuous" and self.fuse_stages:
+            raise ConfigError(
+                "fuse_stages runs micro-batches only: unset FLAMEPIPE_FUSE_STAGES or use "
+                "FLAMEPIPE_EXECUTION=micro-batch"
             )
         if self.state_backend not in STATE_BACKENDS:
             raise ConfigError(

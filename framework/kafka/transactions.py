@@ -343,11 +343,17 @@ class TaskCommitter:
         *,
         config: Mapping[str, Any] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        take_over: bool = True,
     ) -> None:
-        """A committer; its producer starts (and fences older ones) on first use."""
+        """A committer; its producer starts (and fences older ones) on first use.
+
+        ``take_over``: whether `commit` starts a new producer after a fencing or a broken
+        one (step 5). A long-running task must not: whoever fenced it owns its partition
+        now, and a new producer would fence that owner back."""
         self.bootstrap = bootstrap
         self.transactional_id = transactional_id
         self.timeout_s = timeout_s
+        self.take_over = take_over
         self._txn = TransactionalProducer(
             bootstrap,
             transactional_id,
@@ -436,7 +442,7 @@ class TaskCommitter:
            since), broke, or failed with a transient error (a broker restart), start a
            new one, which fences all others. If the marker now
            covers ``positions``, another attempt committed this batch: done. Else steps
-           1-4 once more.
+           1-4 once more. Without ``take_over``: raise `KafkaClientError` instead.
 
         Any other failure aborts the transaction and raises `KafkaClientError`, and so does
         a second fencing.
@@ -447,6 +453,8 @@ class TaskCommitter:
             self._mark(group, positions)
             return offsets
         # Step 5
+        if not self.take_over:
+            raise self._failed(len(records), group, fenced) from fenced
         self.fenced_attempts += 1
         self._txn.start()
         if positions and self._covered(group, positions):

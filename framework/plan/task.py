@@ -220,14 +220,18 @@ class StageProgram:
         *,
         min_slot: int = 0,
         slots: Mapping[int, int] | None = None,
+        partition: int = -1,
     ) -> TaskResult:
         """Process one partition's batch; see the module docstring for the steps.
 
         ``min_slot``: the min time of the stage's segment, which completes an aggregate's
         windows. ``slots``: a source batch's records whose slot is not their timestamp's,
-        by offset (lifted: `framework.wire.lifts`).
+        by offset (lifted: `framework.wire.lifts`). ``partition``: the input partition,
+        which a batch without records (windows completed by min time alone) cannot tell:
+        its state's changelog partition and its windows' hold acks are that partition's.
         """
         run = _TaskRun(self, state, rng or _ack_value)
+        run.partition = partition
         run.slots = slots or {}
         result = run.result
         records = records if isinstance(records, list) else list(records)

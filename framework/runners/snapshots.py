@@ -27,8 +27,9 @@ class CommittedSlot:
     state after every item before T, whichever epoch computed it.
     """
 
-    def __init__(self, settings: Settings, app: str, every_s: float = 0.5) -> None:
-        self._registry = SnapshotRegistry(settings.zookeeper, app)
+    def __init__(self, zookeeper: str, app: str, every_s: float = 0.5) -> None:
+        """``zookeeper``: the connect string (`Settings.zookeeper`)."""
+        self._registry = SnapshotRegistry(zookeeper, app)
         self._every_s = every_s
         self._lock = threading.Lock()
         self._slot = 0

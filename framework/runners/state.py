@@ -57,7 +57,7 @@ def open_state(
     install_keys(settings)  # changelog records are verified before they are read
     epoch = current_epoch(settings, graph.name)
     view = view_for(settings, graph, epoch).start()
-    committed = CommittedSlot(settings, graph.name)
+    committed = CommittedSlot(settings.zookeeper, graph.name)
     reader = StateReader(
         settings.kafka_bootstrap, graph, epoch, view, committed=committed, timeout_s=timeout_s
     )

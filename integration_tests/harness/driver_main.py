@@ -12,6 +12,7 @@ again with fused stages (`stateful_names` gives each one's app, source and sink;
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -24,6 +25,7 @@ from framework.pipeline import Pipeline
 from framework.runners.spark import SparkRunner, spark_session
 
 WINDOW_MS = 200
+_EXECUTION = "FLAMEPIPE_EXECUTION"
 
 
 def main(argv: list[str]) -> None:
@@ -34,7 +36,10 @@ def main(argv: list[str]) -> None:
         zookeeper_connect=zookeeper,  # the epoch is read from ZooKeeper at start
         state_dir=state_dir,
         parallelism=2,
-        spark_master="local[2]",
+        # Continuous stages (FLAMEPIPE_EXECUTION) need a task slot per long-running task.
+        spark_master="local[2]"
+        if "continuous" not in os.environ.get(_EXECUTION, "")
+        else "local[4]",
     )
     spark = spark_session(settings, f"driver-{app}")
     pipelines = [(settings, _pipeline(kind, app, source, sink))]

@@ -69,8 +69,9 @@ _PARTITIONS_S = 30.0
 class Consumption(Protocol):
     """What a source stage has consumed, as far as committed batches tell."""
 
-    def consumed(self) -> tuple[Any, dict[int, int]]:
-        """Spark's last progress and the last timestamp read per partition."""
+    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Per partition, the offset consumed up to and the last timestamp read (both
+        of committed batches only)."""
         ...
 
 
@@ -173,15 +174,6 @@ class FrontHeartbeats(Service):
         if kind == TIMESTAMP_LOG_APPEND_TIME:
             self.broker_offset_ms = stamp - self.clock()
 
-    def _promise(self, beats: list[Heartbeat]) -> None:
-        """Record the slots about to be heartbeated, before they are sent."""
-        by_front = {beat.front: beat.slot for beat in beats}
-        for topic in self.sources:
-            for partition in range(self._partition_count(topic)):
-                slot = by_front.get(front_id(topic, partition))
-                if slot is not None:
-                    self.promised.setdefault(topic, {})[partition] = slot
-
     def floors(self, topic: str) -> dict[int, int]:
         """Per partition of ``topic``, the slot no record read from now on may lie below."""
         return dict(self.promised.get(topic, {}))
@@ -278,34 +270,47 @@ class FrontHeartbeats(Service):
         self._ends[key] = end
         return consumed is not None and consumed >= end
 
-    def beat(self) -> list[Heartbeat]:
-        """One round of steps 1-4; the heartbeats it sent."""
+    def beat(self, *, ends: bool = True) -> list[Heartbeat]:
+        """One round of steps 1-4; the heartbeats it sent. Without ``ends``, steps 2 and
+        4 only: no request for end offsets (a continuous source task beats so after
+        every commit, and in full every ``interval_ms``)."""
         beats: list[Heartbeat] = []
+        promises: list[tuple[str, int, int]] = []  # topic, partition, slot
         for topic, stage in self.sources.items():
             # Step 1
-            progress, stamps = stage.consumed()
-            consumed = consumed_offsets(progress, topic)
-            t0 = self.broker_now()
-            ends = end_offsets(self.bootstrap, topic, partitions=self._partition_count(topic))
+            consumed, stamps = stage.consumed()
+            if ends:
+                t0 = self.broker_now()
+                count = self._partition_count(topic)
+                known: dict[int, int | None] = dict(
+                    end_offsets(self.bootstrap, topic, partitions=count)
+                )
+            else:
+                t0, known = 0, dict.fromkeys(stamps)
             # ``fronts.ahead_ms`` (tests): promise that far ahead, as a broker that stamps
             # records long before exposing them would make a correct promise turn out.
             ahead = failpoints.value("fronts.ahead_ms")
             caught_up = slot_of(t0 - self.lag_ms + ahead, self.delta_ms)
-            for partition, end in ends.items():
+            for partition, end in known.items():
                 # Step 2
                 slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1
                 # Step 3
-                if self._caught_up(topic, partition, consumed.get(partition), end):
+                if end is not None and self._caught_up(
+                    topic, partition, consumed.get(partition), end
+                ):
                     slot = max(slot, caught_up)
                 front = front_id(topic, partition)
                 if slot > self.sent.get(front, -1):
                     beats.append(Heartbeat(front, slot))
+                    promises.append((topic, partition, slot))
         # Step 4
         if beats:
             producer = self._producer
             if producer is None:
                 raise ServiceFailed("front heartbeats are stopped")
-            self._promise(beats)
+            # The slots about to be heartbeated, recorded before they are sent.
+            for topic, partition, slot in promises:
+                self.promised.setdefault(topic, {})[partition] = slot
             self.time += 1
             for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
                 record = OutRecord(self.acks_topic, shard, None, value)

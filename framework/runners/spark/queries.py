@@ -18,6 +18,7 @@ from framework.errors import FlamepipeError
 from framework.kafka import security
 from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
+from framework.runners.spark.fronts import consumed_offsets
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
 from framework.wire.auth import current
@@ -366,15 +367,16 @@ class StageQuery:
                     self._due[row["partition"]] = row["next_due"]
                     self._ticked.pop(row["partition"], None)
 
-    def consumed(self) -> tuple[Any, dict[int, int]]:
-        """Spark's last progress report and the last timestamp read per partition.
+    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Per partition, the offset Spark's last progress report gives and the last
+        timestamp read (`framework.runners.spark.fronts.Consumption`).
 
         Read the timestamps first: they only grow, and every batch they cover was
         committed before it was reported.
         """
         with self.stats._lock:
             stamps = dict(self.stats.last_timestamp_ms)
-        return self.progress(), stamps
+        return consumed_offsets(self.progress(), self.topic), stamps
 
     def progress(self) -> Any:
         """Spark's last progress report of the query (None before the first)."""

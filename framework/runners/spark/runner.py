@@ -72,6 +72,7 @@ from framework.runners.observe.figures import Figures, run_figures
 from framework.runners.observe.server import WatchServer
 from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
+from framework.runners.spark.continuous import CONTINUOUS_SUFFIX, ContinuousQuery, check_slots
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.fused_query import FusedQuery
 from framework.runners.spark.queries import StageQuery, StageStats
@@ -278,11 +279,15 @@ class PipelineRun:
             self.services = ServiceSet(view=view_for(self.settings, self.graph, self.epoch))
         self.services.start()
         # Step 5
+        if self.continuous:
+            check_slots(self.spark, {stage.id: partitions[stage.topic] for stage in alone})
         for stage in alone:
             self._start_stage(stage, sources, partitions)
         for pair in fused:
             self._start_fused(pair, sources, partitions)
-        progress = {q.spec.stage.topic: q for q in self.queries.values() if q.spec.stage.is_source}
+        # Continuous stages heartbeat their own fronts and find their own windows due.
+        batched = [q for q in self.queries.values() if isinstance(q, StageQuery)]
+        progress = {q.spec.stage.topic: q for q in batched if q.spec.stage.is_source}
         self.fronts = FrontHeartbeats(
             self.bootstrap,
             self.graph.name,
@@ -299,7 +304,7 @@ class PipelineRun:
             query.on_batch = self.fronts.poke
         self.fronts.start()
         aggregates: list[Due] = []
-        for q in self.queries.values():
+        for q in batched:
             if isinstance(q, FusedQuery):
                 if self.graph.node(q.keyed.stage.entry).kind is Kind.AGGREGATE:
                     aggregates.append(q.ticks)
@@ -400,11 +405,19 @@ class PipelineRun:
             **fused,
         )
 
+    @property
+    def continuous(self) -> bool:
+        """Whether stages run as long-running tasks (`Settings.execution`)."""
+        return self.settings.execution == "continuous"
+
     def _start_stage(
         self, stage: Stage, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
     ) -> None:
         spec = self._spec(stage, sources, partitions)
-        self._refuse_other_mode(stage.id, fused=False)
+        if self.continuous:
+            self._start_continuous(stage, spec)
+            return
+        self._refuse_other_mode(stage.id)
         query = StageQuery(
             spec,
             self.bootstrap,
@@ -421,7 +434,7 @@ class PipelineRun:
         self, pair: Fused, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
     ) -> None:
         """One query for a source stage and the keyed stage it alone feeds."""
-        self._refuse_other_mode(pair.id, fused=True)
+        self._refuse_other_mode(pair.id)
         query = FusedQuery(
             self._spec(pair.map, sources, partitions, fused_exit=pair.reduce.entry),
             self._spec(pair.reduce, sources, partitions, fused_input=True),
@@ -437,18 +450,35 @@ class PipelineRun:
         name = self.graph.name
         _log.info("%s: stages %s and %s run fused as one query", name, pair.map.id, pair.reduce.id)
 
-    def _refuse_other_mode(self, query_id: str, *, fused: bool) -> None:
-        """`ConfigError` if this epoch's checkpoints hold the stage in the other mode: a
-        fused query never reads the frames a split one left in the keyed stage's topic,
-        and a split one would read them again."""
+    def _start_continuous(self, stage: Stage, spec: StageSpec) -> None:
+        """The stage as long-running tasks (`framework.runners.spark.continuous`)."""
+        query_id = f"{stage.id}{CONTINUOUS_SUFFIX}"
+        self._refuse_other_mode(query_id)
+        starts = (self.start_offsets or {}).get(stage.topic) if stage.is_source else None
+        query = ContinuousQuery(
+            spec,
+            self.bootstrap,
+            f"{self._checkpoints()}/{query_id}",
+            self.settings,
+            starts={int(p): o for p, o in (starts or {}).items()},
+        )
+        query.lifts = self._lifts.get(stage.topic, ())
+        query.start(self.spark)
+        self.queries[stage.id] = query  # type: ignore[assignment]
+
+    def _refuse_other_mode(self, query_id: str) -> None:
+        """`ConfigError` if this epoch's checkpoints hold one of the query's stages in
+        another mode: a fused query never reads the frames a split one left in the keyed
+        stage's topic, and a split one would read them again; a continuous stage keeps its
+        positions in a consumer group, not in a query's checkpoint."""
+        mode = _mode(query_id)
         others = [c for c in checkpoint_names(self.spark, self._checkpoints()) if c != query_id]
-        clash = [c for c in others if ("+" in c) != fused and _overlaps(c, query_id)]
+        clash = [c for c in others if _mode(c) != mode and _overlaps(c, query_id)]
         if clash:
-            now, before = ("fused", "split") if fused else ("split", "fused")
             raise ConfigError(
-                f"{self.graph.name!r} ran with stages {before} in epoch {self.epoch} "
-                f"(checkpoint {clash[0]}) and fuse_stages now asks for {now}: switch in a "
-                "new epoch (flamepipe replay), or set FLAMEPIPE_FUSE_STAGES back"
+                f"{self.graph.name!r} ran {_mode(clash[0])} in epoch {self.epoch} (checkpoint "
+                f"{clash[0]}) and its settings now ask for {mode}: switch in a new epoch "
+                "(flamepipe replay), or set FLAMEPIPE_FUSE_STAGES / FLAMEPIPE_EXECUTION back"
             )
 
     def _min_slot(self, stage: Stage) -> Callable[[], int]:
@@ -469,7 +499,7 @@ class PipelineRun:
 
     def _committed_slot(self) -> CommittedSlot:
         if self._committed is None:
-            self._committed = CommittedSlot(self.settings, self.graph.name)
+            self._committed = CommittedSlot(self.settings.zookeeper, self.graph.name)
         return self._committed
 
     def _starting_offsets(self, stage: Stage) -> str:
@@ -589,6 +619,18 @@ def _current_epoch(epochs: Any) -> Any:
         return None
 
 
+def _mode(query_id: str) -> str:
+    """How a checkpoint's stages ran: ``split``, ``fused`` or ``continuous``."""
+    if query_id.endswith(CONTINUOUS_SUFFIX):
+        return "continuous"
+    return "fused" if "+" in query_id else "split"
+
+
+def _stages(query_id: str) -> set[str]:
+    return set(query_id.removesuffix(CONTINUOUS_SUFFIX).split("+"))
+
+
 def _overlaps(a: str, b: str) -> bool:
-    """Whether two query ids (``stage`` or ``stage+stage``) share a stage."""
-    return bool(set(a.split("+")) & set(b.split("+")))
+    """Whether two query ids (``stage``, ``stage+stage`` or ``stage@continuous``) share a
+    stage."""
+    return bool(_stages(a) & _stages(b))

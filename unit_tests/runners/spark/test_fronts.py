@@ -7,6 +7,7 @@ import time
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
+from framework.core.messages import Heartbeat
 from framework.core.time import front_id
 from framework.errors import ProtocolViolation, ServiceFailed
 from framework.runners.spark.fronts import FrontHeartbeats
@@ -78,8 +79,8 @@ def test_an_outage_longer_than_outage_s_fails_the_run() -> None:
 
 
 class _Stage:
-    def consumed(self) -> tuple[object, dict[int, int]]:
-        return None, {0: 1_000}
+    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
+        return {}, {0: 1_000}
 
 
 def test_a_round_that_fails_midway_is_sent_again_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -141,8 +142,8 @@ def test_a_poke_beats_at_once_and_partition_counts_are_read_once(
 class _CaughtUp:
     """A source stage that consumed topic ``a`` to offset 5, stamps long ago."""
 
-    def consumed(self) -> tuple[object, dict[int, int]]:
-        return {"sources": [{"endOffset": {"a": {"0": 5}}}]}, {0: 1_000}
+    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
+        return {0: 5}, {0: 1_000}
 
 
 def test_a_caught_up_partition_heartbeats_front_lag_ms_behind_the_clock(
@@ -254,5 +255,27 @@ def test_an_end_offset_below_one_seen_or_no_progress_is_not_caught_up() -> None:
         assert not fronts._caught_up("a", 0, 3, 0)  # the same
         assert not fronts._caught_up("a", 1, None, 0)  # no progress of the query yet
         assert fronts._caught_up("a", 0, 12, 12)
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def test_a_beat_without_ends_asks_nothing_and_beats_the_last_timestamp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a continuous source task sends after every commit: step 2 alone (no request),
+    never the caught-up promise of step 3."""
+
+    def no_request(*_a: object, **_k: object) -> dict[int, int]:
+        raise AssertionError("a beat without ends asked for end offsets")
+
+    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", no_request)
+    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", no_request)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _CaughtUp()}
+    fronts.broker_offset_ms = 0  # no probe either
+    try:
+        (beat,) = fronts.beat(ends=False)
+        assert beat == Heartbeat(front_id("a", 0), 1_000 // 10)
+        assert fronts.beat(ends=False) == []  # nothing rose since
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for

@@ -1,0 +1,223 @@
+"""Driver side of a continuous stage: one Spark job of long-running tasks.
+
+With ``execution=continuous`` (`framework.config.Settings`) a stage is not a streaming
+query but one Spark job of as many tasks as its input topic has partitions, each a loop
+that polls its partition and commits as it goes (`framework.runners.spark.continuous_tasks`).
+Spark places the tasks and ships the code; the job never ends by itself.
+
+1. `start`: read (or create) the stage's run id in its checkpoint directory
+   (``<epoch checkpoints>/<stage>@continuous``; it namespaces the partitions' committed
+   positions as a query's checkpoint does), then run the job on a thread of its own,
+   in a Spark job group of its own.
+2. A job that ends while not stopping (a task failed: Spark gives up the job and kills the
+   others) is a failure `failure` reports; the supervisor restarts it
+   (`framework.runners.spark.supervision`), and the new tasks fence the old ones.
+3. `stop`: cancel the job group (Spark interrupts the tasks and ends their Python workers)
+   and wait for the thread.
+
+The tasks find everything else themselves: min time from the min-time topic, front
+heartbeats from what they consume, windows due from min time, so the driver sends no
+ticks and no heartbeats for a continuous stage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from framework.config import Settings
+from framework.errors import ConfigError
+from framework.kafka import security
+from framework.kafka.clients import verified_metadata
+from framework.kafka.transactions import group_consumer
+from framework.logs import WorkerLog, log_dir
+from framework.plan.records import StageSpec
+from framework.runners.spark.continuous_tasks import ContinuousContext, continuous_task
+from framework.runners.spark.queries import StageStats, essence
+from framework.runners.spark.storage import read_or_create_run_id
+from framework.runners.spark.tasks import TaskContext
+from framework.wire.auth import current
+from framework.wire.frames import FRAME_ITEMS
+from framework.wire.lifts import Lift
+
+__all__ = ["CONTINUOUS_SUFFIX", "ContinuousQuery", "check_slots"]
+
+_log = logging.getLogger(__name__)
+
+CONTINUOUS_SUFFIX = "@continuous"
+"""The checkpoint directory of a continuous stage is its id with this suffix."""
+
+# How long a task waits for its first record before it looks at min time again: the
+# longest a window's result waits after min time passes its end.
+_POLL_MS = 5
+
+
+def check_slots(spark: Any, needed: Mapping[str, int]) -> None:
+    """`ConfigError` unless Spark has a task slot for every long-lived task (stage ->
+    tasks): a task without one would wait for a slot that never frees."""
+    total = sum(needed.values())
+    slots = int(spark.sparkContext.defaultParallelism)
+    if total > slots:
+        per_stage = ", ".join(f"{stage} {count}" for stage, count in needed.items())
+        raise ConfigError(
+            f"continuous execution needs {total} Spark task slots ({per_stage}) and this "
+            f"Spark has {slots}: use local[{total}] or more worker cores (SPARK_WORKER_CORES, "
+            "spark.cores.max), fewer partitions (FLAMEPIPE_PARALLELISM), or "
+            "FLAMEPIPE_EXECUTION=micro-batch"
+        )
+
+
+class ContinuousQuery:
+    """Starts, watches and stops the long-running tasks of one stage (steps 1-3)."""
+
+    query: Any = None  # no streaming query: progress reports do not exist
+
+    def __init__(
+        self,
+        spec: StageSpec,
+        bootstrap: str,
+        checkpoint: str,
+        settings: Settings,
+        *,
+        starts: Mapping[int, int] | None = None,
+    ) -> None:
+        """``starts``: a source stage's start offsets in this epoch (a replay's)."""
+        self.spec = spec
+        self.bootstrap = bootstrap
+        self.checkpoint = checkpoint
+        self.zookeeper = settings.zookeeper
+        self.heartbeat_ms = settings.heartbeat_ms
+        self.front_lag_ms = settings.front_lag_ms
+        self.commit_ms = settings.commit_interval_ms
+        records = settings.max_batch_records
+        self.max_records = records if spec.stage.is_source else max(1, records // FRAME_ITEMS)
+        self.starts = dict(starts or {})
+        self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
+        self.stats = StageStats()
+        self.lifts: tuple[Lift, ...] = ()
+        self.run_id = ""
+        self.last_error: str | None = None
+        self._group_id = ""
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._spark: Any = None
+
+    @property
+    def topic(self) -> str:
+        """The stage's input topic."""
+        return self.spec.stage.topic
+
+    @property
+    def tasks(self) -> int:
+        """Long-lived tasks: one per partition of the input topic."""
+        return self.spec.partitions[self.topic]
+
+    def start(self, spark: Any) -> None:
+        """Step 1."""
+        self._spark = spark
+        self.run_id = read_or_create_run_id(spark, self.checkpoint)
+        self._group_id = f"flamepipe-{self.spec.graph.name}-{self.spec.stage.id}-{uuid.uuid4().hex}"
+        ctx = ContinuousContext(
+            TaskContext(
+                self.spec,
+                self.bootstrap,
+                self.run_id,
+                0,
+                0,
+                current(),
+                tuple(security.installed().items()),
+                (),
+                self.front_lag_ms,
+                self.worker_log,
+                self.lifts if self.spec.stage.is_source else (),
+            ),
+            self.zookeeper,
+            self.heartbeat_ms,
+            _POLL_MS,
+            self.commit_ms,
+            self.max_records,
+            tuple(sorted(self.starts.items())),
+        )
+        self._thread = threading.Thread(
+            target=self._job,
+            args=(spark, ctx),
+            name=f"flamepipe-continuous-{self.spec.stage.id}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _job(self, spark: Any, ctx: ContinuousContext) -> None:
+        """Step 2: the job, on this thread, until it fails or is cancelled."""
+        sc = spark.sparkContext
+        stage = self.spec.stage.id
+        sc.setJobGroup(self._group_id, f"flamepipe {stage} (continuous)", interruptOnCancel=True)
+        try:
+            rdd = sc.parallelize(range(self.tasks), self.tasks)
+            rdd.mapPartitionsWithIndex(continuous_task(ctx)).collect()
+            if not self._stopping:
+                self.last_error = "its tasks ended"
+        except Exception as exc:  # py4j's error carries the task's traceback
+            if self._stopping:
+                _log.debug("stage %s: tasks ended by the stop: %s", stage, essence(exc))
+            else:
+                self.last_error = essence(exc)
+                _log.error("stage %s: continuous tasks failed: %s", stage, self.last_error)
+
+    def failure(self) -> str | None:
+        """Why the tasks ended, or None while they run."""
+        thread = self._thread
+        if thread is None or thread.is_alive():
+            return None
+        return self.last_error or "stopped"
+
+    def batch_age_s(self) -> float | None:
+        """None: long-running tasks have no batch to hang in (a task that stops making
+        progress holds min time, which the stall watch sees)."""
+        return None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Step 3."""
+        self._stopping = True
+        thread, spark = self._thread, self._spark
+        if thread is None or spark is None:
+            return
+        spark.sparkContext.cancelJobGroup(self._group_id)
+        thread.join(timeout_s)
+        if thread.is_alive():
+            _log.warning(
+                "stage %s: its tasks did not stop in %.0f s", self.spec.stage.id, timeout_s
+            )
+
+    def restart(self, spark: Any) -> None:
+        """Cancel the tasks and start new ones (they fence whatever is left of the old)."""
+        self.stop()
+        self._stopping = False
+        self.last_error = None
+        self.start(spark)
+
+    @property
+    def group(self) -> str:
+        """The consumer group of the partitions' committed positions."""
+        return f"{self.spec.graph.name}.{self.spec.stage.id}.{self.run_id}"
+
+    def completed_offsets(self, topic: str | None = None) -> dict[int, int]:
+        """Per partition of the stage's input, the committed position: no task reads
+        below it again (for trimming)."""
+        if topic not in (None, self.topic) or not self.run_id:
+            return {}
+        wanted = [TopicPartition(self.topic, p) for p in range(self.tasks)]
+        out: dict[int, int] = {}
+        for tp in group_consumer(self.bootstrap, self.group).committed(wanted, timeout=10):
+            if tp.error is None and tp.offset >= 0:
+                verified_metadata(self.group, tp)
+                out[tp.partition] = tp.offset
+        return out
+
+    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Nothing the driver heartbeats by: the tasks heartbeat their own fronts."""
+        return {}, {}

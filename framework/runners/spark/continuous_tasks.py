@@ -1,0 +1,306 @@
+"""Executor side of a continuous stage: one long-running Spark task per input partition.
+
+A micro-batch stage task runs once per batch and returns; a continuous one runs until it
+is killed, polling its partition and committing whenever it has something to commit, so
+an item waits for no batch of its own stage. Everything a task commits is what a
+micro-batch task commits (`framework.runners.spark.tasks`), so the acker, the barriers and
+snapshots see no difference.
+
+Protocol of `run_continuous` (docs/runtime.md, "Continuous stages"):
+
+1. Start the partition's committer under the stage's transactional id: its
+   init_transactions fences every earlier task of the partition and aborts its open
+   transaction. Fencing is final here: a task fenced later stops, because a newer task
+   owns the partition.
+2. Read the partition's position (the committed offset of the stage's group; none yet:
+   the epoch's start offset, else the beginning) and, for a keyed stage, its state from
+   the changelog; open a consumer at the position.
+3. Loop until the task is killed:
+   a. Take what arrived: at most ``max_batch_records``, waiting at most ``poll_ms`` for
+      the first record.
+   b. Keyed stages: read the min time of the stage's segment (the pipeline's min-time
+      topic; a grouping's is capped by the committed snapshot, as the driver caps it).
+   c. If records arrived, or min time moved past a window still to emit, or a grouping
+      has state to prune: lift late source records (the floors are this task's own
+      heartbeats), run the stage program, and commit outputs, dead letters, acks,
+      changelog, a new lift and the new position in one transaction.
+   d. Source stages: heartbeat the partition's front after every commit and every
+      ``heartbeat_ms`` (`framework.runners.spark.fronts`, steps 1-4, for this partition
+      alone): the acks of what it read are committed before the heartbeat that covers it.
+Any failure ends the task, and with it the stage's Spark job; the driver starts the job
+again (`framework.runners.spark.continuous`), and step 1 of the new tasks fences what is
+left of the old ones.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from framework.core.graph import Kind
+from framework.core.grouping import Grouping
+from framework.core.ids import stable_id
+from framework.errors import ProtocolViolation
+from framework.kafka.clients import kafka_call, new_consumer, take
+from framework.kafka.mintime import MinTimeView
+from framework.kafka.transactions import TaskCommitter
+from framework.plan.state import StageState
+from framework.plan.task import StageProgram
+from framework.runners.snapshots import CommittedSlot
+from framework.runners.spark.fronts import FrontHeartbeats
+from framework.runners.spark.tasks import (
+    TaskContext,
+    lift_late,
+    on_worker,
+    partition_state,
+    program_for,
+)
+from framework.wire.lifts import Lift
+from framework.wire.records import InRecord, OutRecord
+
+__all__ = ["ContinuousContext", "TaskOrphaned", "continuous_task", "run_continuous"]
+
+
+class TaskOrphaned(Exception):  # noqa: N818 - ends a task whose JVM is gone, never caught
+    """The Python worker of a long-running task outlived the Spark process that ran it."""
+
+
+@dataclass(frozen=True)
+class ContinuousContext:
+    """What the driver sends the long-running tasks of one stage, once."""
+
+    task: TaskContext  # ``batch_id`` and ``min_slot`` unused: the task finds its own
+    zookeeper: str
+    heartbeat_ms: int
+    poll_ms: int
+    commit_ms: int  # the least time between two commits
+    max_records: int  # Kafka records per commit at most (frames on internal topics)
+    # A source stage's start offsets in this epoch (a replay's), per partition.
+    starts: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def group(self) -> str:
+        """The consumer group whose committed offsets are the partitions' positions."""
+        return self.task.group
+
+
+def continuous_task(ctx: ContinuousContext) -> Callable[[int, Iterator[Any]], Iterator[Any]]:
+    """The function ``mapPartitionsWithIndex`` runs: partition ``index`` of the stage's
+    input, until the task is killed."""
+
+    def run(index: int, _rows: Iterator[Any]) -> Iterator[Any]:
+        with on_worker(ctx.task):
+            run_continuous(ctx, index)
+        return iter(())
+
+    return run
+
+
+class _Consumed:
+    """What this task committed of its partition (`framework.runners.spark.fronts.Consumption`)."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.offset: int | None = None
+        self.stamp: int | None = None
+
+    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
+        offsets = {} if self.offset is None else {self.partition: self.offset}
+        stamps = {} if self.stamp is None else {self.partition: self.stamp}
+        return offsets, stamps
+
+
+class _Loop:
+    """Steps 1-3 for one partition of one stage."""
+
+    def __init__(self, ctx: ContinuousContext, partition: int) -> None:
+        task = ctx.task
+        spec = task.spec
+        self.ctx = ctx
+        self.partition = partition
+        self.topic = spec.stage.topic
+        self.app, self.stage = spec.graph.name, spec.stage.id
+        # Step 1
+        self.committer = TaskCommitter(
+            task.bootstrap, f"{self.app}.{self.stage}.p{partition}", take_over=False
+        )
+        self.committer.start()
+        # A node per task: its node time only has to grow while the task lives.
+        self.node = stable_id(
+            f"{self.app}/{self.stage}/{partition}/{task.run_id}/{os.getpid()}/{time.time_ns()}"
+        )
+        self.node_time = 0
+        self.program: StageProgram = program_for(task)
+        # Step 2
+        state_key = (self.app, self.stage, partition, task.run_id)
+        self.state, _, _ = partition_state(task, self.program, state_key, partition)
+        self.position = self._position()
+        self.consumer = self._consumer(self.position)
+        self.consumed = _Consumed(partition)
+        self.fronts = self._fronts() if spec.stage.is_source else None
+        self.min_slot = self._min_slot()
+        self.next_due = -1  # an aggregate's earliest window end still to emit (-1: none)
+
+    def _position(self) -> int | None:
+        committed = self.committer.committed_position(self.ctx.group, self.topic, self.partition)
+        if committed is not None:
+            return committed
+        return dict(self.ctx.starts).get(self.partition)
+
+    def _consumer(self, position: int | None) -> Consumer:
+        bootstrap = self.ctx.task.bootstrap
+        # A long fetch wait adds no latency (the broker answers as soon as records or
+        # commit markers land) and spares the broker a request every few milliseconds.
+        consumer = new_consumer(bootstrap, None, {"enable.partition.eof": False})
+        tp = TopicPartition(self.topic, self.partition, -2 if position is None else position)
+        kafka_call(f"cannot read {self.topic}[{self.partition}]", lambda: consumer.assign([tp]))
+        return consumer
+
+    def _fronts(self) -> FrontHeartbeats:
+        task = self.ctx.task
+        spec = task.spec
+        return FrontHeartbeats(
+            task.bootstrap,
+            self.app,
+            acks_topic=spec.topics.acks,
+            shards=spec.shards,
+            sources={self.topic: self.consumed},
+            delta_ms=spec.graph.delta_ms,
+            interval_ms=self.ctx.heartbeat_ms,
+            lag_ms=task.front_lag_ms,
+        )
+
+    def _min_slot(self) -> Callable[[], int]:
+        """Step 3b: the min time the stage prunes and completes windows by."""
+        spec = self.ctx.task.spec
+        if spec.stage.is_source:
+            return lambda: 0
+        graph = spec.graph
+        segment = graph.segments().of_node[spec.stage.entry]
+        view = MinTimeView(
+            self.ctx.task.bootstrap,
+            self.app,
+            spec.shards,
+            tuple(graph.segments().inbound),
+            epoch=spec.epoch,
+            poll_s=0.01,
+        )
+        view.start()
+        if graph.node(spec.stage.entry).kind is Kind.AGGREGATE:
+            return lambda: view.min_time(segment)
+        committed = CommittedSlot(self.ctx.zookeeper, self.app)
+        return lambda: min(view.min_time(segment), committed())
+
+    def run(self) -> None:
+        """Step 3, until the task is killed or fails."""
+        ctx = self.ctx
+        # A source task has nothing to do but read, so it may wait long for a record
+        # (the wait ends when one comes); a keyed task looks at min time between polls.
+        idle_s = (ctx.heartbeat_ms if self.fronts is not None else ctx.poll_ms) / 1000
+        gap_s, beat_s = ctx.commit_ms / 1000, ctx.heartbeat_ms / 1000
+        pending: list[InRecord] = []
+        committed_at = beaten = 0.0
+        parent = os.getppid()
+        while True:
+            if os.getppid() != parent:
+                # Orphaned: Spark's JVM died (kill -9) and nothing will ever kill this
+                # task; a new driver's tasks would fence it, but none may come.
+                raise TaskOrphaned(f"stage {self.stage}: the Spark worker that ran it is gone")
+            # Step 3a: what arrives before the next commit is due joins it
+            now = time.monotonic()
+            wait_s = max(0.0, gap_s - (now - committed_at)) if pending else idle_s
+            if len(pending) < ctx.max_records:
+                room = ctx.max_records - len(pending)
+                pending.extend(self._records(take(self.consumer, room, wait_s)))
+            # Step 3b
+            min_slot = self.min_slot()
+            # Step 3c
+            now = time.monotonic()
+            full = len(pending) >= ctx.max_records
+            if (pending and (full or now - committed_at >= gap_s)) or self._due(min_slot):
+                self._commit(pending, min_slot)
+                pending, committed_at = [], now
+                if self.fronts is not None:  # the commit's heartbeat releases its output
+                    self.fronts.beat(ends=False)
+            # Step 3d
+            if self.fronts is not None and now - beaten >= beat_s:
+                self.fronts.beat()
+                beaten = now
+
+    def _records(self, messages: list[Message]) -> list[InRecord]:
+        out: list[InRecord] = []
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.fatal() or not error.retriable():
+                    raise ProtocolViolation(
+                        f"stage {self.stage}: cannot read {self.topic}[{self.partition}]: {error}"
+                    )
+                continue
+            headers = cast("list[tuple[str, bytes | None]]", msg.headers() or [])
+            out.append(
+                InRecord(
+                    self.topic,
+                    self.partition,
+                    msg.offset() or 0,
+                    msg.timestamp()[1],
+                    msg.key(),
+                    msg.value(),
+                    tuple((k, v or b"") for k, v in headers),
+                )
+            )
+        return out
+
+    def _due(self, min_slot: int) -> bool:
+        """Whether min time alone gives the stage work: a window to emit. (A grouping
+        prunes with its next records, as a micro-batch task does.)"""
+        return 0 <= self.next_due <= min_slot
+
+    def _commit(self, records: list[InRecord], min_slot: int) -> None:
+        task, spec = self.ctx.task, self.ctx.task.spec
+        slots: dict[int, int] = {}
+        lift: Lift | None = None
+        if records and spec.stage.is_source:
+            floors = self.fronts.floors(self.topic) if self.fronts is not None else {}
+            slots, lift = lift_late(_with_floors(task, floors), self.partition, records)
+        state: StageState | None = self.state
+        if isinstance(state, Grouping):
+            state.on_min_time(min_slot)
+        self.node_time += 1
+        result = self.program.run(
+            records,
+            state,
+            self.node,
+            self.node_time,
+            min_slot=min_slot,
+            slots=slots,
+            partition=self.partition,
+        )
+        if result.next_due != -2:
+            self.next_due = result.next_due
+        out: list[OutRecord] = list(result.records)
+        if lift is not None:  # committed with the outputs it moved, or not at all
+            out.append(OutRecord(spec.topics.lifts, 0, lift.key(), lift.encode()))
+        positions = {}
+        if records:
+            positions = {(self.topic, self.partition): records[-1].offset + 1}
+        if out or positions:
+            self.committer.commit(out, self.ctx.group, positions)
+        if records:
+            self.consumed.offset = records[-1].offset + 1
+            self.consumed.stamp = max(r.timestamp_ms for r in records)
+
+
+def _with_floors(task: TaskContext, floors: dict[int, int]) -> TaskContext:
+    """``task`` with this task's own heartbeats as the floors `lift_late` checks."""
+    return replace(task, floors=tuple(floors.items()))
+
+
+def run_continuous(ctx: ContinuousContext, partition: int) -> None:
+    """Steps 1-3 for ``partition`` of the context's stage; returns only by failing."""
+    _Loop(ctx, partition).run()

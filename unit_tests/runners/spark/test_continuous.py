@@ -1,0 +1,43 @@
+"""The driver side of continuous stages, without Spark: slots and execution modes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from framework.config import Settings
+from framework.errors import ConfigError
+from framework.runners.spark.continuous import check_slots
+from framework.runners.spark.runner import _mode, _overlaps
+
+
+def _spark(slots: int) -> object:
+    return SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=slots))
+
+
+def test_too_few_slots_name_the_count_and_the_settings() -> None:
+    check_slots(_spark(4), {"source": 2, "aggregate": 2})
+    with pytest.raises(ConfigError, match=r"needs 5 Spark task slots \(source 2, aggregate 3\)"):
+        check_slots(_spark(4), {"source": 2, "aggregate": 3})
+    with pytest.raises(ConfigError, match=r"use local\[5\] .* FLAMEPIPE_EXECUTION=micro-batch"):
+        check_slots(_spark(4), {"source": 2, "aggregate": 3})
+
+
+def test_a_checkpoint_name_tells_its_mode_and_stages() -> None:
+    assert _mode("source-in") == "split"
+    assert _mode("source-in+aggregate") == "fused"
+    assert _mode("source-in@continuous") == "continuous"
+    assert _overlaps("source-in@continuous", "source-in+aggregate")
+    assert _overlaps("aggregate", "source-in+aggregate")
+    assert not _overlaps("source-in@continuous", "aggregate")
+
+
+def test_the_execution_setting_is_checked() -> None:
+    assert Settings().execution == "micro-batch"
+    with pytest.raises(ConfigError, match="not an execution mode: use one of micro-batch"):
+        Settings(execution="streaming")
+    with pytest.raises(ConfigError, match="fuse_stages runs micro-batches only"):
+        Settings(execution="continuous", fuse_stages=True)
+    with pytest.raises(ConfigError, match="commit_interval_ms=-1 must be >= 0"):
+        Settings(commit_interval_ms=-1)
