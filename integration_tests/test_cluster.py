@@ -43,7 +43,7 @@ from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.serde import Bytes
 from integration_tests.harness.http_service import PriceService
-from integration_tests.harness.processes import executor_pids
+from integration_tests.harness.processes import executor_kill, executor_pids
 from integration_tests.harness.runs import lose_an_ack, produce_lines, read_output
 
 WORDTOOLS = '''
@@ -310,8 +310,26 @@ def words_job():
     return p
 
 
+def windowed(app, source, sink):
+    """The windowed count alone."""
+    p = Pipeline(app)
+    p.source(source).flat_map(t.ones).key_by(t.word).aggregate(
+        Tumbling(1000), reduce=t.add, combinable=True
+    ).map(t.window_row).sink(sink)
+    return p
+
+
 def running_job():
     return _job(running)
+
+
+def continuous_job():
+    """The windowed count from one source partition, run as two long-running tasks (the
+    source's and the aggregate's, with FLAMEPIPE_PARALLELISM=1): a task slot on each of
+    the cluster's two executors."""
+    env = os.environ
+    source = KafkaSource(env["FP_TEST_SOURCE"], partitions=1)
+    return windowed(env["FP_TEST_APP"], source, KafkaSink(env["FP_TEST_SINK"]))
 
 
 def operators_job():
@@ -741,6 +759,54 @@ def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing
     assert "state kept: running, windows" in text, tail
     assert seen == expected, (
         f"after kills {kills} and an upgrade: {sum(seen.values())} items read, "
+        f"{sum(expected.values())} expected; missing {sum((expected - seen).values())}, "
+        f"extra {sum((seen - expected).values())}\n{tail}"
+    )
+
+
+def test_continuous_stages_run_on_the_cluster_through_an_executor_kill(
+    cluster: Settings, user_dir: Path, tmp_path: Path
+) -> None:
+    """The windowed count with ``execution=continuous``: its two long-running tasks hold
+    a task slot on each executor. kill -9 of one executor JVM mid-run: the worker starts
+    a new one, Spark runs the lost task there, and the new task fences whatever is left
+    of the old one. The output equals the in-process harness's."""
+    run = uuid.uuid4().hex[:6]
+    app, source, sink = f"cl-cont-{run}", f"cl-cin-{run}", f"cl-cout-{run}"
+    bootstrap = cluster.kafka_bootstrap
+    ensure_topics(bootstrap, [input_topic_spec(source, 1), TopicSpec(sink, 1)])
+    lines = [f"{i} {line}" for i, line in enumerate(generate_lines(2 * LINES, seed=17))]
+    chunks = [lines[i * LINES // 2 : (i + 1) * LINES // 2] for i in range(4)]
+    produce_lines(bootstrap, source, chunks[0], 1)
+
+    def output() -> int:
+        return len(read_output(bootstrap, sink))
+
+    env = _driver_env(cluster, app, source, sink)
+    env.update(FLAMEPIPE_EXECUTION="continuous", FLAMEPIPE_PARALLELISM="1")
+    log = tmp_path / "driver.log"
+    driver = _launch(["-m", "framework.cli", "run", "jobs:continuous_job"], user_dir, env, log)
+    try:
+        _wait(lambda: output() > 0 or driver.poll() is not None, "the first output")
+        killed = executor_pids(cluster.state_dir)[:1]
+        assert killed, "no executor to kill"
+        executor_kill(killed[0])
+        for chunk in chunks[1:]:
+            produce_lines(bootstrap, source, chunk, 1)
+            time.sleep(1)
+        expected = _oracle(user_dir, "windowed", app, read_to_end(bootstrap, source))
+        _wait(
+            lambda: output() >= sum(expected.values()) or driver.poll() is not None,
+            "the whole output",
+        )
+        time.sleep(3)
+        seen = _output(bootstrap, sink)
+    finally:
+        _stop(driver)
+    tail = _shipped(log)
+    assert killed[0] not in executor_pids(cluster.state_dir)
+    assert seen == expected, (
+        f"continuous, executor {killed[0]} killed: {sum(seen.values())} items read, "
         f"{sum(expected.values())} expected; missing {sum((expected - seen).values())}, "
         f"extra {sum((seen - expected).values())}\n{tail}"
     )

@@ -38,9 +38,11 @@ from framework.kafka.transactions import group_consumer
 from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
 from framework.runners.spark.continuous_tasks import ContinuousContext, continuous_task
+from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.queries import StageStats, essence
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import TaskContext
+from framework.runners.spark.ticks import Due
 from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
@@ -218,6 +220,16 @@ class ContinuousQuery:
                 out[tp.partition] = tp.offset
         return out
 
-    def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
-        """Nothing the driver heartbeats by: the tasks heartbeat their own fronts."""
-        return {}, {}
+    def attach_fronts(self, fronts: FrontHeartbeats) -> bool:
+        """Never: the tasks heartbeat their own fronts."""
+        return False
+
+    def window_ticks(self) -> Due | None:
+        """None: the tasks emit windows as min time passes them."""
+        return None
+
+    def trim_needs(self) -> dict[tuple[str, int], int]:
+        """A keyed stage: its topic below the committed positions."""
+        if self.spec.stage.is_source:
+            return {}
+        return {(self.topic, p): o for p, o in self.completed_offsets().items()}

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from framework.config import Settings
+from framework.core.graph import Kind
 from framework.plan.records import StageSpec
 from framework.runners.spark.fused_tasks import (
     MAP_SCHEMA,
@@ -24,6 +25,7 @@ from framework.runners.spark.fused_tasks import (
 )
 from framework.runners.spark.queries import StageQuery, summary_type
 from framework.runners.spark.storage import read_or_create_run_id
+from framework.runners.spark.ticks import Due
 
 __all__ = ["FusedQuery"]
 
@@ -94,9 +96,15 @@ class FusedQuery(StageQuery):
         )
         self._count(rows, started)
 
-    def tick_offsets(self) -> dict[int, int]:
-        """The tick topic's offsets the last completed batch read to (for trimming)."""
-        return self.completed_offsets(self.keyed.stage.topic)
+    def window_ticks(self) -> Due | None:
+        """A keyed aggregate: ticks go to its topic, one partition per unit."""
+        kind = self.keyed.graph.node(self.keyed.stage.entry).kind
+        return self.ticks if kind is Kind.AGGREGATE else None
+
+    def trim_needs(self) -> dict[tuple[str, int], int]:
+        """The tick topic below the offsets the last completed batch read to."""
+        topic = self.keyed.stage.topic
+        return {(topic, p): o for p, o in self.completed_offsets(topic).items()}
 
 
 class FusedTicks:

@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from framework.config import Settings
+from framework.core.graph import Kind
 from framework.errors import FlamepipeError
 from framework.kafka import security
 from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
-from framework.runners.spark.fronts import consumed_offsets
+from framework.runners.spark.fronts import FrontHeartbeats, consumed_offsets
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task
+from framework.runners.spark.ticks import Due
 from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
@@ -366,6 +368,32 @@ class StageQuery:
                 if row["next_due"] != -2:  # -2: the task was skipped, its state unknown
                     self._due[row["partition"]] = row["next_due"]
                     self._ticked.pop(row["partition"], None)
+
+    def attach_fronts(self, fronts: FrontHeartbeats) -> bool:
+        """A source stage: the driver heartbeats its partitions after its batches (by what
+        `consumed` says), checks each batch against what it promised, and passes the
+        floors with the tasks."""
+        if not self.spec.stage.is_source:
+            return False
+        topic = self.spec.stage.topic
+        fronts.sources[topic] = self
+        self.on_rows = functools.partial(fronts.check_batch, topic)
+        self.floors = functools.partial(fronts.floors, topic)
+        self.on_batch = fronts.poke
+        return True
+
+    def window_ticks(self) -> Due | None:
+        """An aggregate stage: itself (ticks start the batch that emits its windows)."""
+        kind = self.spec.graph.node(self.spec.stage.entry).kind
+        return self if kind is Kind.AGGREGATE else None
+
+    def trim_needs(self) -> dict[tuple[str, int], int]:
+        """A keyed stage: its topic below the last completed batch (a source topic is the
+        user's, never trimmed)."""
+        if self.spec.stage.is_source:
+            return {}
+        topic = self.spec.stage.topic
+        return {(topic, p): o for p, o in self.completed_offsets().items()}
 
     def consumed(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per partition, the offset Spark's last progress report gives and the last

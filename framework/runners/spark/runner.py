@@ -23,7 +23,6 @@ Start-up protocol of `SparkRunner.start`:
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
@@ -73,13 +72,14 @@ from framework.runners.observe.server import WatchServer
 from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.continuous import CONTINUOUS_SUFFIX, ContinuousQuery, check_slots
+from framework.runners.spark.execution import StageExecution
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.fused_query import FusedQuery
 from framework.runners.spark.queries import StageQuery, StageStats
 from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
 from framework.runners.spark.supervision import QuerySupervisor
-from framework.runners.spark.ticks import Due, WindowTicks
+from framework.runners.spark.ticks import WindowTicks
 from framework.runners.spark.warmup import WorkerWarmup, warm_workers
 from framework.runners.startup import is_passing, start_retrying
 from framework.service import Service
@@ -232,7 +232,7 @@ class PipelineRun:
         self.start_offsets: Offsets | None = None
         self.topics = Topics(graph.name)
         self.bootstrap = settings.kafka_bootstrap
-        self.queries: dict[str, StageQuery] = {}
+        self.queries: dict[str, StageExecution] = {}
         self.services = ServiceSet()
         self.fronts: FrontHeartbeats | None = None
         self.ticks: WindowTicks | None = None
@@ -285,31 +285,20 @@ class PipelineRun:
             self._start_stage(stage, sources, partitions)
         for pair in fused:
             self._start_fused(pair, sources, partitions)
-        # Continuous stages heartbeat their own fronts and find their own windows due.
-        batched = [q for q in self.queries.values() if isinstance(q, StageQuery)]
-        progress = {q.spec.stage.topic: q for q in batched if q.spec.stage.is_source}
         self.fronts = FrontHeartbeats(
             self.bootstrap,
             self.graph.name,
             acks_topic=self.topics.acks,
             shards=self.settings.acker_shards,
-            sources=progress,
+            sources={},
             delta_ms=self.graph.delta_ms,
             interval_ms=self.settings.heartbeat_ms,
             lag_ms=self.settings.front_lag_ms,
         )
-        for topic, query in progress.items():
-            query.on_rows = functools.partial(self.fronts.check_batch, topic)
-            query.floors = functools.partial(self.fronts.floors, topic)
-            query.on_batch = self.fronts.poke
+        for q in self.queries.values():
+            q.attach_fronts(self.fronts)
         self.fronts.start()
-        aggregates: list[Due] = []
-        for q in batched:
-            if isinstance(q, FusedQuery):
-                if self.graph.node(q.keyed.stage.entry).kind is Kind.AGGREGATE:
-                    aggregates.append(q.ticks)
-            elif self.graph.node(q.spec.stage.entry).kind is Kind.AGGREGATE:
-                aggregates.append(q)
+        aggregates = [due for q in self.queries.values() if (due := q.window_ticks()) is not None]
         if aggregates:
             self.ticks = WindowTicks(
                 self.bootstrap, aggregates, interval_ms=self.settings.heartbeat_ms
@@ -338,12 +327,7 @@ class PipelineRun:
             barrier_needs(self.bootstrap, self.topics, self.graph.name, sink_nodes(self.graph))
         )
         for query in self.queries.values():
-            if isinstance(query, FusedQuery):  # its keyed stage's topic: ticks
-                topic = query.keyed.stage.topic
-                needs.update({(topic, p): o for p, o in query.tick_offsets().items()})
-            elif not query.spec.stage.is_source:
-                topic = query.spec.stage.topic
-                needs.update({(topic, p): o for p, o in query.completed_offsets().items()})
+            needs.update(query.trim_needs())
         return needs
 
     def figures(self) -> Figures:
@@ -464,7 +448,7 @@ class PipelineRun:
         )
         query.lifts = self._lifts.get(stage.topic, ())
         query.start(self.spark)
-        self.queries[stage.id] = query  # type: ignore[assignment]
+        self.queries[stage.id] = query
 
     def _refuse_other_mode(self, query_id: str) -> None:
         """`ConfigError` if this epoch's checkpoints hold one of the query's stages in
