@@ -397,7 +397,11 @@ def measure(
     """The phases of the module docstring on ``graph`` (services running): source, eo, alo."""
     bootstrap = settings.kafka_bootstrap
     source, eo_topic, alo_topic = topics
-    spark = spark_session(settings, "bench-latency", {"spark.master": "local[2]"})
+    spark = spark_session(
+        settings,
+        "bench-latency",
+        {"spark.master": os.environ.get("FLAMEPIPE_SPARK_MASTER", "local[2]")},
+    )
     run = SparkRunner(settings, spark, services="external").start(graph)
     receipts = {"eo": Receipts(), "alo": Receipts()}
     mp = multiprocessing.get_context("spawn")

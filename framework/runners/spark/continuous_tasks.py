@@ -45,8 +45,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from framework.core.graph import Kind
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
-from framework.errors import ProtocolViolation
-from framework.kafka.clients import kafka_call, new_consumer, take
+from framework.kafka.clients import is_record, kafka_call, new_consumer, take
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.transactions import TaskCommitter
 from framework.plan.state import StageState
@@ -235,12 +234,9 @@ class _Loop:
     def _records(self, messages: list[Message]) -> list[InRecord]:
         out: list[InRecord] = []
         for msg in messages:
-            error = msg.error()
-            if error is not None:
-                if error.fatal() or not error.retriable():
-                    raise ProtocolViolation(
-                        f"stage {self.stage}: cannot read {self.topic}[{self.partition}]: {error}"
-                    )
+            # An event, or an error the client gets over by itself; KafkaClientError (a
+            # restart's matter) for one it cannot.
+            if not is_record(msg, self.topic):
                 continue
             headers = cast("list[tuple[str, bytes | None]]", msg.headers() or [])
             out.append(
