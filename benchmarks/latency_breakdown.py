@@ -1,0 +1,166 @@
+"""Where a stateless record's milliseconds go, hop by hop, in one run.
+
+Runs the peer benchmark's stateless pipeline (``lines -> upper -> sink``, two source
+partitions, exactly once) at a steady rate, watches the sink segment's min time on the
+driver (a subscription to the run's min-time view), then reads every topic the records
+crossed and splits each slot's latency (a slot: ``delta_ms`` of input) into:
+
+- ``stage``: the record's LogAppendTime -> its frame produced to the pre-barrier topic
+  (the source stage: poll or micro-batch, operators, encoding; the frame's CreateTime)
+- ``min time``: frame produced -> the driver sees min time pass the slot (the stage's
+  commit, its front heartbeat, the acker, the min-time topic)
+- ``release``: min time passed -> the output record produced (the barrier's bundle)
+- ``read``: output produced -> a read_committed reader has it (the commit, the fetch)
+
+p50 and p99 over slots, each slot timed by its earliest record (its worst latency)::
+
+    .venv/bin/python benchmarks/latency_breakdown.py [--execution continuous] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_peer_table import Reader, Text, pct, produce, stateless  # noqa: E402
+
+from framework.core.messages import MinTimeNotification  # noqa: E402
+from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec  # noqa: E402
+from framework.kafka.clients import read_to_end  # noqa: E402
+from framework.local.provision import provision  # noqa: E402
+from framework.runners.spark import SparkRunner, spark_session  # noqa: E402
+from framework.wire.avro import decode_meta  # noqa: E402
+from framework.wire.bundles import META_HEADER  # noqa: E402
+from framework.wire.frames import read_items  # noqa: E402
+from framework.wire.topics import Topics  # noqa: E402
+
+
+class MinTimes:
+    """When (wall clock, ms) the driver saw each segment's min time pass each value."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, str | None, int]] = []  # (slot, segment, at_ms)
+        self._lock = threading.Lock()
+
+    def __call__(self, note: MinTimeNotification) -> None:
+        with self._lock:
+            self.seen.append((note.slot, note.segment, time.time_ns() // 1_000_000))
+
+    def passed(self, segment: str) -> list[tuple[int, int]]:
+        """(min time, when first seen) of ``segment``, in order."""
+        with self._lock:
+            return sorted((slot, at) for slot, seg, at in self.seen if seg == segment)
+
+
+def first_past(passed: list[tuple[int, int]], slot: int) -> int | None:
+    """When min time first passed ``slot`` (min time > slot)."""
+    for value, at in passed:  # few thousand entries: a scan is fine for a benchmark
+        if value > slot:
+            return at
+    return None
+
+
+def breakdown(args: Any) -> None:
+    text = Text()
+    with provision() as stack:
+        master = "local[4]" if args.execution == "continuous" else "local[2]"
+        settings = stack.with_(parallelism=2, spark_master=master, execution=args.execution)
+        tag = f"lb{uuid.uuid4().hex[:6]}"
+        source, sink = f"{tag}-in", f"{tag}-out"
+        bootstrap = settings.kafka_bootstrap
+        ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
+        spark = spark_session(settings, f"bench-{tag}", {"spark.master": master})
+        graph = stateless(tag, source, sink).graph()
+        run = SparkRunner(settings, spark).start(graph)
+        reader = Reader(bootstrap, sink)
+        mins = MinTimes()
+        assert run.services.view is not None
+        run.services.view.subscribe(mins)
+        try:
+            produce(bootstrap, source, text.lines(args.rate * 5, seed=3), args.rate)  # warm
+            started_ms = time.time_ns() // 1_000_000
+            produce(bootstrap, source, text.lines(args.rate * args.seconds, seed=5), args.rate)
+            time.sleep(3)
+        finally:
+            reader.close()
+            run.stop()
+            spark.stop()
+        report(bootstrap, tag, graph, source, sink, mins, reader, started_ms, settings.delta_ms)
+
+
+def report(
+    bootstrap: str,
+    app: str,
+    graph: Any,
+    source: str,
+    sink: str,
+    mins: MinTimes,
+    reader: Reader,
+    since_ms: int,
+    delta_ms: int,
+) -> None:
+    sink_node = next(n.id for n in graph.nodes if n.kind.name == "SINK")
+    segment = graph.segments().of_node[sink_node]
+    inputs: dict[int, int] = {}  # slot -> earliest LogAppendTime
+    for msg in read_to_end(bootstrap, source):
+        stamp = msg.timestamp()[1]
+        if stamp >= since_ms:
+            slot = stamp // delta_ms
+            inputs[slot] = min(stamp, inputs.get(slot, stamp))
+    produced: dict[int, int] = {}  # slot -> latest frame CreateTime holding it
+    for msg in read_to_end(bootstrap, Topics(app).pre(sink_node)):
+        for meta, _, _ in read_items(msg.headers(), msg.value(), "pre"):
+            slot = meta.gt.slot
+            produced[slot] = max(produced.get(slot, 0), msg.timestamp()[1])
+    outputs: dict[int, int] = {}  # slot -> latest output record timestamp
+    received: dict[bytes, float] = {value: at for at, value in reader.got}
+    read_at: dict[int, float] = {}
+    for msg in read_to_end(bootstrap, sink):
+        meta = dict(msg.headers() or []).get(META_HEADER)
+        if meta is None:
+            continue
+        slot = decode_meta(meta).gt.slot
+        outputs[slot] = max(outputs.get(slot, 0), msg.timestamp()[1])
+        at = received.get(msg.value() or b"")
+        if at is not None:
+            read_at[slot] = max(read_at.get(slot, 0.0), at * 1000)
+    passed = mins.passed(segment)
+    parts: dict[str, list[float]] = defaultdict(list)
+    for slot, first_in in sorted(inputs.items()):
+        frame, out, got = produced.get(slot), outputs.get(slot), read_at.get(slot)
+        past = first_past(passed, slot)
+        if None in (frame, out, got, past):
+            continue
+        assert frame is not None and out is not None and got is not None and past is not None
+        parts["stage"].append(frame - first_in)
+        parts["min time"].append(past - frame)
+        parts["release"].append(out - past)
+        parts["read"].append(got - out)
+        parts["total"].append(got - first_in)
+    print(f"{len(parts['total'])} slots of {len(inputs)} timed (ms, each slot's earliest record):")
+    for name, values in parts.items():
+        print(
+            f"  {name:<9} p50 {pct(values, 0.5):7.1f}  p99 {pct(values, 0.99):7.1f}  "
+            f"mean {statistics.fmean(values):7.1f}"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--execution", choices=("micro-batch", "continuous"), default="micro-batch")
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=int, default=20)
+    breakdown(ap.parse_args())
+
+
+if __name__ == "__main__":
+    main()
