@@ -31,17 +31,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_peer_table import Reader, Text, pct, produce, stateless  # noqa: E402
+from bench_peer_table import Reader, Text, pct, produce, stateless
 
-from framework.core.messages import MinTimeNotification  # noqa: E402
-from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec  # noqa: E402
-from framework.kafka.clients import read_to_end  # noqa: E402
-from framework.local.provision import provision  # noqa: E402
-from framework.runners.spark import SparkRunner, spark_session  # noqa: E402
-from framework.wire.avro import decode_meta  # noqa: E402
-from framework.wire.bundles import META_HEADER  # noqa: E402
-from framework.wire.frames import read_items  # noqa: E402
-from framework.wire.topics import Topics  # noqa: E402
+from framework.core.messages import MinTimeNotification
+from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
+from framework.kafka.clients import read_to_end
+from framework.local.provision import provision
+from framework.runners.spark import SparkRunner, spark_session
+from framework.wire.avro import decode_meta
+from framework.wire.bundles import META_HEADER
+from framework.wire.frames import read_items
+from framework.wire.topics import Topics
 
 
 class MinTimes:
@@ -94,11 +94,22 @@ def breakdown(args: Any) -> None:
             reader.close()
             run.stop()
             spark.stop()
-        report(bootstrap, tag, graph, source, sink, mins, reader, started_ms, settings.delta_ms)
+        report(
+            bootstrap,
+            app=tag,
+            graph=graph,
+            source=source,
+            sink=sink,
+            mins=mins,
+            reader=reader,
+            since_ms=started_ms,
+            delta_ms=settings.delta_ms,
+        )
 
 
 def report(
     bootstrap: str,
+    *,
     app: str,
     graph: Any,
     source: str,

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import random
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -53,7 +53,7 @@ from framework.core.calls import MapAsyncOp
 from framework.core.columns import COLUMN_OPS
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
-from framework.core.messages import Ack
+from framework.core.messages import Ack, Heartbeat
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
 from framework.core.physical import stateless_operation
@@ -221,6 +221,7 @@ class StageProgram:
         min_slot: int = 0,
         slots: Mapping[int, int] | None = None,
         partition: int = -1,
+        heartbeats: Sequence[Heartbeat] = (),
     ) -> TaskResult:
         """Process one partition's batch; see the module docstring for the steps.
 
@@ -229,6 +230,8 @@ class StageProgram:
         by offset (lifted: `framework.wire.lifts`). ``partition``: the input partition,
         which a batch without records (windows completed by min time alone) cannot tell:
         its state's changelog partition and its windows' hold acks are that partition's.
+        ``heartbeats``: front heartbeats the batch's ack batches carry (a continuous
+        source task's, covering what the batch read: they commit with its acks).
         """
         run = _TaskRun(self, state, rng or _ack_value)
         run.partition = partition
@@ -253,7 +256,7 @@ class StageProgram:
         run.call_services()
         run.write_frames()
         # Step 5
-        run.close(node, node_time)
+        run.close(node, node_time, heartbeats)
         # Step 6
         if state is not None:
             run.changelog(state, record_partition=run.partition)
@@ -618,13 +621,14 @@ class _TaskRun:
         self.result.records.append(OutRecord(topic, None, key, value, tuple(headers)))
         self.result.dead_letters += 1
 
-    def close(self, node: int, node_time: int) -> None:
+    def close(self, node: int, node_time: int, heartbeats: Sequence[Heartbeat] = ()) -> None:
         """Step 5: one ack batch per shard, closed by this node's time."""
         acks = [a for a in self.acker.flush() if isinstance(a, Ack)]
-        if not acks:
+        if not acks and not heartbeats:
             return
         topic = self.spec.topics.acks
-        for shard, value in shard_batches(node, node_time, acks, self.spec.shards):
+        batches = shard_batches(node, node_time, acks, self.spec.shards, heartbeats)
+        for shard, value in batches:
             self.result.records.append(OutRecord(topic, shard, None, value))
 
     def changelog(self, state: StageState, record_partition: int) -> None:

@@ -24,9 +24,11 @@ Protocol of `run_continuous` (docs/runtime.md, "Continuous stages"):
       has state to prune: lift late source records (the floors are this task's own
       heartbeats), run the stage program, and commit outputs, dead letters, acks,
       changelog, a new lift and the new position in one transaction.
-   d. Source stages: heartbeat the partition's front after every commit and every
-      ``heartbeat_ms`` (`framework.runners.spark.fronts`, steps 1-4, for this partition
-      alone): the acks of what it read are committed before the heartbeat that covers it.
+   d. Source stages: heartbeat the partition's front (`framework.runners.spark.fronts`,
+      steps 1-4, for this partition alone): every commit's ack batches carry the
+      heartbeat its last record allows (it commits with the acks it covers), and every
+      ``heartbeat_ms`` a round of its own adds the heartbeat of a partition read to its
+      end.
 Any failure ends the task, and with it the stage's Spark job; the driver starts the job
 again (`framework.runners.spark.continuous`), and step 1 of the new tasks fences what is
 left of the old ones.
@@ -224,8 +226,6 @@ class _Loop:
             if (pending and (full or now - committed_at >= gap_s)) or self._due(min_slot):
                 self._commit(pending, min_slot)
                 pending, committed_at = [], now
-                if self.fronts is not None:  # the commit's heartbeat releases its output
-                    self.fronts.beat(ends=False)
             # Step 3d
             if self.fronts is not None and now - beaten >= beat_s:
                 self.fronts.beat()
@@ -267,6 +267,11 @@ class _Loop:
         state: StageState | None = self.state
         if isinstance(state, Grouping):
             state.on_min_time(min_slot)
+        # Step 3d, first half: the heartbeat its last record allows rides in the commit.
+        beat = None
+        if records and self.fronts is not None:
+            stamp = max(r.timestamp_ms for r in records)
+            beat = self.fronts.carried(self.topic, self.partition, stamp)
         self.node_time += 1
         result = self.program.run(
             records,
@@ -276,6 +281,7 @@ class _Loop:
             min_slot=min_slot,
             slots=slots,
             partition=self.partition,
+            heartbeats=() if beat is None else (beat,),
         )
         if result.next_due != -2:
             self.next_due = result.next_due
@@ -287,6 +293,8 @@ class _Loop:
             positions = {(self.topic, self.partition): records[-1].offset + 1}
         if out or positions:
             self.committer.commit(out, self.ctx.group, positions)
+        if beat is not None and self.fronts is not None:
+            self.fronts.sent_with(beat)
         if records:
             self.consumed.offset = records[-1].offset + 1
             self.consumed.stamp = max(r.timestamp_ms for r in records)

@@ -174,6 +174,21 @@ class FrontHeartbeats(Service):
         if kind == TIMESTAMP_LOG_APPEND_TIME:
             self.broker_offset_ms = stamp - self.clock()
 
+    def carried(self, topic: str, partition: int, stamp: int) -> Heartbeat | None:
+        """Step 2 for a batch about to commit whose last record was stamped ``stamp``: the
+        heartbeat its own ack batches carry (None: no rise), promised from now on. A
+        continuous source task's: it commits with the acks it covers, so it needs no
+        record of its own; `sent_with` once the commit succeeded."""
+        front, slot = front_id(topic, partition), slot_of(stamp, self.delta_ms)
+        if slot <= max(self.sent.get(front, -1), self.promised.get(topic, {}).get(partition, -1)):
+            return None
+        self.promised.setdefault(topic, {})[partition] = slot
+        return Heartbeat(front, slot)
+
+    def sent_with(self, beat: Heartbeat) -> None:
+        """A `carried` heartbeat was committed."""
+        self.sent[beat.front] = max(beat.slot, self.sent.get(beat.front, -1))
+
     def floors(self, topic: str) -> dict[int, int]:
         """Per partition of ``topic``, the slot no record read from now on may lie below."""
         return dict(self.promised.get(topic, {}))
@@ -270,34 +285,24 @@ class FrontHeartbeats(Service):
         self._ends[key] = end
         return consumed is not None and consumed >= end
 
-    def beat(self, *, ends: bool = True) -> list[Heartbeat]:
-        """One round of steps 1-4; the heartbeats it sent. Without ``ends``, steps 2 and
-        4 only: no request for end offsets (a continuous source task beats so after
-        every commit, and in full every ``interval_ms``)."""
+    def beat(self) -> list[Heartbeat]:
+        """One round of steps 1-4; the heartbeats it sent."""
         beats: list[Heartbeat] = []
         promises: list[tuple[str, int, int]] = []  # topic, partition, slot
         for topic, stage in self.sources.items():
             # Step 1
             consumed, stamps = stage.consumed()
-            if ends:
-                t0 = self.broker_now()
-                count = self._partition_count(topic)
-                known: dict[int, int | None] = dict(
-                    end_offsets(self.bootstrap, topic, partitions=count)
-                )
-            else:
-                t0, known = 0, dict.fromkeys(stamps)
+            t0 = self.broker_now()
+            ends = end_offsets(self.bootstrap, topic, partitions=self._partition_count(topic))
             # ``fronts.ahead_ms`` (tests): promise that far ahead, as a broker that stamps
             # records long before exposing them would make a correct promise turn out.
             ahead = failpoints.value("fronts.ahead_ms")
             caught_up = slot_of(t0 - self.lag_ms + ahead, self.delta_ms)
-            for partition, end in known.items():
+            for partition, end in ends.items():
                 # Step 2
                 slot = slot_of(stamps[partition], self.delta_ms) if partition in stamps else -1
                 # Step 3
-                if end is not None and self._caught_up(
-                    topic, partition, consumed.get(partition), end
-                ):
+                if self._caught_up(topic, partition, consumed.get(partition), end):
                     slot = max(slot, caught_up)
                 front = front_id(topic, partition)
                 if slot > self.sent.get(front, -1):

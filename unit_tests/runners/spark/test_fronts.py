@@ -259,23 +259,17 @@ def test_an_end_offset_below_one_seen_or_no_progress_is_not_caught_up() -> None:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
 
 
-def test_a_beat_without_ends_asks_nothing_and_beats_the_last_timestamp(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """What a continuous source task sends after every commit: step 2 alone (no request),
-    never the caught-up promise of step 3."""
-
-    def no_request(*_a: object, **_k: object) -> dict[int, int]:
-        raise AssertionError("a beat without ends asked for end offsets")
-
-    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", no_request)
-    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", no_request)
+def test_a_carried_heartbeat_is_promised_at_once_and_sent_only_when_committed() -> None:
+    """What a continuous source task's commit carries: step 2 for its last record, a
+    floor from then on, and no second heartbeat for the same slot."""
     fronts = _fronts(outage_s=60)
-    fronts.sources = {"a": _CaughtUp()}
-    fronts.broker_offset_ms = 0  # no probe either
     try:
-        (beat,) = fronts.beat(ends=False)
-        assert beat == Heartbeat(front_id("a", 0), 1_000 // 10)
-        assert fronts.beat(ends=False) == []  # nothing rose since
+        beat = fronts.carried("a", 0, 1_234)
+        assert beat == Heartbeat(front_id("a", 0), 123)
+        assert fronts.floors("a") == {0: 123}  # later records below it are lifted
+        assert fronts.carried("a", 0, 1_239) is None  # promised already, not yet sent
+        fronts.sent_with(beat)
+        assert fronts.sent[front_id("a", 0)] == 123
+        assert fronts.carried("a", 0, 1_240) == Heartbeat(front_id("a", 0), 124)
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
