@@ -551,9 +551,36 @@ def _shipped(log: Path) -> str:
 def test_a_users_jobs_run_unchanged_on_the_cluster(
     cluster: Settings, user_dir: Path, service: PriceService, pipeline: str, tmp_path: Path
 ) -> None:
+    _run_job(cluster, user_dir, service, pipeline, tmp_path)
+
+
+@pytest.mark.parametrize("pipeline", ["operators", "running"])
+def test_every_operator_runs_in_continuous_stages(
+    stack: Settings, user_dir: Path, service: PriceService, pipeline: str, tmp_path: Path
+) -> None:
+    """The operators job (event-time windows, dead letters of late readings, sessions,
+    dedup, a windowed join, map_async with failures, record context) and the running job
+    (a grouping and an aggregate) with ``execution=continuous``: a local driver process
+    with a task slot for each long-running task. The same output as the in-process
+    harness's."""
+    extra = {"FLAMEPIPE_EXECUTION": "continuous", "FLAMEPIPE_SPARK_MASTER": "local[32]"}
+    _run_job(stack, user_dir, service, pipeline, tmp_path, extra=extra)
+
+
+def _run_job(
+    settings: Settings,
+    user_dir: Path,
+    service: PriceService,
+    pipeline: str,
+    tmp_path: Path,
+    *,
+    extra: dict[str, str] | None = None,
+) -> None:
+    """``flamepipe run jobs:<pipeline>_job`` against ``settings``' stack until its output
+    is complete; it must equal the in-process harness's."""
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-{pipeline.replace('_', '-')}-{run}", f"cl-in-{run}", f"cl-out-{run}"
-    bootstrap = cluster.kafka_bootstrap
+    bootstrap = settings.kafka_bootstrap
     ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
     lines = [f"{i} {line}" for i, line in enumerate(generate_lines(LINES, seed=11))]
     produce_lines(bootstrap, source, lines, 2)
@@ -561,8 +588,9 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     assert sum(expected.values()) > 0
 
     log = tmp_path / "driver.log"
-    env = _driver_env(cluster, app, source, sink)
-    registered = _Registered(cluster, run) if pipeline == "words" else None
+    env = _driver_env(settings, app, source, sink)
+    env.update(extra or {})
+    registered = _Registered(settings, run) if pipeline == "words" else None
     env.update(registered.env() if registered else {})
     driver = _launch(["-m", "framework.cli", "run", f"jobs:{pipeline}_job"], user_dir, env, log)
     try:

@@ -3,6 +3,7 @@ stack (`framework.runners.spark.continuous`)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -75,13 +76,50 @@ def test_a_continuous_word_count_in_the_shared_session_and_a_switch_refused(
     lines = generate_lines(400, words_per_line=5, vocabulary=30, seed=2)
     pipeline = Pipeline(app)
     pipeline.source(KafkaSource(source, partitions=1)).flat_map(str.split).sink(KafkaSink(sink))
+    words = sorted(w for line in lines for w in line.split())
     with running(settings, spark, pipeline) as run:
         until = produce_lines(stack.kafka_bootstrap, source, lines, partitions=1)
         run.wait_released(until, timeout_s=120)
+        time.sleep(1.1)  # the driver reads the tasks' counts once a second
+        (stats,) = run.stats.values()
     items = read_output(stack.kafka_bootstrap, sink)
-    assert sorted(map(str, items)) == sorted(w for line in lines for w in line.split())
+    assert sorted(map(str, items)) == words
+    # Counted from what the task committed with its positions.
+    assert (stats.records_in, stats.items_in, stats.items_out) == (
+        len(lines),
+        len(lines),
+        len(words),
+    )
+    assert stats.dead_letters == 0
     with (
         pytest.raises(ConfigError, match=r"ran continuous in epoch .* switch in a new epoch"),
         running(stack.with_(parallelism=1), spark, pipeline),
     ):
         pass
+
+
+def test_a_restart_with_no_new_input_still_closes_the_last_window(
+    stack: Settings, spark: Any
+) -> None:
+    """Stopped before its last window closed, a continuous windowed count restarted with no
+    new input emits that window: the restarted source task knows it read its partition
+    to the end, so its front heartbeats past the window by the clock alone."""
+    settings = stack.with_(parallelism=1, execution="continuous")
+    app = _app("cidle")
+    source, sink = f"{app}-in", f"{app}-out"
+    window_ms = 10_000
+    lines = generate_lines(200, words_per_line=5, vocabulary=20, seed=8)
+    pipeline = windowed_counts(app, source, sink, window_ms=window_ms, partitions=1)
+    with running(settings, spark, pipeline) as run:
+        until = produce_lines(stack.kafka_bootstrap, source, lines, partitions=1)
+        deadline = time.monotonic() + 30
+        reading = next(q for q in run.queries.values() if q.spec.stage.is_source)
+        while reading.stats.records_in < len(lines):  # all of it committed
+            assert time.monotonic() < deadline, "the input was not committed in time"
+            time.sleep(0.2)
+    with running(settings, spark, pipeline) as run:
+        run.wait_released(until + window_ms, timeout_s=60)
+    items = read_output(stack.kafka_bootstrap, sink)
+    released = Counter({(word, start): n for word, start, n in items})
+    assert len(items) == len(released), "a window was released twice"
+    assert released == window_counts_oracle(stack.kafka_bootstrap, source, window_ms)

@@ -383,7 +383,14 @@ class TaskCommitter:
         self._txn.start()
 
     def committed_position(self, group: str, topic: str, partition: int) -> int | None:
-        """The offset ``group`` committed for ``topic[partition]``, None if none.
+        """The offset ``group`` committed for ``topic[partition]``, None if none (see
+        `committed`)."""
+        committed = self.committed(group, topic, partition)
+        return None if committed is None else committed[0]
+
+    def committed(self, group: str, topic: str, partition: int) -> tuple[int, str] | None:
+        """The offset ``group`` committed for ``topic[partition]`` and its metadata (its
+        MAC checked and removed), None if none.
 
         Sees every committed transaction: the consumer reads with read_committed, so the
         broker holds the answer until pending transactional offsets are settled.
@@ -409,8 +416,8 @@ class TaskCommitter:
         offset: int = tp.offset
         if offset < 0:
             return None
-        verified_metadata(group, tp)  # a forged position would skip a batch: refuse it
-        return offset
+        # A forged position would skip a batch: refuse it.
+        return offset, verified_metadata(group, tp)
 
     def is_committed(self, group: str, topic: str, partition: int, end: int) -> bool:
         """Whether the task that ends its input at ``end`` (exclusive) already committed."""
@@ -426,8 +433,10 @@ class TaskCommitter:
         records: Sequence[OutRecordLike],
         group: str,
         positions: Mapping[tuple[str, int], int],
+        metadata: Mapping[tuple[str, int], str] | None = None,
     ) -> list[int] | None:
-        """Write ``records`` and commit ``positions`` for ``group``, all or nothing.
+        """Write ``records`` and commit ``positions`` for ``group``, all or nothing
+        (``metadata``: the text to commit with a position, signed with it).
 
         Returns the offset each record was written at, in order (-1 where no delivery
         report named one), or None if another attempt had committed the batch instead.
@@ -448,7 +457,7 @@ class TaskCommitter:
         a second fencing.
         """
         offsets = [-1] * len(records)
-        fenced = self._attempt(records, group, positions, offsets)
+        fenced = self._attempt(records, group, positions, offsets, metadata)
         if fenced is None:
             self._mark(group, positions)
             return offsets
@@ -460,7 +469,7 @@ class TaskCommitter:
         if positions and self._covered(group, positions):
             return None
         offsets = [-1] * len(records)  # the aborted attempt's offsets are not the records'
-        again = self._attempt(records, group, positions, offsets)
+        again = self._attempt(records, group, positions, offsets, metadata)
         if again is not None:
             raise self._failed(len(records), group, again) from again
         self._mark(group, positions)
@@ -476,6 +485,7 @@ class TaskCommitter:
         group: str,
         positions: Mapping[tuple[str, int], int],
         offsets: list[int],
+        metadata: Mapping[tuple[str, int], str] | None = None,
     ) -> KafkaException | None:
         """Steps 1-4, noting delivered offsets; the error if the producer must restart,
         None if committed."""
@@ -488,8 +498,13 @@ class TaskCommitter:
             for index, record in enumerate(records):
                 txn.produce(record, partial(_delivered, offsets, index))
             # Step 3
+            texts = metadata or {}
             marker = signed_positions(
-                group, [TopicPartition(t, p, o) for (t, p), o in positions.items()]
+                group,
+                [
+                    TopicPartition(t, p, o, metadata=texts.get((t, p), ""))
+                    for (t, p), o in positions.items()
+                ],
             )
             txn.send_offsets(
                 marker, group_consumer(self.bootstrap, group).consumer_group_metadata()

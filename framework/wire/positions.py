@@ -29,6 +29,7 @@ __all__ = [
     "BarrierMark",
     "BundleMark",
     "PartitionLedger",
+    "TaskCounts",
     "format_gt",
     "parse_gt",
 ]
@@ -104,6 +105,56 @@ class BundleMark:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a BundleConsumer ({exc})"
             ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCounts:
+    """What a continuous stage task commits as its position's metadata: its partition's
+    counts since the epoch began, committed with the work they count (so a restart
+    neither loses nor counts anything twice), read by the driver for its figures."""
+
+    records_in: int = 0
+    items_in: int = 0
+    items_out: int = 0
+    dead_letters: int = 0
+    tombstones: int = 0
+
+    def encode(self) -> str:
+        """``fp1 r=<records in> i=<items in> o=<items out> d=<dead letters> t=<tombstones>``."""
+        return (
+            f"{_VERSION} r={self.records_in} i={self.items_in} o={self.items_out} "
+            f"d={self.dead_letters} t={self.tombstones}"
+        )
+
+    @classmethod
+    def decode(cls, text: str, where: str) -> TaskCounts:
+        """Inverse of `encode` (empty metadata: nothing counted yet); `ProtocolViolation`
+        naming ``where`` on foreign metadata."""
+        if not text:
+            return cls()
+        try:
+            version, *fields = text.split(" ")
+            values = {k: int(v) for k, v in (field.split("=", 1) for field in fields)}
+            if version != _VERSION:
+                raise ValueError(f"version {version!r}")
+            return cls(values["r"], values["i"], values["o"], values["d"], values["t"])
+        except (ValueError, KeyError) as exc:
+            raise ProtocolViolation(
+                f"{where}: offset metadata {text!r} was not written by a flamepipe stage "
+                f"task ({exc})"
+            ) from exc
+
+    def add(
+        self, records_in: int, items_in: int, items_out: int, dead: int, tombs: int
+    ) -> TaskCounts:
+        """These counts plus one commit's."""
+        return TaskCounts(
+            self.records_in + records_in,
+            self.items_in + items_in,
+            self.items_out + items_out,
+            self.dead_letters + dead,
+            self.tombstones + tombs,
+        )
 
 
 class PartitionLedger:

@@ -21,6 +21,7 @@ from framework.wire.positions import (
     BarrierMark,
     BundleMark,
     PartitionLedger,
+    TaskCounts,
     format_gt,
     parse_gt,
 )
@@ -254,3 +255,17 @@ def test_a_frame_straddling_a_release_is_read_again_and_its_released_items_dropp
         ["a", "b"],
         ["c", "d"],
     ]
+
+
+@given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 5), max_size=5))
+def test_task_counts_survive_their_metadata(commits: list[tuple[int, int, int, int, int]]) -> None:
+    counts = TaskCounts.decode("", "here")
+    for commit in commits:
+        counts = TaskCounts.decode(counts.add(*commit).encode(), "here")
+    assert counts == TaskCounts(*(sum(c[i] for c in commits) for i in range(5)))
+
+
+@pytest.mark.parametrize("text", ["fp1 ack=3 nt=1 gt=-", "fp2 r=1 i=1 o=1 d=0 t=0", "fp1 r=x"])
+def test_foreign_metadata_is_no_task_counts(text: str) -> None:
+    with pytest.raises(ProtocolViolation, match="not written by a flamepipe stage task"):
+        TaskCounts.decode(text, "group g on t[0]")

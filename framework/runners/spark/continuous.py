@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from framework.config import Settings
-from framework.errors import ConfigError
+from framework.errors import ConfigError, KafkaClientError
 from framework.kafka import security
 from framework.kafka.clients import verified_metadata
 from framework.kafka.transactions import group_consumer
@@ -46,6 +47,7 @@ from framework.runners.spark.ticks import Due
 from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
+from framework.wire.positions import TaskCounts
 
 __all__ = ["CONTINUOUS_SUFFIX", "ContinuousQuery", "check_slots"]
 
@@ -57,6 +59,8 @@ CONTINUOUS_SUFFIX = "@continuous"
 # How long a task waits for its first record before it looks at min time again: the
 # longest a window's result waits after min time passes its end.
 _POLL_MS = 5
+# How often the driver reads the tasks' counts (a committed-offsets request per stage).
+_COUNTS_EVERY_S = 1.0
 
 
 def check_slots(spark: Any, needed: Mapping[str, int]) -> None:
@@ -100,7 +104,8 @@ class ContinuousQuery:
         self.max_records = records if spec.stage.is_source else max(1, records // FRAME_ITEMS)
         self.starts = dict(starts or {})
         self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
-        self.stats = StageStats()
+        self._stats = StageStats()
+        self._counted_at = -_COUNTS_EVERY_S
         self.lifts: tuple[Lift, ...] = ()
         self.run_id = ""
         self.last_error: str | None = None
@@ -108,6 +113,40 @@ class ContinuousQuery:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._spark: Any = None
+
+    @property
+    def stats(self) -> StageStats:
+        """Counts from the positions the tasks committed (`TaskCounts`: what committed,
+        counted once), read at most every `_COUNTS_EVERY_S`."""
+        now = time.monotonic()
+        if self.run_id and now - self._counted_at >= _COUNTS_EVERY_S:
+            self._counted_at = now
+            try:
+                self._stats = self._committed_counts()
+            except (KafkaClientError, KafkaException) as exc:
+                _log.debug("stage %s: counts not read now: %s", self.spec.stage.id, exc)
+        return self._stats
+
+    def _committed_counts(self) -> StageStats:
+        stats = StageStats()
+        for tp, text in self._committed():
+            counts = TaskCounts.decode(text, f"{self.group} on {tp.topic}[{tp.partition}]")
+            stats.records_in += counts.records_in
+            stats.items_in += counts.items_in
+            stats.items_out += counts.items_out
+            stats.dead_letters += counts.dead_letters
+            stats.tombstones += counts.tombstones
+        return stats
+
+    def _committed(self) -> list[tuple[TopicPartition, str]]:
+        """Each partition's committed position with its metadata (MAC checked)."""
+        wanted = [TopicPartition(self.topic, p) for p in range(self.tasks)]
+        found = group_consumer(self.bootstrap, self.group).committed(wanted, timeout=10)
+        return [
+            (tp, verified_metadata(self.group, tp))
+            for tp in found
+            if tp.error is None and tp.offset >= 0
+        ]
 
     @property
     def topic(self) -> str:
@@ -212,13 +251,7 @@ class ContinuousQuery:
         below it again (for trimming)."""
         if topic not in (None, self.topic) or not self.run_id:
             return {}
-        wanted = [TopicPartition(self.topic, p) for p in range(self.tasks)]
-        out: dict[int, int] = {}
-        for tp in group_consumer(self.bootstrap, self.group).committed(wanted, timeout=10):
-            if tp.error is None and tp.offset >= 0:
-                verified_metadata(self.group, tp)
-                out[tp.partition] = tp.offset
-        return out
+        return {tp.partition: tp.offset for tp, _ in self._committed()}
 
     def attach_fronts(self, fronts: FrontHeartbeats) -> bool:
         """Never: the tasks heartbeat their own fronts."""

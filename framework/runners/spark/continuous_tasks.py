@@ -47,6 +47,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from framework.core.graph import Kind
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
+from framework.core.windows import WindowAggregator
 from framework.kafka.clients import is_record, kafka_call, new_consumer, take
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.transactions import TaskCommitter
@@ -62,6 +63,7 @@ from framework.runners.spark.tasks import (
     program_for,
 )
 from framework.wire.lifts import Lift
+from framework.wire.positions import TaskCounts
 from framework.wire.records import InRecord, OutRecord
 
 __all__ = ["ContinuousContext", "TaskOrphaned", "continuous_task", "run_continuous"]
@@ -140,18 +142,26 @@ class _Loop:
         # Step 2
         state_key = (self.app, self.stage, partition, task.run_id)
         self.state, _, _ = partition_state(task, self.program, state_key, partition)
-        self.position = self._position()
+        self.position, self.counts = self._position()
         self.consumer = self._consumer(self.position)
         self.consumed = _Consumed(partition)
+        # Consumed and committed up to the position: a partition with nothing new after a
+        # restart heartbeats as read to its end, not only once it gets a record.
+        self.consumed.offset = self.position if self.position is not None else self._first()
         self.fronts = self._fronts() if spec.stage.is_source else None
         self.min_slot = self._min_slot()
-        self.next_due = -1  # an aggregate's earliest window end still to emit (-1: none)
+        # An aggregate's earliest window end still to emit (-1: none): a restored state's
+        # windows are due by min time alone, with no new record to run the program for.
+        due = self.state.next_due() if isinstance(self.state, WindowAggregator) else None
+        self.next_due = -1 if due is None else due
 
-    def _position(self) -> int | None:
-        committed = self.committer.committed_position(self.ctx.group, self.topic, self.partition)
-        if committed is not None:
-            return committed
-        return dict(self.ctx.starts).get(self.partition)
+    def _position(self) -> tuple[int | None, TaskCounts]:
+        """Step 2: where to read from, and what was counted up to there."""
+        committed = self.committer.committed(self.ctx.group, self.topic, self.partition)
+        if committed is None:
+            return dict(self.ctx.starts).get(self.partition), TaskCounts()
+        offset, metadata = committed
+        return offset, TaskCounts.decode(metadata, f"{self.ctx.group} on {self.topic}")
 
     def _consumer(self, position: int | None) -> Consumer:
         bootstrap = self.ctx.task.bootstrap
@@ -161,6 +171,13 @@ class _Loop:
         tp = TopicPartition(self.topic, self.partition, -2 if position is None else position)
         kafka_call(f"cannot read {self.topic}[{self.partition}]", lambda: consumer.assign([tp]))
         return consumer
+
+    def _first(self) -> int:
+        """The partition's first offset: nothing below it was ever to be read."""
+        tp = TopicPartition(self.topic, self.partition)
+        what = f"cannot read the offsets of {self.topic}[{self.partition}]"
+        low, _ = kafka_call(what, lambda: self.consumer.get_watermark_offsets(tp, timeout=10))
+        return int(low)
 
     def _fronts(self) -> FrontHeartbeats:
         task = self.ctx.task
@@ -288,11 +305,22 @@ class _Loop:
         out: list[OutRecord] = list(result.records)
         if lift is not None:  # committed with the outputs it moved, or not at all
             out.append(OutRecord(spec.topics.lifts, 0, lift.key(), lift.encode()))
-        positions = {}
         if records:
-            positions = {(self.topic, self.partition): records[-1].offset + 1}
-        if out or positions:
-            self.committer.commit(out, self.ctx.group, positions)
+            self.position = records[-1].offset + 1
+        counts = self.counts.add(
+            len(records),
+            result.items_in,
+            result.items_out,
+            result.dead_letters,
+            result.tombstones,
+        )
+        if out or records:
+            # Every commit moves the counts, so every one commits the position (moved or
+            # not) with them in its metadata: they count exactly what committed.
+            where = (self.topic, self.partition)
+            positions = {} if self.position is None else {where: self.position}
+            self.committer.commit(out, self.ctx.group, positions, {where: counts.encode()})
+            self.counts = counts
         if beat is not None and self.fronts is not None:
             self.fronts.sent_with(beat)
         if records:

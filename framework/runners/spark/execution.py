@@ -26,9 +26,13 @@ class StageExecution(Protocol):
 
     spec: StageSpec
     """The (first) stage's spec."""
-    stats: StageStats
     query: Any
     """Spark's streaming query, None for long-running tasks."""
+
+    @property
+    def stats(self) -> StageStats:
+        """Its counts so far."""
+        ...
 
     def start(self, spark: Any) -> None:
         """Start running on ``spark``; returns at once."""
