@@ -109,7 +109,7 @@ class ContinuousQuery:
         self.lifts: tuple[Lift, ...] = ()
         self.run_id = ""
         self.last_error: str | None = None
-        self._group_id = ""
+        self._job_group = ""
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._spark: Any = None
@@ -162,7 +162,8 @@ class ContinuousQuery:
         """Step 1."""
         self._spark = spark
         self.run_id = read_or_create_run_id(spark, self.checkpoint)
-        self._group_id = f"flamepipe-{self.spec.graph.name}-{self.spec.stage.id}-{uuid.uuid4().hex}"
+        name = f"{self.spec.graph.name}-{self.spec.stage.id}"
+        self._job_group = f"flamepipe-{name}-{uuid.uuid4().hex}"
         ctx = ContinuousContext(
             TaskContext(
                 self.spec,
@@ -196,7 +197,7 @@ class ContinuousQuery:
         """Step 2: the job, on this thread, until it fails or is cancelled."""
         sc = spark.sparkContext
         stage = self.spec.stage.id
-        sc.setJobGroup(self._group_id, f"flamepipe {stage} (continuous)", interruptOnCancel=True)
+        sc.setJobGroup(self._job_group, f"flamepipe {stage} (continuous)", interruptOnCancel=True)
         try:
             rdd = sc.parallelize(range(self.tasks), self.tasks)
             rdd.mapPartitionsWithIndex(continuous_task(ctx)).collect()
@@ -227,7 +228,7 @@ class ContinuousQuery:
         thread, spark = self._thread, self._spark
         if thread is None or spark is None:
             return
-        spark.sparkContext.cancelJobGroup(self._group_id)
+        spark.sparkContext.cancelJobGroup(self._job_group)
         thread.join(timeout_s)
         if thread.is_alive():
             _log.warning(

@@ -285,9 +285,9 @@ class _Loop:
         if isinstance(state, Grouping):
             state.on_min_time(min_slot)
         # Step 3d, first half: the heartbeat its last record allows rides in the commit.
+        stamp = max(r.timestamp_ms for r in records) if records else None
         beat = None
-        if records and self.fronts is not None:
-            stamp = max(r.timestamp_ms for r in records)
+        if stamp is not None and self.fronts is not None:
             beat = self.fronts.carried(self.topic, self.partition, stamp)
         self.node_time += 1
         result = self.program.run(
@@ -323,9 +323,8 @@ class _Loop:
             self.counts = counts
         if beat is not None and self.fronts is not None:
             self.fronts.sent_with(beat)
-        if records:
-            self.consumed.offset = records[-1].offset + 1
-            self.consumed.stamp = max(r.timestamp_ms for r in records)
+        if stamp is not None:
+            self.consumed.offset, self.consumed.stamp = self.position, stamp
 
 
 def _with_floors(task: TaskContext, floors: dict[int, int]) -> TaskContext:
