@@ -7,8 +7,13 @@ crossed and splits each slot's latency (a slot: ``delta_ms`` of input) into:
 
 - ``stage``: the record's LogAppendTime -> its frame produced to the pre-barrier topic
   (the source stage: poll or micro-batch, operators, encoding; the frame's CreateTime)
-- ``min time``: frame produced -> the driver sees min time pass the slot (the stage's
-  commit, its front heartbeat, the acker, the min-time topic)
+- ``min time``: frame produced -> the driver sees min time pass the slot, split into
+  ``commit`` (frame produced -> readable with read_committed: the stage's transaction),
+  ``acks in`` / ``fronts in`` (frame readable -> the slot's last ack, in practice the
+  barrier's receipt ack, and the fronts' heartbeats past it readable on the acks topic:
+  the barrier's fetch and its transaction, the other partition's next commit),
+  ``acker`` (the later of those -> the acker's report on the min-time topic) and
+  ``notify`` (report appended -> the driver's view has it)
 - ``release``: min time passed -> the output record produced (the barrier's bundle)
 - ``read``: output produced -> a read_committed reader has it (the commit, the fetch)
 
@@ -20,6 +25,8 @@ p50 and p99 over slots, each slot timed by its earliest record (its worst latenc
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
 import statistics
 import sys
 import threading
@@ -33,12 +40,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_peer_table import Reader, Text, pct, produce, stateless
 
-from framework.core.messages import MinTimeNotification
-from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
+from framework.core.messages import Ack, Heartbeat, MinTimeNotification
+from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec, partition_count
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
 from framework.runners.spark import SparkRunner, spark_session
-from framework.wire.avro import decode_meta
+from framework.wire.avro import decode_ack_batch, decode_meta, decode_min_time
 from framework.wire.bundles import META_HEADER
 from framework.wire.frames import read_items
 from framework.wire.topics import Topics
@@ -61,12 +68,87 @@ class MinTimes:
             return sorted((slot, at) for slot, seg, at in self.seen if seg == segment)
 
 
+def watch(bootstrap: str, partitions: dict[str, int], out: str, stop: Any) -> None:
+    """In a process of its own (no share of the driver's interpreter lock): stamp the
+    receipt of every record of ``partitions`` (topic -> count) by a read_committed reader,
+    from their ends on; write ``[topic, partition, offset, ms]`` rows to ``out`` at ``stop``."""
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5,
+        }
+    )
+    consumer.assign(
+        [TopicPartition(t, p, OFFSET_END) for t, n in partitions.items() for p in range(n)]
+    )
+    rows: list[tuple[str, int, int, int]] = []
+    while not stop.is_set():
+        for msg in consumer.consume(1000, 0.005):
+            if msg.error() is None:
+                at = time.time_ns() // 1_000_000
+                rows.append((msg.topic(), msg.partition(), msg.offset(), at))
+    consumer.close()
+    Path(out).write_text(json.dumps(rows))
+
+
 def first_past(passed: list[tuple[int, int]], slot: int) -> int | None:
     """When min time first passed ``slot`` (min time > slot)."""
     for value, at in passed:  # few thousand entries: a scan is fine for a benchmark
         if value > slot:
             return at
     return None
+
+
+class Hops:
+    """When the acks and reports a slot's min time needs became readable (wall clock, ms):
+    per acks partition (one acker shard each), the last batch with an ack of the slot in
+    ``segment``, each front's first heartbeat past the slot, and the shard's first report
+    of ``segment`` past it (its append time on the min-time topic)."""
+
+    def __init__(
+        self, bootstrap: str, topics: Topics, segment: str, seen: dict[tuple[str, int, int], int]
+    ) -> None:
+        self.acks: dict[tuple[int, int], int] = {}  # (shard, slot) -> last readable
+        self.beats: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+        self.reports: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for msg in read_to_end(bootstrap, topics.acks):
+            at = seen.get((msg.topic(), msg.partition(), msg.offset()))
+            if at is None:
+                continue
+            shard = msg.partition()
+            for m in decode_ack_batch(msg.value()):
+                if isinstance(m, Ack) and m.segment == segment:
+                    self.acks[shard, m.slot] = max(self.acks.get((shard, m.slot), 0), at)
+                elif isinstance(m, Heartbeat):
+                    self.beats[shard, m.front].append((at, m.slot))
+        for msg in read_to_end(bootstrap, topics.mintime):
+            note = decode_min_time(msg.value())
+            if note.segment == segment:
+                self.reports[note.shard].append((msg.timestamp()[1], note.slot))
+        for values in (*self.beats.values(), *self.reports.values()):
+            values.sort()
+
+    def ready(self, slot: int) -> tuple[int, int, int] | None:
+        """(last ack in, last front past it in, last shard's report past it), or None."""
+        acks_in = fronts_in = reported = 0
+        for shard, entries in self.reports.items():
+            report = next((at for at, value in entries if value > slot), None)
+            fronts = [
+                next((at for at, value in beats if value > slot), None)
+                for (s, _), beats in self.beats.items()
+                if s == shard
+            ]
+            if report is None or None in fronts:
+                return None
+            reported = max(reported, report)
+            fronts_in = max([fronts_in, *(f for f in fronts if f is not None)])
+            acks_in = max(acks_in, self.acks.get((shard, slot), 0))
+        return (acks_in, fronts_in, reported) if reported else None
 
 
 def breakdown(args: Any) -> None:
@@ -85,15 +167,29 @@ def breakdown(args: Any) -> None:
         mins = MinTimes()
         assert run.services.view is not None
         run.services.view.subscribe(mins)
+        sink_node = next(n.id for n in graph.nodes if n.kind.name == "SINK")
+        topics = Topics(tag)
+        watched = [topics.pre(sink_node), topics.acks, topics.mintime]
+        spawn = multiprocessing.get_context("spawn")
+        stop, rows = spawn.Event(), Path(f"/tmp/{tag}-hops.json")
+        watcher = spawn.Process(
+            target=watch,
+            args=(bootstrap, {t: partition_count(bootstrap, t) for t in watched}, str(rows), stop),
+        )
+        watcher.start()
         try:
             produce(bootstrap, source, text.lines(args.rate * 5, seed=3), args.rate)  # warm
             started_ms = time.time_ns() // 1_000_000
             produce(bootstrap, source, text.lines(args.rate * args.seconds, seed=5), args.rate)
             time.sleep(3)
         finally:
+            stop.set()
+            watcher.join()
             reader.close()
             run.stop()
             spark.stop()
+        seen = {(t, p, o): at for t, p, o, at in json.loads(rows.read_text())}
+        rows.unlink()
         report(
             bootstrap,
             app=tag,
@@ -104,6 +200,7 @@ def breakdown(args: Any) -> None:
             reader=reader,
             since_ms=started_ms,
             delta_ms=settings.delta_ms,
+            seen=seen,
         )
 
 
@@ -118,6 +215,7 @@ def report(
     reader: Reader,
     since_ms: int,
     delta_ms: int,
+    seen: dict[tuple[str, int, int], int],
 ) -> None:
     sink_node = next(n.id for n in graph.nodes if n.kind.name == "SINK")
     segment = graph.segments().of_node[sink_node]
@@ -128,10 +226,15 @@ def report(
             slot = stamp // delta_ms
             inputs[slot] = min(stamp, inputs.get(slot, stamp))
     produced: dict[int, int] = {}  # slot -> latest frame CreateTime holding it
-    for msg in read_to_end(bootstrap, Topics(app).pre(sink_node)):
+    readable: dict[int, int] = {}  # slot -> when the last frame holding it was readable
+    topics = Topics(app)
+    for msg in read_to_end(bootstrap, topics.pre(sink_node)):
+        at = seen.get((msg.topic(), msg.partition(), msg.offset()), 0)
         for meta, _, _ in read_items(msg.headers(), msg.value(), "pre"):
             slot = meta.gt.slot
             produced[slot] = max(produced.get(slot, 0), msg.timestamp()[1])
+            readable[slot] = max(readable.get(slot, 0), at)
+    hops = Hops(bootstrap, topics, segment, seen)
     outputs: dict[int, int] = {}  # slot -> latest output record timestamp
     received: dict[bytes, float] = {value: at for at, value in reader.got}
     read_at: dict[int, float] = {}
@@ -154,13 +257,21 @@ def report(
         assert frame is not None and out is not None and got is not None and past is not None
         parts["stage"].append(frame - first_in)
         parts["min time"].append(past - frame)
+        visible, ready = readable.get(slot, 0), hops.ready(slot)
+        if visible and ready is not None:
+            acks_in, fronts_in, reported = ready
+            parts["  commit"].append(visible - frame)
+            parts["  acks in"].append(acks_in - visible)
+            parts["  fronts in"].append(fronts_in - visible)
+            parts["  acker"].append(reported - max(acks_in, fronts_in))
+            parts["  notify"].append(past - reported)
         parts["release"].append(out - past)
         parts["read"].append(got - out)
         parts["total"].append(got - first_in)
     print(f"{len(parts['total'])} slots of {len(inputs)} timed (ms, each slot's earliest record):")
     for name, values in parts.items():
         print(
-            f"  {name:<9} p50 {pct(values, 0.5):7.1f}  p99 {pct(values, 0.99):7.1f}  "
+            f"  {name:<12} p50 {pct(values, 0.5):7.1f}  p99 {pct(values, 0.99):7.1f}  "
             f"mean {statistics.fmean(values):7.1f}"
         )
 

@@ -554,16 +554,27 @@ def test_a_users_jobs_run_unchanged_on_the_cluster(
     _run_job(cluster, user_dir, service, pipeline, tmp_path)
 
 
-@pytest.mark.parametrize("pipeline", ["operators", "running"])
-def test_every_operator_runs_in_continuous_stages(
-    stack: Settings, user_dir: Path, service: PriceService, pipeline: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("pipeline", "parallelism"), [("operators", 2), ("running", 2), ("running", 1)]
+)
+def test_every_operator_runs_in_continuous_stages(  # noqa: PLR0917 - fixtures and parameters
+    stack: Settings,
+    user_dir: Path,
+    service: PriceService,
+    pipeline: str,
+    parallelism: int,
+    tmp_path: Path,
 ) -> None:
     """The operators job (event-time windows, dead letters of late readings, sessions,
     dedup, a windowed join, map_async with failures, record context) and the running job
     (a grouping and an aggregate) with ``execution=continuous``: a local driver process
     with a task slot for each long-running task. The same output as the in-process
-    harness's."""
-    extra = {"FLAMEPIPE_EXECUTION": "continuous", "FLAMEPIPE_SPARK_MASTER": "local[32]"}
+    harness's, so the running job's output at parallelism 1 and 2 is the same too."""
+    extra = {
+        "FLAMEPIPE_EXECUTION": "continuous",
+        "FLAMEPIPE_SPARK_MASTER": "local[32]",
+        "FLAMEPIPE_PARALLELISM": str(parallelism),
+    }
     _run_job(stack, user_dir, service, pipeline, tmp_path, extra=extra)
 
 

@@ -2,7 +2,8 @@
 
 Each run starts a stack of its own (the session stack is shared and must not restart),
 kills the driver, the acker and the barrier with SIGKILL, restarts the broker and
-ZooKeeper once, and requires the read_committed output to equal the oracle exactly:
+ZooKeeper once (stages as micro-batches, and as continuous long-running tasks), and
+requires the read_committed output to equal the oracle exactly:
 0 duplicates, 0 lost, and every bundle verified by `BundleConsumer`.
 """
 
@@ -43,6 +44,22 @@ def test_short_chaos_run_output_is_exactly_once(tmp_path: Path) -> None:
         kills=4,
         complete_timeout_s=300,
         stall_timeout_ms=45_000,
+    )
+    _check(run_harness(config, tmp_path), kills=4)
+
+
+def test_short_chaos_run_in_continuous_stages_is_exactly_once(tmp_path: Path) -> None:
+    """The same chaos with every stage a set of long-running Spark tasks: a driver kill
+    takes the tasks' Python workers with it, an acker or barrier kill leaves them running,
+    a stack restart breaks their consumers and transactions under them."""
+    config = HarnessConfig(
+        records=6_000,
+        rate=100,
+        kill_every_s=5,
+        kills=4,
+        complete_timeout_s=300,
+        stall_timeout_ms=45_000,
+        execution="continuous",
     )
     _check(run_harness(config, tmp_path), kills=4)
 

@@ -456,7 +456,7 @@ def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
 
 def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig) -> None:
     rig.stage.send([(meta(10, 1), "a"), (meta(11, 2), "b"), (meta(12, 3), "c")])
-    with rig.barrier(speculation=Speculation(max_hold_s=60.0)) as barrier:
+    with rig.barrier(speculation=Speculation(max_hold_s=60.0, min_pending=0)) as barrier:
         # a and b go ahead; c, in the latest slot so far (the frontier), waits for a later one
         wait_until(lambda: barrier.stats.ahead == 2, "two items written ahead")
         uncommitted = read_output(rig.bootstrap, rig.sink.topic, "read_uncommitted")
@@ -479,7 +479,7 @@ def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig
 
 def test_a_long_hold_or_a_tombstone_aborts_and_the_release_goes_ahead(rig: Rig) -> None:
     rig.stage.send([(meta(10, 1), "a"), (meta(11, 2), "b"), (meta(12, 3), "c")])
-    spec = Speculation(max_hold_s=0.2, cooldown=1)
+    spec = Speculation(max_hold_s=0.2, cooldown=1, min_pending=0)
     group = f"{rig.app}.reader"
     with (
         rig.barrier(speculation=spec) as barrier,

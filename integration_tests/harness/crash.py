@@ -129,7 +129,8 @@ class _Run:
             self.stack = LocalStack(self.settings, quiet=True)
             self.stack.up()
             self.clock.say(f"spark standalone master {self.stack.master_url}, 2 workers")
-        master = self.stack.master_url if self.config.cluster else "local[2]"
+        local = "local[4]" if self.config.execution == "continuous" else "local[2]"
+        master = self.stack.master_url if self.config.cluster else local
         bootstrap = self.settings.kafka_bootstrap
         self.clock.say(f"kafka {bootstrap}, zookeeper {self.settings.zookeeper}, app {self.app}")
         source_fronts(bootstrap, self.graph)  # creates the source topic with LogAppendTime
@@ -143,6 +144,7 @@ class _Run:
             FLAMEPIPE_PARALLELISM="2",
             FLAMEPIPE_SPARK_MASTER=master,
             FLAMEPIPE_STALL_TIMEOUT_MS=str(self.config.stall_timeout_ms),
+            FLAMEPIPE_EXECUTION=self.config.execution,
         )
         # This process reads the pipeline's epoch in ZooKeeper too (`final_epoch`): the
         # components' key, from their state directory unless the environment names one.
@@ -592,6 +594,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="the next event only once output was committed after the last one",
     )
     parser.add_argument("--stall-timeout-ms", type=int, default=defaults.stall_timeout_ms)
+    parser.add_argument(
+        "--execution", choices=("micro-batch", "continuous"), default=defaults.execution
+    )
     return parser.parse_args(argv)
 
 
@@ -611,6 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         one_at_a_time=args.one_at_a_time,
         cluster=args.cluster,
         stall_timeout_ms=args.stall_timeout_ms,
+        execution=args.execution,
     )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="flamepipe-crash-"))
     report = run_harness(config, work_dir)

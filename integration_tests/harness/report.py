@@ -42,7 +42,8 @@ class HarnessConfig:
     ``stack_every`` 0: no stack restarts. ``cluster``: Spark on a standalone master and
     two one-core workers instead of ``local[2]``. ``restart_after_s``: how long a killed
     broker or ZooKeeper stays down. ``one_at_a_time``: the next event only once output
-    was committed after the last (each recovery measured alone).
+    was committed after the last (each recovery measured alone). ``execution``: how the
+    stages run (`Settings.execution`; continuous on ``local[4]``, a slot per task).
     """
 
     records: int = 20_000
@@ -62,6 +63,7 @@ class HarnessConfig:
     cluster: bool = False
     restart_after_s: float = 3.0
     one_at_a_time: bool = False
+    execution: str = "micro-batch"
 
 
 @dataclass(slots=True)

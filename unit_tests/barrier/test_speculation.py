@@ -21,7 +21,7 @@ def item(slot: int, offset: int = 0, payload: bytes = b"x", tomb: bool = False) 
 
 
 def test_a_release_that_covers_everything_held_goes_at_once() -> None:
-    spec = Speculation()
+    spec = Speculation(min_pending=0)
     assert spec.hold(5, True, 0.0) is Hold.GO  # nothing held
     spec.took(item(3), 0.0)
     spec.took(item(4), 0.0)
@@ -30,7 +30,7 @@ def test_a_release_that_covers_everything_held_goes_at_once() -> None:
 
 
 def test_a_release_short_of_what_is_held_waits_sealed_then_aborts() -> None:
-    spec = Speculation(max_hold_s=0.1)
+    spec = Speculation(max_hold_s=0.1, min_pending=0)
     spec.took(item(3), 0.0)
     spec.took(item(7), 0.0)
     assert spec.hold(5, False, 1.0) is Hold.GO  # nothing below 5 to release: gt_last moves
@@ -54,7 +54,7 @@ def test_a_large_transaction_waits_as_long_as_rewriting_it_would_take() -> None:
 
 
 def test_a_sealed_transaction_takes_items_up_to_its_latest_slot() -> None:
-    barrier, spec = Barrier(), Speculation()
+    barrier, spec = Barrier(), Speculation(min_pending=0)
 
     def push(record: Record) -> list[Record]:
         return spec.admit(record, barrier.push(record), barrier)
@@ -69,7 +69,7 @@ def test_a_sealed_transaction_takes_items_up_to_its_latest_slot() -> None:
 
 
 def test_a_tombstone_poisons_only_a_transaction_holding_its_item() -> None:
-    spec = Speculation()
+    spec = Speculation(min_pending=0)
     spec.took(item(3, payload=b"a"), 0.0)
     spec.cancelled(item(3, payload=b"b"))
     assert not spec.poisoned
@@ -80,7 +80,7 @@ def test_a_tombstone_poisons_only_a_transaction_holding_its_item() -> None:
 
 
 def test_missing_counts_copies_and_refuses_anything_left_over() -> None:
-    spec = Speculation()
+    spec = Speculation(min_pending=0)
     spec.took(item(3), 0.0)
     assert spec.missing([item(3), item(3)]) == [item(3)]  # an item released twice
     spec.took(item(4), 0.0)
@@ -109,7 +109,7 @@ def test_a_transaction_open_too_long_expires() -> None:
 
 
 def test_the_frontier_slot_goes_ahead_once_a_later_slot_arrives() -> None:
-    barrier, spec = Barrier(), Speculation()
+    barrier, spec = Barrier(), Speculation(min_pending=0)
 
     def push(record: Record) -> list[Record]:
         return spec.admit(record, barrier.push(record), barrier)
@@ -117,8 +117,8 @@ def test_the_frontier_slot_goes_ahead_once_a_later_slot_arrives() -> None:
     assert push(item(5, 1)) == []  # the frontier
     assert push(item(5, 2)) == []
     assert push(item(4)) == [item(4)]  # before it: at once
-    assert push(item(6)) == [item(5, 1), item(5, 2)]
     spec.took(item(4), 0.0)
+    assert push(item(6)) == [item(5, 1), item(5, 2)]
     assert push(item(4, tomb=True)) == []
     assert spec.poisoned  # it cancelled an item written ahead
     assert push(item(7)) == []  # nothing goes ahead into a poisoned transaction
@@ -149,16 +149,18 @@ def records_of(stream: list[tuple[int, int, bytes, int, int]]) -> list[Record]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(stream=streams, seed=st.integers(0, 2**32))
+@given(stream=streams, seed=st.integers(0, 2**32), min_pending=st.sampled_from([0, 1, 3, 8]))
 def test_each_commit_is_exactly_its_bundle(
-    stream: list[tuple[int, int, bytes, int, int]], seed: int
+    stream: list[tuple[int, int, bytes, int, int]], seed: int, min_pending: int
 ) -> None:
     """The barrier service's steps on one thread: every transaction that commits holds
-    exactly the bundle it releases, whatever the arrival order, holds and aborts."""
+    exactly the bundle it releases, whatever the arrival order, holds, aborts and the
+    buffer's size at which writing ahead starts."""
     rng = random.Random(seed)
     records = records_of(stream)
     rng.shuffle(records)
-    barrier, spec = Barrier(), Speculation(cooldown=1, max_hold_s=0.1)
+    barrier = Barrier()
+    spec = Speculation(cooldown=1, max_hold_s=0.1, min_pending=min_pending)
     released, now, min_time = Counter[Record](), 0.0, 0
 
     def release(target: int) -> None:
@@ -182,19 +184,54 @@ def test_each_commit_is_exactly_its_bundle(
         for record in spec.resync(barrier):
             spec.took(record, now)
 
+    ahead: list[Record] = []  # the service writes a frame's admitted items at once
     for i, record in enumerate(records):
         change = barrier.push(record)
-        for admitted in spec.admit(record, change, barrier):
-            spec.took(admitted, now)
-        if spec.accepting:  # it holds every item before the frontier
+        if change < 0 and ahead:  # as the service does: a cancelled item was written
+            spec.took_many(ahead, now)
+            ahead = []
+        ahead += spec.admit(record, change, barrier)
+        if rng.random() < 0.5:  # the frame goes on
+            continue
+        spec.took_many(ahead, now)
+        ahead = []
+        if spec.accepting and (spec.size or barrier.pending >= min_pending):
+            # it holds every item before the frontier once it writes ahead at all
             assert spec.held == Counter(barrier.live(0, spec.frontier))
         if rng.random() < 0.4:
             now += rng.choice([0.0, 0.05, 0.2])
             unpushed = min((r.meta.gt.slot for r in records[i + 1 :]), default=8)
             release(max(min_time, min(unpushed, min_time + rng.randint(0, 3))))
+    spec.took_many(ahead, now)
     release(8)
     assert barrier.pending == 0
     want = Counter[Record]()
     for slot, offset, payload, copies, tombstones in stream:
         want[item(slot, offset, payload)] += copies - min(copies, tombstones)
     assert released == +want
+
+
+def test_nothing_goes_ahead_until_the_barrier_buffers_min_pending_items() -> None:
+    """A small bundle is written at its release; once the buffer reaches ``min_pending``
+    the transaction opens with every buffered item before the frontier."""
+    barrier, spec = Barrier(), Speculation(min_pending=4)
+
+    def push(record: Record) -> list[Record]:
+        admitted = spec.admit(record, barrier.push(record), barrier)
+        for one in admitted:
+            spec.took(one, 0.0)
+        return admitted
+
+    assert push(item(3)) == []
+    assert push(item(5)) == []  # a later slot: 3 would go ahead, but 2 items are few
+    assert push(item(4)) == []
+    assert push(item(5, 1)) == [item(3), item(4)]  # 4 buffered: everything before 5
+    assert push(item(2)) == [item(2)]
+    assert push(item(6)) == [item(5), item(5, 1)]
+    assert spec.hold(5, True, 0.0) is Hold.WAIT  # it holds slot 5
+    bundle = barrier.on_min_time(7)
+    assert bundle is not None
+    assert spec.missing(bundle.records) == [item(6)]
+    spec.end(pause=False)
+    assert spec.resync(barrier) == []  # nothing buffered: nothing ahead
+    assert push(item(8)) == []
