@@ -38,9 +38,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_peer_table import Reader, Text, pct, produce, stateless
+from bench_peer_table import WINDOW_MS, Reader, Text, pct, produce, stateless
 
 from framework.core.messages import Ack, Heartbeat, MinTimeNotification
+from framework.demos.wordcount import windowed_counts
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec, partition_count
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
@@ -161,7 +162,10 @@ def breakdown(args: Any) -> None:
         bootstrap = settings.kafka_bootstrap
         ensure_topics(bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
         spark = spark_session(settings, f"bench-{tag}", {"spark.master": master})
-        graph = stateless(tag, source, sink).graph()
+        if args.pipeline == "windowed":
+            graph = windowed_counts(tag, source, sink, window_ms=WINDOW_MS).graph()
+        else:
+            graph = stateless(tag, source, sink).graph()
         run = SparkRunner(settings, spark).start(graph)
         reader = Reader(bootstrap, sink)
         mins = MinTimes()
@@ -190,7 +194,7 @@ def breakdown(args: Any) -> None:
             spark.stop()
         seen = {(t, p, o): at for t, p, o, at in json.loads(rows.read_text())}
         rows.unlink()
-        report(
+        (window_report if args.pipeline == "windowed" else report)(
             bootstrap,
             app=tag,
             graph=graph,
@@ -201,6 +205,60 @@ def breakdown(args: Any) -> None:
             since_ms=started_ms,
             delta_ms=settings.delta_ms,
             seen=seen,
+        )
+
+
+def window_report(
+    bootstrap: str,
+    *,
+    app: str,
+    graph: Any,
+    sink: str,
+    mins: MinTimes,
+    reader: Reader,
+    since_ms: int,
+    seen: dict[tuple[str, int, int], int],
+    **_: Any,
+) -> None:
+    """Per window, from its end (wall clock) to its last result: ``emit`` (the aggregate's
+    frame produced), ``commit`` (readable), ``min time`` (the driver sees the sink's
+    segment pass the result), ``release`` (output produced), ``read``."""
+    sink_node = next(n.id for n in graph.nodes if n.kind.name == "SINK")
+    segment = graph.segments().of_node[sink_node]
+    frames: dict[bytes, tuple[int, int]] = {}  # fp.meta -> (frame CreateTime, readable)
+    topics = Topics(app)
+    for msg in read_to_end(bootstrap, topics.pre(sink_node)):
+        at = seen.get((msg.topic(), msg.partition(), msg.offset()), 0)
+        for _, _, payload in read_items(msg.headers(), msg.value(), "pre"):
+            frames[payload[2]] = (msg.timestamp()[1], at)  # (key, value, fp.meta, fp.mac)
+    received: dict[bytes, float] = {value: at for at, value in reader.got}
+    passed = mins.passed(segment)
+    last: dict[int, list[float]] = {}  # window end -> the stages' latest times
+    for msg in read_to_end(bootstrap, sink):
+        raw = dict(msg.headers() or []).get(META_HEADER)
+        value = msg.value() or b""
+        if raw is None or value not in received:
+            continue
+        meta = decode_meta(raw)
+        _, start, _ = json.loads(value)
+        end = start + WINDOW_MS
+        frame = frames.get(raw)
+        past = first_past(passed, meta.gt.slot)
+        if end < since_ms or frame is None or past is None:
+            continue
+        times = [frame[0], frame[1], past, msg.timestamp()[1], received[value] * 1000]
+        last[end] = [max(a, b) for a, b in zip(last.get(end, times), times, strict=True)]
+    names = ("emit", "commit", "min time", "release", "read")
+    parts: dict[str, list[float]] = defaultdict(list)
+    for end, times in sorted(last.items()):
+        for i, name in enumerate(names):
+            parts[name].append(times[i] - (times[i - 1] if i else end))
+        parts["total"].append(times[-1] - end)
+    print(f"{len(last)} windows timed (ms, each window's last result, from the window's end):")
+    for name, values in parts.items():
+        print(
+            f"  {name:<12} p50 {pct(values, 0.5):7.1f}  p99 {pct(values, 0.99):7.1f}  "
+            f"mean {statistics.fmean(values):7.1f}"
         )
 
 
@@ -281,6 +339,13 @@ def main() -> None:
     ap.add_argument("--execution", choices=("micro-batch", "continuous"), default="micro-batch")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument(
+        "--pipeline",
+        choices=("stateless", "windowed"),
+        default="stateless",
+        help="windowed: the peer table's windowed count; a window's results are timed from "
+        "their slot (the window's last), so `stage` is the aggregate's emission after it",
+    )
     breakdown(ap.parse_args())
 
 
