@@ -37,8 +37,8 @@ transaction) and is needed until its latest item is at or before ``GT_last``.
 Exactly once, bundles have a transaction of their own that takes items as they arrive,
 ahead of their release (`framework.barrier.speculation`); receipt acks cannot wait in it
 (the min time that releases it needs them), so they and the positions commit in a second
-transaction. At least once, a release writes the bundle, the receipt acks and the positions
-together.
+transaction, except in a round that releases a bundle: then they commit with it. At
+least once, a release writes the bundle, the receipt acks and the positions together.
 """
 
 from __future__ import annotations
