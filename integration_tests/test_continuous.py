@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from connectors import KafkaSink, KafkaSource
+from connectors import BundleConsumer, KafkaSink, KafkaSource
 from framework import Pipeline
 from framework.config import Settings
 from framework.demos.oracle import window_counts_oracle
@@ -19,6 +19,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
+from framework.runners.replay import resolve_start, start_replay
 from integration_tests.harness.driver_main import WINDOW_MS
 from integration_tests.harness.runs import produce_lines, read_output, running
 from integration_tests.test_driver_crash import _killed_twice, _output_until
@@ -123,3 +124,46 @@ def test_a_restart_with_no_new_input_still_closes_the_last_window(
     released = Counter({(word, start): n for word, start, n in items})
     assert len(items) == len(released), "a window was released twice"
     assert released == window_counts_oracle(stack.kafka_bootstrap, source, window_ms)
+
+
+def test_a_continuous_replay_from_the_start_adds_nothing(stack: Settings, spark: Any) -> None:
+    """A windowed count runs continuous, then a new epoch replays its input from the
+    first offsets while new input arrives: every window once, as the oracle counts the
+    whole input, and the verifying consumer accepts every bundle across the epochs."""
+    settings = stack.with_(parallelism=1, execution="continuous")
+    bootstrap = stack.kafka_bootstrap
+    app = _app("creplay")
+    source, sink = f"{app}-in", f"{app}-out"
+    window_ms = 500
+    lines = generate_lines(600, words_per_line=5, vocabulary=25, seed=6)
+    pipeline = windowed_counts(app, source, sink, window_ms=window_ms, partitions=1)
+    graph = pipeline.graph()
+    with running(settings, spark, pipeline) as run:
+        until = produce_lines(bootstrap, source, lines[:300], partitions=1)
+        run.wait_released(until + window_ms, timeout_s=120)
+    first = _windows(read_output(bootstrap, sink))
+    assert first == window_counts_oracle(bootstrap, source, window_ms)
+
+    record = start_replay(settings, graph, resolve_start(bootstrap, graph))
+    assert record.epoch == 1
+    with running(settings, spark, pipeline) as run:
+        assert run.epoch == 1
+        until = produce_lines(bootstrap, source, lines[300:], partitions=1)
+        run.wait_released(until + window_ms, timeout_s=120)
+        replayed = run.barriers()[0].stats
+    assert replayed.records_in > 0, "the new epoch should have re-read the input"
+    expected = window_counts_oracle(bootstrap, source, window_ms)
+    assert _windows(read_output(bootstrap, sink)) == expected
+    verified: Counter[tuple[str, int]] = Counter()
+    with BundleConsumer(bootstrap, sink, f"verify-{app}") as consumer:
+        for bundle in consumer.bundles(idle_s=5):
+            verified.update(
+                {(word, start): n for word, start, n in (item.value for item in bundle.items)}
+            )
+    assert verified == expected
+
+
+def _windows(items: list[Any]) -> Counter[tuple[str, int]]:
+    released = Counter({(word, start): n for word, start, n in items})
+    assert len(items) == len(released), "a window was released twice"
+    return released
