@@ -156,7 +156,10 @@ def breakdown(args: Any) -> None:
     text = Text()
     with provision() as stack:
         master = "local[4]" if args.execution == "continuous" else "local[2]"
-        settings = stack.with_(parallelism=2, spark_master=master, execution=args.execution)
+        # Not trimmed: the report reads the internal topics back after the run.
+        settings = stack.with_(
+            parallelism=2, spark_master=master, execution=args.execution, trim_interval_ms=0
+        )
         tag = f"lb{uuid.uuid4().hex[:6]}"
         source, sink = f"{tag}-in", f"{tag}-out"
         bootstrap = settings.kafka_bootstrap
