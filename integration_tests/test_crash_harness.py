@@ -9,6 +9,7 @@ requires the read_committed output to equal the oracle exactly:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,37 +32,25 @@ def _check(report: HarnessReport, kills: int) -> None:
     assert report.bundles_ok, context
 
 
+# 6k lines at 100/s: ~60 s of input, 4 events: the driver, the acker and the barrier each
+# killed once in shuffled order, the third event restarts the stack (the long runs behind
+# `slow` do more of each). 45 s of stalled min time start a recovery: past a driver's
+# restart (first output 20-45 s after a kill).
+_SHORT = HarnessConfig(
+    records=6_000, rate=100, kill_every_s=5, kills=4, complete_timeout_s=300,
+    stall_timeout_ms=45_000,
+)  # fmt: skip
+
+
 def test_short_chaos_run_output_is_exactly_once(tmp_path: Path) -> None:
-    # 6k lines at 100/s: ~60 s of input, 4 events: the driver, the acker and the barrier
-    # each killed once in shuffled order, the third event restarts the stack (the long
-    # runs behind `slow` do more of each).
-    # 45 s of stalled min time start a recovery: past a driver's restart (first output
-    # 20-45 s after a kill).
-    config = HarnessConfig(
-        records=6_000,
-        rate=100,
-        kill_every_s=5,
-        kills=4,
-        complete_timeout_s=300,
-        stall_timeout_ms=45_000,
-    )
-    _check(run_harness(config, tmp_path), kills=4)
+    _check(run_harness(_SHORT, tmp_path), kills=4)
 
 
 def test_short_chaos_run_in_continuous_stages_is_exactly_once(tmp_path: Path) -> None:
     """The same chaos with every stage a set of long-running Spark tasks: a driver kill
     takes the tasks' Python workers with it, an acker or barrier kill leaves them running,
     a stack restart breaks their consumers and transactions under them."""
-    config = HarnessConfig(
-        records=6_000,
-        rate=100,
-        kill_every_s=5,
-        kills=4,
-        complete_timeout_s=300,
-        stall_timeout_ms=45_000,
-        execution="continuous",
-    )
-    _check(run_harness(config, tmp_path), kills=4)
+    _check(run_harness(replace(_SHORT, execution="continuous"), tmp_path), kills=4)
 
 
 @pytest.mark.slow
