@@ -9,7 +9,6 @@ producer or consumer outside flamepipe would; the output is read with read_commi
 from __future__ import annotations
 
 import json
-import socket
 import time
 import uuid
 from collections import Counter
@@ -30,6 +29,7 @@ from framework.config import Settings
 from framework.errors import ConfigError
 from framework.kafka.admin import ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
+from framework.local.provision import free_port
 from framework.local.registry import SchemaRegistry
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.spark import SparkRunner
@@ -65,15 +65,9 @@ PRICED = {
 KEY = "string"  # an Avro schema: a bare string
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def registry(stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = SchemaRegistry(tmp_path_factory.mktemp("registry"), stack.cache_dir, _free_port())
+    server = SchemaRegistry(tmp_path_factory.mktemp("registry"), stack.cache_dir, free_port())
     try:
         yield server.up(timeout_s=120)
     finally:
@@ -238,7 +232,7 @@ def test_an_incompatible_schema_or_a_missing_registry_fails_before_the_pipeline_
     bad.source(KafkaSource(source)).sink(KafkaSink(sink, value=ConfluentAvro(registry, retyped)))
     with pytest.raises(ConfigError, match=r"Incompatible.*make the schema compatible"):
         SparkRunner(stack, spark).start(bad.graph())
-    nowhere = f"http://127.0.0.1:{_free_port()}/apis/ccompat/v7"
+    nowhere = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
     missing = Pipeline(_app("srm"))
     missing.source(KafkaSource(source, value=ConfluentAvro(nowhere))).sink(KafkaSink(sink))
     with pytest.raises(ConfigError, match="start the registry or fix the URL"):

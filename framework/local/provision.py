@@ -29,12 +29,24 @@ MODES = ("embedded", "external", "testcontainers")
 _EXTERNAL = ("FLAMEPIPE_BOOTSTRAP_SERVERS", "FLAMEPIPE_ZOOKEEPER_CONNECT")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago and not handed out before.
+
+    The kernel may give the same ephemeral port to two binds in a row once the first
+    socket is closed (CI saw Kafka's and its controller's ports collide), so this process
+    never hands out a port twice.
+    """
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise StackError("no free TCP port on 127.0.0.1 that was not handed out already")
 
 
 @contextlib.contextmanager

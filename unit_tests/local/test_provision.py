@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from framework.local.provision import KAFKA_IMAGE, containers
+from framework.local.provision import KAFKA_IMAGE, containers, free_port
 
 
 class _NoDocker:
@@ -30,3 +30,8 @@ def test_the_containers_are_kraft_kafka_with_transactions_and_zookeeper(
     kafka.configure()  # what start() runs first: KRaft settings, without a daemon
     assert kafka.env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert "2181" in {str(port).split("/")[0] for port in zookeeper.ports}
+
+
+def test_free_port_never_hands_out_a_port_twice() -> None:
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
