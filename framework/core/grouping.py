@@ -13,6 +13,7 @@ so only the last ``N - 1`` of those are kept, as the start of future windows.
 
 from __future__ import annotations
 
+import functools
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +26,13 @@ from framework.errors import PipelineError, UserFunctionError
 __all__ = ["Bucket", "Grouping", "keyed_of", "meta_from_plain", "slot_floor"]
 
 
+@functools.lru_cache(maxsize=4096)
 def slot_floor(slot: int) -> Meta:
-    """A meta smaller than every meta in ``slot`` and larger than every meta before it."""
+    """A meta smaller than every meta in ``slot`` and larger than every meta before it.
+
+    Cached: a window's end asks for the same few floors once per key (a window's emission
+    of 1 500 keys spent a quarter of its aggregator time making them).
+    """
     return Meta(GlobalTime.slot_start(slot))
 
 
