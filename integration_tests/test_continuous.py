@@ -3,6 +3,7 @@ stack (`framework.runners.spark.continuous`)."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections import Counter
@@ -20,6 +21,7 @@ from framework.demos.wordcount import windowed_counts
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.runners.replay import resolve_start, start_replay
+from framework.runners.spark.continuous import local_master, tasks_needed
 from integration_tests.harness.driver_main import WINDOW_MS
 from integration_tests.harness.runs import produce_lines, read_output, running
 from integration_tests.test_driver_crash import _killed_twice, _output_until
@@ -64,6 +66,19 @@ def test_too_few_task_slots_fail_before_anything_starts(stack: Settings, spark: 
         running(settings, spark, pipeline),
     ):
         pass
+
+
+def test_local_star_gets_a_slot_per_long_lived_task(stack: Settings) -> None:
+    """Three source partitions and two hash units: five tasks, so ``local[*]`` becomes
+    ``local[5]`` on a machine of fewer cores (the source topic is read, not guessed)."""
+    app = _app("clocal")
+    source, sink = f"{app}-in", f"{app}-out"
+    ensure_topics(stack.kafka_bootstrap, [input_topic_spec(source, 3), TopicSpec(sink, 1)])
+    graph = windowed_counts(app, source, sink, window_ms=200).graph()
+    settings = stack.with_(parallelism=2, execution="continuous", spark_master="local[*]")
+    assert tasks_needed(graph, settings) == 5
+    cores = os.cpu_count() or 1
+    assert local_master(settings, graph) == f"local[{max(cores, 5)}]"
 
 
 def test_a_continuous_word_count_in_the_shared_session_and_a_switch_refused(

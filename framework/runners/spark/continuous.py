@@ -23,6 +23,7 @@ ticks and no heartbeats for a continuous stage.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -32,12 +33,15 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from framework.config import Settings
+from framework.core.graph import Graph
 from framework.errors import ConfigError, KafkaClientError
 from framework.kafka import security
 from framework.kafka.clients import verified_metadata
+from framework.kafka.endpoints import kafka_sources
 from framework.kafka.transactions import group_consumer
 from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
+from framework.plan.stages import plan_stages
 from framework.runners.spark.continuous_tasks import ContinuousContext, continuous_task
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.queries import StageStats, essence
@@ -49,7 +53,7 @@ from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
 from framework.wire.positions import TaskCounts
 
-__all__ = ["CONTINUOUS_SUFFIX", "ContinuousQuery", "check_slots"]
+__all__ = ["CONTINUOUS_SUFFIX", "ContinuousQuery", "check_slots", "local_master", "tasks_needed"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,6 +65,25 @@ CONTINUOUS_SUFFIX = "@continuous"
 _POLL_MS = 5
 # How often the driver reads the tasks' counts (a committed-offsets request per stage).
 _COUNTS_EVERY_S = 1.0
+
+
+def tasks_needed(graph: Graph, settings: Settings) -> int:
+    """How many long-lived tasks ``graph`` runs in continuous execution: one per partition
+    of each stage's input (a source topic's, made if missing and allowed; an internal
+    topic has ``settings.parallelism``)."""
+    sources = kafka_sources(graph)
+    counts = {s.topic: s.prepare(settings.kafka_bootstrap) for s in sources.values()}
+    stages = plan_stages(graph, {node: s.topic for node, s in sources.items()})
+    return sum(counts[s.topic] if s.is_source else settings.parallelism for s in stages)
+
+
+def local_master(settings: Settings, graph: Graph) -> str:
+    """The Spark master to run ``graph`` on: ``local[*]`` in continuous execution gets a
+    slot per long-lived task (at least one per core), since every task holds its slot
+    for as long as it runs; any other master is the user's (`check_slots` checks it)."""
+    if settings.execution != "continuous" or settings.spark_master != "local[*]":
+        return settings.spark_master
+    return f"local[{max(os.cpu_count() or 1, tasks_needed(graph, settings))}]"
 
 
 def check_slots(spark: Any, needed: Mapping[str, int]) -> None:

@@ -71,7 +71,12 @@ from framework.runners.observe.figures import Figures, run_figures
 from framework.runners.observe.server import WatchServer
 from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
-from framework.runners.spark.continuous import CONTINUOUS_SUFFIX, ContinuousQuery, check_slots
+from framework.runners.spark.continuous import (
+    CONTINUOUS_SUFFIX,
+    ContinuousQuery,
+    check_slots,
+    local_master,
+)
 from framework.runners.spark.execution import StageExecution
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.fused_query import FusedQuery
@@ -123,7 +128,7 @@ class SparkRunner:
     def start(self, graph: Graph) -> PipelineRun:
         """Start the pipeline and return at once; see the module docstring."""
         run = PipelineRun(
-            self.settings, graph, self._session(), embedded=self.services == "embedded"
+            self.settings, graph, self._session(graph), embedded=self.services == "embedded"
         )
         try:
             run.start()
@@ -211,11 +216,12 @@ class SparkRunner:
             _log.debug("stopping the failed run: %s", exc)
         return start_retrying(self.settings, lambda: self.start(graph))
 
-    def _session(self) -> Any:
+    def _session(self, graph: Graph) -> Any:
         if self._spark is None:
             from framework.runners.spark.session import spark_session
 
-            self._spark = spark_session(self.settings, "flamepipe")
+            master = local_master(self.settings, graph)
+            self._spark = spark_session(self.settings.with_(spark_master=master), "flamepipe")
         return self._spark
 
 

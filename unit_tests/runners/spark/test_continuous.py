@@ -8,7 +8,7 @@ import pytest
 
 from framework.config import Settings
 from framework.errors import ConfigError
-from framework.runners.spark.continuous import check_slots
+from framework.runners.spark.continuous import check_slots, local_master
 from framework.runners.spark.runner import _mode, _overlaps
 
 
@@ -41,3 +41,11 @@ def test_the_execution_setting_is_checked() -> None:
         Settings(execution="continuous", fuse_stages=True)
     with pytest.raises(ConfigError, match="commit_interval_ms=-1 must be >= 0"):
         Settings(commit_interval_ms=-1)
+
+
+def test_only_local_star_in_continuous_execution_is_sized_by_the_pipeline() -> None:
+    graph = object()  # never looked at: these masters are the user's
+    assert local_master(Settings(), graph) == "local[*]"  # type: ignore[arg-type]
+    for master in ("local[3]", "spark://127.0.0.1:7077"):
+        settings = Settings(spark_master=master, execution="continuous")
+        assert local_master(settings, graph) == master  # type: ignore[arg-type]
