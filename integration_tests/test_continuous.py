@@ -141,6 +141,37 @@ def test_a_restart_with_no_new_input_still_closes_the_last_window(
     assert released == window_counts_oracle(stack.kafka_bootstrap, source, window_ms)
 
 
+def test_a_transactional_writers_last_records_close_their_window(
+    stack: Settings, spark: Any
+) -> None:
+    """Input written in a Kafka transaction ends with its commit marker, one offset past
+    the last record: the source task reads up to its consumer's position, past the
+    marker, so its front heartbeats as read to the end and the last window closes with no
+    further input (it waited forever when the task counted offsets by records)."""
+    from confluent_kafka import Producer
+
+    settings = stack.with_(parallelism=1, execution="continuous")
+    bootstrap = stack.kafka_bootstrap
+    app = _app("ctxn")
+    source, sink = f"{app}-in", f"{app}-out"
+    window_ms = 200
+    lines = generate_lines(120, words_per_line=5, vocabulary=20, seed=9)
+    pipeline = windowed_counts(app, source, sink, window_ms=window_ms, partitions=1)
+    with running(settings, spark, pipeline) as run:
+        writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{app}-w"})
+        writer.init_transactions(30)
+        writer.begin_transaction()
+        for line in lines:
+            writer.produce(source, value=line.encode(), partition=0)
+        writer.commit_transaction(30)
+        until = time.time_ns() // 1_000_000
+        run.wait_released(until + window_ms, timeout_s=60)
+    items = read_output(bootstrap, sink)
+    released = Counter({(word, start): n for word, start, n in items})
+    assert len(items) == len(released), "a window was released twice"
+    assert released == window_counts_oracle(bootstrap, source, window_ms)
+
+
 def test_a_continuous_replay_from_the_start_adds_nothing(stack: Settings, spark: Any) -> None:
     """A windowed count runs continuous, then a new epoch replays its input from the
     first offsets while new input arrives: every window once, as the oracle counts the

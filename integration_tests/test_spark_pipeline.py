@@ -73,7 +73,11 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
         until = time.time_ns() // 1_000_000
         run.wait_released(until, timeout_s=120)
         items = read_output(bootstrap, sink)
-        tombstones = run.stats["group"].tombstones
+        # Counts trail what committed by up to a second (continuous stages read them from
+        # the committed positions).
+        deadline = time.monotonic() + 10
+        while (tombstones := run.stats["group"].tombstones) == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
     released = Counter(pair_key(item) for item in items)
     assert tombstones > 0, "the late partition should have forced repairs"
     assert released == word_pairs_oracle(bootstrap, source, settings.delta_ms)
@@ -180,7 +184,8 @@ def test_windowed_count_equals_the_oracle_and_crosses_the_shuffle_pre_reduced(
     assert len({start for _, start in oracle}) >= 3
     words = sum(len(line.split()) for line in lines)
     assert 0 < aggregate.items_in < words / 2, "partials, not words, cross the shuffle"
-    assert ticks > 0
+    if settings.execution == "micro-batch":  # continuous tasks find windows due themselves
+        assert ticks > 0
 
 
 def test_rolling_counts_on_spark_hold_one_value_per_word_and_equal_the_oracle(

@@ -28,7 +28,8 @@ Protocol of `run_continuous` (docs/runtime.md, "Continuous stages"):
       steps 1-4, for this partition alone): every commit's ack batches carry the
       heartbeat its last record allows (it commits with the acks it covers), and every
       ``heartbeat_ms`` a round of its own adds the heartbeat of a partition read to its
-      end.
+      end (with nothing pending, read up to the consumer's position, past transaction
+      markers).
 Any failure ends the task, and with it the stage's Spark job; the driver starts the job
 again (`framework.runners.spark.continuous`), and step 1 of the new tasks fences what is
 left of the old ones.
@@ -245,8 +246,23 @@ class _Loop:
                 pending, committed_at = [], now
             # Step 3d
             if self.fronts is not None and now - beaten >= beat_s:
+                if not pending:
+                    self._past_markers()
                 self.fronts.beat()
                 beaten = now
+
+    def _past_markers(self) -> None:
+        """Step 3d: with nothing taken and not committed, the partition is consumed up to
+        the consumer's position, which steps over transaction markers and aborted records:
+        the offset after the last record stays below the end offset forever when a
+        transaction's commit marker follows it, and the front would never heartbeat as
+        read to its end (a transactional writer's last records would wait for more)."""
+        tp = TopicPartition(self.topic, self.partition)
+        what = f"cannot read the position in {self.topic}[{self.partition}]"
+        (position,) = kafka_call(what, lambda: self.consumer.position([tp]))
+        offset = position.offset
+        if offset >= 0 and (self.consumed.offset is None or offset > self.consumed.offset):
+            self.consumed.offset = offset
 
     def _records(self, messages: list[Message]) -> list[InRecord]:
         out: list[InRecord] = []
