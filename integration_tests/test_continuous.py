@@ -107,6 +107,7 @@ def test_a_continuous_word_count_in_the_shared_session_and_a_switch_refused(
         len(words),
     )
     assert stats.dead_letters == 0
+    assert 1 <= stats.batches <= len(lines), "a batch is a commit, of one record or more"
     with (
         pytest.raises(ConfigError, match=r"ran continuous in epoch .* switch in a new epoch"),
         running(stack.with_(parallelism=1), spark, pipeline),

@@ -118,12 +118,14 @@ class TaskCounts:
     items_out: int = 0
     dead_letters: int = 0
     tombstones: int = 0
+    commits: int = 0
 
     def encode(self) -> str:
-        """``fp1 r=<records in> i=<items in> o=<items out> d=<dead letters> t=<tombstones>``."""
+        """``fp1 r=<records in> i=<items in> o=<items out> d=<dead letters> t=<tombstones>
+        c=<commits>``."""
         return (
             f"{_VERSION} r={self.records_in} i={self.items_in} o={self.items_out} "
-            f"d={self.dead_letters} t={self.tombstones}"
+            f"d={self.dead_letters} t={self.tombstones} c={self.commits}"
         )
 
     @classmethod
@@ -137,7 +139,8 @@ class TaskCounts:
             values = {k: int(v) for k, v in (field.split("=", 1) for field in fields)}
             if version != _VERSION:
                 raise ValueError(f"version {version!r}")
-            return cls(values["r"], values["i"], values["o"], values["d"], values["t"])
+            fields_ = (values["r"], values["i"], values["o"], values["d"], values["t"])
+            return cls(*fields_, values["c"])
         except (ValueError, KeyError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe stage "
@@ -154,6 +157,7 @@ class TaskCounts:
             self.items_out + items_out,
             self.dead_letters + dead,
             self.tombstones + tombs,
+            self.commits + 1,
         )
 
 

@@ -262,10 +262,13 @@ def test_task_counts_survive_their_metadata(commits: list[tuple[int, int, int, i
     counts = TaskCounts.decode("", "here")
     for commit in commits:
         counts = TaskCounts.decode(counts.add(*commit).encode(), "here")
-    assert counts == TaskCounts(*(sum(c[i] for c in commits) for i in range(5)))
+    assert counts == TaskCounts(*(sum(c[i] for c in commits) for i in range(5)), len(commits))
 
 
-@pytest.mark.parametrize("text", ["fp1 ack=3 nt=1 gt=-", "fp2 r=1 i=1 o=1 d=0 t=0", "fp1 r=x"])
+@pytest.mark.parametrize(
+    "text",
+    ["fp1 ack=3 nt=1 gt=-", "fp2 r=1 i=1 o=1 d=0 t=0 c=1", "fp1 r=x", "fp1 r=1 i=1 o=1 d=0 t=0"],
+)
 def test_foreign_metadata_is_no_task_counts(text: str) -> None:
     with pytest.raises(ProtocolViolation, match="not written by a flamepipe stage task"):
         TaskCounts.decode(text, "group g on t[0]")

@@ -114,7 +114,10 @@ def _counter_families(
 def _stage_metrics(f: Figures) -> Iterator[Metric]:
     labels = ["app", "stage"]
     counters: dict[str, tuple[str, Callable[[StageFigures], int]]] = {
-        "batches": ("Micro-batches run", lambda s: s.batches),
+        "batches": (
+            "Micro-batches run (continuous stages: transactions committed)",
+            lambda s: s.batches,
+        ),
         "records_in": ("Kafka records read", lambda s: s.records_in),
         "items_in": ("Items into the stage", lambda s: s.items_in),
         "items_out": ("Items out of the stage", lambda s: s.items_out),

@@ -159,6 +159,7 @@ class ContinuousQuery:
             stats.items_out += counts.items_out
             stats.dead_letters += counts.dead_letters
             stats.tombstones += counts.tombstones
+            stats.batches += counts.commits  # a continuous stage's batch is a commit
         return stats
 
     def _committed(self) -> list[tuple[TopicPartition, str]]:
