@@ -37,7 +37,7 @@ def test_spark_sends_each_units_key_to_that_units_partition(spark: Any) -> None:
 def test_a_fused_windowed_count_equals_the_oracle_across_a_restart(
     stack: Settings, spark: Any
 ) -> None:
-    settings = stack.with_(parallelism=2, fuse_stages=True)
+    settings = stack.with_(parallelism=2, fuse_stages=True, execution="micro-batch")
     bootstrap = settings.kafka_bootstrap
     app = _app("fwin")
     source, sink = f"{app}-lines", f"{app}-counts"
@@ -61,7 +61,7 @@ def test_a_fused_windowed_count_equals_the_oracle_across_a_restart(
 
 
 def test_a_fused_grouping_keeps_the_order_of_every_key(stack: Settings, spark: Any) -> None:
-    settings = stack.with_(parallelism=2, fuse_stages=True)
+    settings = stack.with_(parallelism=2, fuse_stages=True, execution="micro-batch")
     bootstrap = settings.kafka_bootstrap
     app = _app("fpairs")
     source, sink = f"{app}-lines", f"{app}-pairs"
@@ -79,7 +79,7 @@ def test_a_fused_grouping_keeps_the_order_of_every_key(stack: Settings, spark: A
 def test_switching_a_running_pipeline_between_split_and_fused_is_refused(
     stack: Settings, spark: Any
 ) -> None:
-    settings = stack.with_(parallelism=2)
+    settings = stack.with_(parallelism=2, execution="micro-batch")  # fused: micro-batch only
     app = _app("fswitch")
     pipeline = windowed_counts(app, f"{app}-lines", f"{app}-counts", window_ms=200)
     with running(settings, spark, pipeline):

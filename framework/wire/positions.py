@@ -119,13 +119,14 @@ class TaskCounts:
     dead_letters: int = 0
     tombstones: int = 0
     commits: int = 0
+    lifted: int = 0  # source records whose slot a lift moved (`framework.wire.lifts`)
 
     def encode(self) -> str:
         """``fp1 r=<records in> i=<items in> o=<items out> d=<dead letters> t=<tombstones>
-        c=<commits>``."""
+        c=<commits> l=<lifted>``."""
         return (
             f"{_VERSION} r={self.records_in} i={self.items_in} o={self.items_out} "
-            f"d={self.dead_letters} t={self.tombstones} c={self.commits}"
+            f"d={self.dead_letters} t={self.tombstones} c={self.commits} l={self.lifted}"
         )
 
     @classmethod
@@ -140,24 +141,23 @@ class TaskCounts:
             if version != _VERSION:
                 raise ValueError(f"version {version!r}")
             fields_ = (values["r"], values["i"], values["o"], values["d"], values["t"])
-            return cls(*fields_, values["c"])
+            return cls(*fields_, values["c"], values["l"])
         except (ValueError, KeyError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe stage "
                 f"task ({exc})"
             ) from exc
 
-    def add(
-        self, records_in: int, items_in: int, items_out: int, dead: int, tombs: int
-    ) -> TaskCounts:
-        """These counts plus one commit's."""
+    def add(self, commit: TaskCounts) -> TaskCounts:
+        """These counts plus one commit's (its ``commits`` is not read: it is one)."""
         return TaskCounts(
-            self.records_in + records_in,
-            self.items_in + items_in,
-            self.items_out + items_out,
-            self.dead_letters + dead,
-            self.tombstones + tombs,
+            self.records_in + commit.records_in,
+            self.items_in + commit.items_in,
+            self.items_out + commit.items_out,
+            self.dead_letters + commit.dead_letters,
+            self.tombstones + commit.tombstones,
             self.commits + 1,
+            self.lifted + commit.lifted,
         )
 
 

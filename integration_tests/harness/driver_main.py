@@ -12,7 +12,6 @@ again with fused stages (`stateful_names` gives each one's app, source and sink;
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -23,9 +22,9 @@ from framework.demos.readings import windowed_readings
 from framework.demos.wordcount import windowed_counts, wordcount
 from framework.pipeline import Pipeline
 from framework.runners.spark import SparkRunner, spark_session
+from framework.runners.spark.continuous import tasks_needed
 
 WINDOW_MS = 200
-_EXECUTION = "FLAMEPIPE_EXECUTION"
 
 
 def main(argv: list[str]) -> None:
@@ -36,18 +35,23 @@ def main(argv: list[str]) -> None:
         zookeeper_connect=zookeeper,  # the epoch is read from ZooKeeper at start
         state_dir=state_dir,
         parallelism=2,
-        # Continuous stages (FLAMEPIPE_EXECUTION) need a task slot per long-running task.
-        spark_master="local[2]"
-        if "continuous" not in os.environ.get(_EXECUTION, "")
-        else "local[4]",
+        spark_master="local[2]",
     )
-    spark = spark_session(settings, f"driver-{app}")
     pipelines = [(settings, _pipeline(kind, app, source, sink))]
     if kind == "stateful":
         named = stateful_names(app, source, sink)
-        fused = settings.with_(fuse_stages=True)
+        # Fused stages are micro-batches only: with FLAMEPIPE_EXECUTION=continuous they
+        # run beside the continuous pipelines in the same session.
+        fused = settings.with_(fuse_stages=True, execution="micro-batch")
         pipelines = [(settings, _pipeline(k, *named[k])) for k in STATEFUL]
         pipelines += [(fused, _pipeline(k, *named[f"{k}-fused"])) for k in FUSED]
+    if settings.execution == "continuous":
+        # A slot per long-running task, and two for any micro-batch pipeline's tasks.
+        tasks = sum(
+            tasks_needed(p.graph(), s) for s, p in pipelines if s.execution == settings.execution
+        )
+        settings = settings.with_(spark_master=f"local[{tasks + 2}]")
+    spark = spark_session(settings, f"driver-{app}")
     runs = [SparkRunner(s, spark).start(p.graph()) for s, p in pipelines]
     print("running", flush=True)
     reported = time.monotonic()

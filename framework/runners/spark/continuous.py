@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from framework import failpoints
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError, KafkaClientError
@@ -160,6 +161,7 @@ class ContinuousQuery:
             stats.dead_letters += counts.dead_letters
             stats.tombstones += counts.tombstones
             stats.batches += counts.commits  # a continuous stage's batch is a commit
+            stats.lifted += counts.lifted
         return stats
 
     def _committed(self) -> list[tuple[TopicPartition, str]]:
@@ -208,6 +210,7 @@ class ContinuousQuery:
             self.commit_ms,
             self.max_records,
             tuple(sorted(self.starts.items())),
+            os.environ.get(failpoints.ENV, ""),
         )
         self._thread = threading.Thread(
             target=self._job,

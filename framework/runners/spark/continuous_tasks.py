@@ -45,6 +45,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from framework import failpoints
 from framework.core.graph import Kind
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
@@ -86,6 +87,9 @@ class ContinuousContext:
     max_records: int  # Kafka records per commit at most (frames on internal topics)
     # A source stage's start offsets in this epoch (a replay's), per partition.
     starts: tuple[tuple[int, int], ...] = ()
+    # The driver's failpoints when it started the stage (`framework.failpoints`): the fronts
+    # a driver heartbeats for micro-batches run in these tasks, and read them here.
+    failpoints: str = ""
 
     @property
     def group(self) -> str:
@@ -98,8 +102,17 @@ def continuous_task(ctx: ContinuousContext) -> Callable[[int, Iterator[Any]], It
     input, until the task is killed."""
 
     def run(index: int, _rows: Iterator[Any]) -> Iterator[Any]:
-        with on_worker(ctx.task):
-            run_continuous(ctx, index)
+        before = os.environ.get(failpoints.ENV)
+        if ctx.failpoints:  # the task's worker is its own for as long as it runs
+            os.environ[failpoints.ENV] = ctx.failpoints
+        try:
+            with on_worker(ctx.task):
+                run_continuous(ctx, index)
+        finally:
+            if before is None:
+                os.environ.pop(failpoints.ENV, None)
+            else:
+                os.environ[failpoints.ENV] = before
         return iter(())
 
     return run
@@ -324,11 +337,14 @@ class _Loop:
         if records:
             self.position = records[-1].offset + 1
         counts = self.counts.add(
-            len(records),
-            result.items_in,
-            result.items_out,
-            result.dead_letters,
-            result.tombstones,
+            TaskCounts(
+                len(records),
+                result.items_in,
+                result.items_out,
+                result.dead_letters,
+                result.tombstones,
+                lifted=len(slots),
+            )
         )
         if out or records:
             # Every commit moves the counts, so every one commits the position (moved or
