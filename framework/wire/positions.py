@@ -120,13 +120,15 @@ class TaskCounts:
     tombstones: int = 0
     commits: int = 0
     lifted: int = 0  # source records whose slot a lift moved (`framework.wire.lifts`)
+    last_ms: int = -1  # the latest timestamp of a record committed (-1: none yet)
 
     def encode(self) -> str:
         """``fp1 r=<records in> i=<items in> o=<items out> d=<dead letters> t=<tombstones>
-        c=<commits> l=<lifted>``."""
+        c=<commits> l=<lifted> m=<latest timestamp>``."""
         return (
             f"{_VERSION} r={self.records_in} i={self.items_in} o={self.items_out} "
-            f"d={self.dead_letters} t={self.tombstones} c={self.commits} l={self.lifted}"
+            f"d={self.dead_letters} t={self.tombstones} c={self.commits} l={self.lifted} "
+            f"m={self.last_ms}"
         )
 
     @classmethod
@@ -141,7 +143,7 @@ class TaskCounts:
             if version != _VERSION:
                 raise ValueError(f"version {version!r}")
             fields_ = (values["r"], values["i"], values["o"], values["d"], values["t"])
-            return cls(*fields_, values["c"], values["l"])
+            return cls(*fields_, values["c"], values["l"], values["m"])
         except (ValueError, KeyError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe stage "
@@ -158,6 +160,7 @@ class TaskCounts:
             self.tombstones + commit.tombstones,
             self.commits + 1,
             self.lifted + commit.lifted,
+            max(self.last_ms, commit.last_ms),
         )
 
 

@@ -257,14 +257,15 @@ def test_a_frame_straddling_a_release_is_read_again_and_its_released_items_dropp
     ]
 
 
-@given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 6), max_size=5))
+@given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 7), max_size=5))
 def test_task_counts_survive_their_metadata(commits: list[tuple[int, ...]]) -> None:
     counts = TaskCounts.decode("", "here")
     for commit in commits:
-        one = TaskCounts(*commit[:5], lifted=commit[5])
+        one = TaskCounts(*commit[:5], lifted=commit[5], last_ms=commit[6])
         counts = TaskCounts.decode(counts.add(one).encode(), "here")
     sums = [sum(c[i] for c in commits) for i in range(6)]
-    assert counts == TaskCounts(*sums[:5], len(commits), sums[5])
+    last = max((c[6] for c in commits), default=-1)
+    assert counts == TaskCounts(*sums[:5], len(commits), sums[5], last)
 
 
 @pytest.mark.parametrize(

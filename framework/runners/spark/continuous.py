@@ -162,6 +162,8 @@ class ContinuousQuery:
             stats.tombstones += counts.tombstones
             stats.batches += counts.commits  # a continuous stage's batch is a commit
             stats.lifted += counts.lifted
+            if counts.last_ms >= 0:
+                stats.last_timestamp_ms[tp.partition] = counts.last_ms
         return stats
 
     def _committed(self) -> list[tuple[TopicPartition, str]]:

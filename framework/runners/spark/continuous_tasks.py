@@ -344,6 +344,7 @@ class _Loop:
                 result.dead_letters,
                 result.tombstones,
                 lifted=len(slots),
+                last_ms=-1 if stamp is None else stamp,
             )
         )
         if out or records:
