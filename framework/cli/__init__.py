@@ -33,6 +33,11 @@ def _parser() -> argparse.ArgumentParser:
         help="also run a local Spark standalone master and N workers (FLAMEPIPE_SPARK_WORKERS)",
     )
     common.add_argument(
+        "--spark-worker-cores",
+        type=int,
+        help="task slots each local Spark worker offers (FLAMEPIPE_SPARK_WORKER_CORES; 1)",
+    )
+    common.add_argument(
         "--verbose",
         action="store_true",
         help="also show the Kafka, ZooKeeper and Spark log lines (else in <state_dir>/logs)",

@@ -37,6 +37,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
         registry_port=getattr(args, "registry_port", None),
         state_dir=args.state_dir,
         spark_workers=getattr(args, "spark_workers", None),
+        spark_worker_cores=getattr(args, "spark_worker_cores", None),
         verbose=True if getattr(args, "verbose", False) else None,
     )
     configure_logging(settings)

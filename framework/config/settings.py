@@ -49,7 +49,10 @@ class Settings:
     master or a master on the loopback address, else this host's routable address and
     all interfaces; `framework.runners.spark.session.driver_addresses`).
     ``spark_workers`` > 0 makes the embedded stack start a Spark standalone master on
-    ``spark_master_port`` and that many workers (``flamepipe up --spark-workers N``).
+    ``spark_master_port`` and that many workers (``flamepipe up --spark-workers N``), each
+    offering ``spark_worker_cores`` task slots (``--spark-worker-cores``; a slot is a
+    thread, so a worker may offer more than the machine's cores: continuous stages hold
+    one per long-running task, which mostly waits on Kafka).
     ``registry_port`` > 0 makes it start a schema registry there too (Apicurio Registry's
     Confluent API, `framework.local.registry`; ``flamepipe up --registry-port 8081``).
     ``parallelism`` is the partition count of the topics between stages (the hash units of
@@ -109,6 +112,7 @@ class Settings:
     spark_driver_host: str | None = None
     spark_driver_bind_address: str | None = None
     spark_workers: int = 0
+    spark_worker_cores: int = 1
     spark_master_port: int = 7077
     registry_port: int = 0
     kafka_port: int = 9092
@@ -215,6 +219,11 @@ class Settings:
             raise ConfigError(f"registry_port={self.registry_port} is not a TCP port: use 1..65535")
         if self.spark_workers < 0:
             raise ConfigError(f"spark_workers={self.spark_workers} must be >= 0 (0: none)")
+        if self.spark_worker_cores < 1:
+            raise ConfigError(
+                f"spark_worker_cores={self.spark_worker_cores} must be >= 1 "
+                "(FLAMEPIPE_SPARK_WORKER_CORES)"
+            )
         if not 1 <= self.spark_master_port <= 65535:
             raise ConfigError(
                 f"spark_master_port={self.spark_master_port} is not a TCP port: use 1..65535"

@@ -179,7 +179,8 @@ class LocalStack:
             if worker.alive():
                 continue
             worker.log_file.unlink(missing_ok=True)  # registration is read from the log
-            spec_w = SparkWorkerSpec(self.master_url, self.state_dir / worker.name)
+            worker_home = self.state_dir / worker.name
+            spec_w = SparkWorkerSpec(self.master_url, worker_home, cores=s.spark_worker_cores)
             argv, env = spec_w.argv(java, home, worker.marker)
             self._say(f"starting {worker.name}")
             self.started.append(worker.name)

@@ -97,8 +97,8 @@ def check_slots(spark: Any, needed: Mapping[str, int]) -> None:
         raise ConfigError(
             f"continuous execution needs {total} Spark task slots ({per_stage}) and this "
             f"Spark has {slots}: use local[{total}] or more worker cores (SPARK_WORKER_CORES, "
-            "spark.cores.max), fewer partitions (FLAMEPIPE_PARALLELISM), or "
-            "FLAMEPIPE_EXECUTION=micro-batch"
+            "spark.cores.max; a local stack's FLAMEPIPE_SPARK_WORKER_CORES), fewer "
+            "partitions (FLAMEPIPE_PARALLELISM), or FLAMEPIPE_EXECUTION=micro-batch"
         )
 
 

@@ -35,5 +35,7 @@ def test_the_settings_decide_when_given() -> None:
 def test_bad_cluster_settings_fail_fast() -> None:
     with pytest.raises(ConfigError, match="spark_workers=-1"):
         Settings(spark_workers=-1)
+    with pytest.raises(ConfigError, match="spark_worker_cores=0 must be >= 1"):
+        Settings.load(env={"FLAMEPIPE_SPARK_WORKER_CORES": "0"})
     with pytest.raises(ConfigError, match="spark_master_port=0"):
         Settings(spark_master_port=0)
