@@ -30,21 +30,27 @@ from framework.wire.lifts import Lift
 from integration_tests.harness.runs import produce_lines, read_output, running
 
 
+@pytest.mark.parametrize(
+    ("execution", "partitions"),
+    # Continuous: the source tasks heartbeat their own fronts, and lift by them; one
+    # partition and one hash unit fit the shared session's slots.
+    [("micro-batch", 2), ("continuous", 1)],
+)
 def test_late_records_are_lifted_to_the_heartbeat_and_nothing_is_lost(
-    stack: Settings, spark: Any, monkeypatch: pytest.MonkeyPatch
+    stack: Settings, spark: Any, monkeypatch: pytest.MonkeyPatch, execution: str, partitions: int
 ) -> None:
     monkeypatch.setenv("FLAMEPIPE_FAILPOINTS", "fronts.ahead_ms=3000")
-    settings = stack.with_(parallelism=2)
+    settings = stack.with_(parallelism=partitions, execution=execution)
     bootstrap = settings.kafka_bootstrap
     app = f"lift{uuid.uuid4().hex[:6]}"
     source, sink = f"{app}-lines", f"{app}-pairs"
     texts = generate_lines(120, words_per_line=4, vocabulary=20, seed=21)
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
-    with running(settings, spark, word_pairs(app, source, sink)) as run:
+    with running(settings, spark, word_pairs(app, source, sink, partitions)) as run:
         # Bursts after idle time: the partitions are caught up and promised 3 s ahead,
         # so the next burst arrives below the promise.
         for start in range(0, 120, 40):
-            until = produce_lines(bootstrap, source, lines[start : start + 40], partitions=2)
+            until = produce_lines(bootstrap, source, lines[start : start + 40], partitions)
             run.wait_released(until + 3_500, timeout_s=120)
         lifted = sum(q.stats.lifted for q in run.queries.values())
         dropped = sum(b.replays_dropped for b in run.barriers())
