@@ -23,7 +23,7 @@ from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.spark.continuous import local_master, tasks_needed
 from integration_tests.harness.driver_main import WINDOW_MS
-from integration_tests.harness.runs import produce_lines, read_output, running
+from integration_tests.harness.runs import open_transaction, produce_lines, read_output, running
 from integration_tests.test_driver_crash import _killed_twice, _output_until
 
 
@@ -149,8 +149,6 @@ def test_a_transactional_writers_last_records_close_their_window(
     the last record: the source task reads up to its consumer's position, past the
     marker, so its front heartbeats as read to the end and the last window closes with no
     further input (it waited forever when the task counted offsets by records)."""
-    from confluent_kafka import Producer
-
     settings = stack.with_(parallelism=1, execution="continuous")
     bootstrap = stack.kafka_bootstrap
     app = _app("ctxn")
@@ -159,12 +157,7 @@ def test_a_transactional_writers_last_records_close_their_window(
     lines = generate_lines(120, words_per_line=5, vocabulary=20, seed=9)
     pipeline = windowed_counts(app, source, sink, window_ms=window_ms, partitions=1)
     with running(settings, spark, pipeline) as run:
-        writer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{app}-w"})
-        writer.init_transactions(30)
-        writer.begin_transaction()
-        for line in lines:
-            writer.produce(source, value=line.encode(), partition=0)
-        writer.commit_transaction(30)
+        open_transaction(bootstrap, f"{app}-w", source, lines).commit_transaction(30)
         until = time.time_ns() // 1_000_000
         run.wait_released(until + window_ms, timeout_s=60)
     items = read_output(bootstrap, sink)

@@ -16,7 +16,7 @@ from framework.config import Settings
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import rolling_counts, windowed_counts, word_pairs, wordcount
-from integration_tests.harness.runs import produce_lines, read_output, running
+from integration_tests.harness.runs import open_transaction, produce_lines, read_output, running
 from integration_tests.harness.services import ROOT, service_env
 
 
@@ -45,8 +45,6 @@ def test_word_count_equals_the_counts_of_the_input(stack: Settings, spark: Any) 
 
 
 def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any) -> None:
-    from confluent_kafka import Producer
-
     settings = stack.with_(parallelism=2)
     bootstrap = settings.kafka_bootstrap
     app = _app("skew")
@@ -57,12 +55,7 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
     with running(settings, spark, word_pairs(app, source, sink)) as run:
         # Partition 0 gets the early lines in a transaction held open: they are stamped
         # (global time) now, but become readable only after partition 1's later lines.
-        holder = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{app}-hold"})
-        holder.init_transactions(30)
-        holder.begin_transaction()
-        for line in early:
-            holder.produce(source, value=line.encode(), partition=0)
-        holder.flush(30)
+        holder = open_transaction(bootstrap, f"{app}-hold", source, early)
         # Later slots for the late lines, so their global times are surely higher.
         time.sleep(5 * settings.delta_ms / 1000)
         produce_lines(bootstrap, source, late, partitions=1, first=1)

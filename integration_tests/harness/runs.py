@@ -25,6 +25,20 @@ from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
 
+def open_transaction(
+    bootstrap: str, transactional_id: str, topic: str, lines: list[str], partition: int = 0
+) -> Producer:
+    """A transactional producer that wrote ``lines`` to ``topic[partition]`` in a
+    transaction left open (flushed): the caller commits or aborts it."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for line in lines:
+        producer.produce(topic, value=line.encode(), partition=partition)
+    producer.flush(30)
+    return producer
+
+
 def produce_lines(
     bootstrap: str, topic: str, lines: list[str], partitions: int, first: int = 0
 ) -> int:
