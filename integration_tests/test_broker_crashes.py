@@ -126,6 +126,29 @@ def test_broker_and_zookeeper_kills_on_the_cluster_lose_and_repeat_nothing(
     _check(run_harness(config, tmp_path))
 
 
+def test_every_kill_on_the_cluster_in_continuous_stages_loses_and_repeats_nothing(
+    tmp_path: Path,
+) -> None:
+    """The same proof with every stage a set of long-running tasks on the executors (two
+    workers of six slots): the broker and ZooKeeper, the driver, an executor, the acker and
+    the barrier, one at a time in a random order, while the input flows."""
+    config = HarnessConfig(
+        records=16_000,
+        rate=100,
+        kill_every_s=5,
+        kills=6,
+        stack_every=0,
+        targets=("broker", "zookeeper", "driver", "executor", "acker", "barrier"),
+        cluster=True,
+        one_at_a_time=True,
+        pipeline="windows_and_pairs",
+        complete_timeout_s=300,
+        stall_timeout_ms=60_000,
+        execution="continuous",
+    )
+    _check(run_harness(config, tmp_path))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_randomized_crashes_on_the_cluster_lose_and_repeat_nothing(

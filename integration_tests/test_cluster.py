@@ -402,7 +402,8 @@ _TIMEOUT_S = 240.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A stack of its own: Kafka, ZooKeeper, a Spark master and two workers."""
+    """A stack of its own: Kafka, ZooKeeper, a Spark master and two workers of four task
+    slots each."""
     base = Settings(
         kafka_port=free_port(),
         controller_port=free_port(),
@@ -414,7 +415,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
         stack.up()
         # Chosen only now: a port picked before Kafka started may be a client's by now.
         settings = base.with_(
-            spark_master_port=free_port(), spark_workers=2, registry_port=free_port()
+            spark_master_port=free_port(),
+            spark_workers=2,
+            # Continuous stages hold a slot per task; micro-batches use what is offered.
+            spark_worker_cores=4,
+            registry_port=free_port(),
         )
         stack = LocalStack(settings, quiet=True)
         stack.up()
@@ -731,8 +736,9 @@ def _kill_executor_and_worker(cluster: Settings, between: Callable[[], object]) 
     return [f"executor {executors[0]}", f"worker {pid}"]
 
 
+@pytest.mark.parametrize("execution", ["micro-batch", "continuous"])
 def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing(
-    cluster: Settings, user_dir: Path, tmp_path: Path
+    cluster: Settings, user_dir: Path, tmp_path: Path, execution: str
 ) -> None:
     """kill -9 of one executor JVM, then of one whole worker (restarted 5 s later), while
     the running count (grouping state rebuilt from changelogs on another executor) and a
@@ -740,7 +746,9 @@ def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing
     savepoint`` while input flows, more input, the driver stopped, more input, and
     ``flamepipe upgrade --savepoint``: the new epoch's executors restore the grouping and
     the aggregate from the savepoint's cut and replay from its offsets. Nothing is lost
-    and nothing the first epoch released comes out again."""
+    and nothing the first epoch released comes out again. In continuous execution the
+    six long-running tasks hold six of the cluster's eight slots; the worker kill takes
+    half of them until the worker is back."""
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-faults-{run}", f"cl-fin-{run}", f"cl-fout-{run}"
     bootstrap = cluster.kafka_bootstrap
@@ -753,6 +761,7 @@ def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing
         return len(read_output(bootstrap, sink))
 
     env = _driver_env(cluster, app, source, sink)
+    env.update(FLAMEPIPE_EXECUTION=execution)
     log = tmp_path / "driver.log"
     driver = _launch(["-m", "framework.cli", "run", "jobs:running_job"], user_dir, env, log)
     try:

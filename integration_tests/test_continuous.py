@@ -3,6 +3,7 @@ stack (`framework.runners.spark.continuous`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
@@ -52,9 +53,13 @@ def test_a_continuous_windowed_count_killed_twice_equals_the_oracle(
     assert released == expected
 
 
-def test_too_few_task_slots_fail_before_anything_starts(stack: Settings, spark: Any) -> None:
+def test_too_few_task_slots_fail_before_anything_starts(
+    stack: Settings, spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     """Two source partitions and two hash units need four slots; the shared session has
-    ``local[*]`` on this machine's cores."""
+    ``local[*]`` on this machine's cores. Nothing is shipped to the executors (shipping
+    logs every time it runs) and so no service started either (they start after it)."""
+    caplog.set_level(logging.INFO, logger="framework.runners.spark.shipping")
     slots = int(spark.sparkContext.defaultParallelism)
     settings = stack.with_(parallelism=slots, execution="continuous")
     app = _app("cslots")
@@ -66,6 +71,7 @@ def test_too_few_task_slots_fail_before_anything_starts(stack: Settings, spark: 
         running(settings, spark, pipeline),
     ):
         pass
+    assert not [r for r in caplog.records if r.name == "framework.runners.spark.shipping"]
 
 
 def test_local_star_gets_a_slot_per_long_lived_task(stack: Settings) -> None:

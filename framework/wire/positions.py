@@ -121,14 +121,17 @@ class TaskCounts:
     commits: int = 0
     lifted: int = 0  # source records whose slot a lift moved (`framework.wire.lifts`)
     last_ms: int = -1  # the latest timestamp of a record committed (-1: none yet)
+    # How far the task's clock ran ahead of the broker's at its last heartbeat (ms; 0 when
+    # behind or not measured): the heartbeats it sends take that much off its clock.
+    clock_ahead_ms: int = 0
 
     def encode(self) -> str:
         """``fp1 r=<records in> i=<items in> o=<items out> d=<dead letters> t=<tombstones>
-        c=<commits> l=<lifted> m=<latest timestamp>``."""
+        c=<commits> l=<lifted> m=<latest timestamp> k=<clock ahead>``."""
         return (
             f"{_VERSION} r={self.records_in} i={self.items_in} o={self.items_out} "
             f"d={self.dead_letters} t={self.tombstones} c={self.commits} l={self.lifted} "
-            f"m={self.last_ms}"
+            f"m={self.last_ms} k={self.clock_ahead_ms}"
         )
 
     @classmethod
@@ -143,7 +146,7 @@ class TaskCounts:
             if version != _VERSION:
                 raise ValueError(f"version {version!r}")
             fields_ = (values["r"], values["i"], values["o"], values["d"], values["t"])
-            return cls(*fields_, values["c"], values["l"], values["m"])
+            return cls(*fields_, values["c"], values["l"], values["m"], values.get("k", 0))
         except (ValueError, KeyError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe stage "
@@ -151,7 +154,8 @@ class TaskCounts:
             ) from exc
 
     def add(self, commit: TaskCounts) -> TaskCounts:
-        """These counts plus one commit's (its ``commits`` is not read: it is one)."""
+        """These counts plus one commit's (its ``commits`` is not read: it is one; its
+        ``clock_ahead_ms`` is the latest)."""
         return TaskCounts(
             self.records_in + commit.records_in,
             self.items_in + commit.items_in,
@@ -161,6 +165,7 @@ class TaskCounts:
             self.commits + 1,
             self.lifted + commit.lifted,
             max(self.last_ms, commit.last_ms),
+            commit.clock_ahead_ms,
         )
 
 

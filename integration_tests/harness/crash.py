@@ -125,10 +125,16 @@ class _Run:
         self.stack.up()
         if self.config.cluster:
             # Ports chosen only now: one picked before Kafka started may be a client's.
-            self.settings = self.settings.with_(spark_master_port=free_port(), spark_workers=2)
+            # Continuous stages hold a task slot per long-running task: 12 on 2 workers.
+            cores = 6 if self.config.execution == "continuous" else 1
+            self.settings = self.settings.with_(
+                spark_master_port=free_port(), spark_workers=2, spark_worker_cores=cores
+            )
             self.stack = LocalStack(self.settings, quiet=True)
             self.stack.up()
-            self.clock.say(f"spark standalone master {self.stack.master_url}, 2 workers")
+            self.clock.say(
+                f"spark standalone master {self.stack.master_url}, 2 workers of {cores} slots"
+            )
         local = "local[4]" if self.config.execution == "continuous" else "local[2]"
         master = self.stack.master_url if self.config.cluster else local
         bootstrap = self.settings.kafka_bootstrap

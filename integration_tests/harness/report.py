@@ -40,10 +40,11 @@ class HarnessConfig:
     ``stall_timeout_ms``: the driver's stall watch (`Settings.stall_timeout_ms`).
     ``targets``: what the shuffled rounds of kills take (`TARGETS` but `STACK`);
     ``stack_every`` 0: no stack restarts. ``cluster``: Spark on a standalone master and
-    two one-core workers instead of ``local[2]``. ``restart_after_s``: how long a killed
-    broker or ZooKeeper stays down. ``one_at_a_time``: the next event only once output
-    was committed after the last (each recovery measured alone). ``execution``: how the
-    stages run (`Settings.execution`; continuous on ``local[4]``, a slot per task).
+    two one-core workers (six slots each in continuous execution) instead of
+    ``local[2]``. ``restart_after_s``: how long a killed broker or ZooKeeper stays down.
+    ``one_at_a_time``: the next event only once output was committed after the last (each
+    recovery measured alone). ``execution``: how the stages run (`Settings.execution`;
+    continuous on ``local[4]``, a slot per task).
     """
 
     records: int = 20_000

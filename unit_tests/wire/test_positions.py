@@ -257,15 +257,21 @@ def test_a_frame_straddling_a_release_is_read_again_and_its_released_items_dropp
     ]
 
 
-@given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 7), max_size=5))
+@given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 8), max_size=5))
 def test_task_counts_survive_their_metadata(commits: list[tuple[int, ...]]) -> None:
     counts = TaskCounts.decode("", "here")
     for commit in commits:
-        one = TaskCounts(*commit[:5], lifted=commit[5], last_ms=commit[6])
+        one = TaskCounts(*commit[:5], lifted=commit[5], last_ms=commit[6], clock_ahead_ms=commit[7])
         counts = TaskCounts.decode(counts.add(one).encode(), "here")
     sums = [sum(c[i] for c in commits) for i in range(6)]
     last = max((c[6] for c in commits), default=-1)
-    assert counts == TaskCounts(*sums[:5], len(commits), sums[5], last)
+    ahead = commits[-1][7] if commits else 0  # a gauge: the latest commit's
+    assert counts == TaskCounts(*sums[:5], len(commits), sums[5], last, ahead)
+
+
+def test_task_counts_of_an_older_task_have_no_clock_figure() -> None:
+    """Metadata a task wrote before it measured its clock (no ``k=``) still decodes."""
+    assert TaskCounts.decode("fp1 r=1 i=2 o=3 d=0 t=0 c=1 l=0 m=5", "here").clock_ahead_ms == 0
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,9 @@ class StageFigures:
     input_lag_ms: int | None = None  # now - the latest input timestamp a batch read
     batch_p50_s: float | None = None
     batch_p99_s: float | None = None
+    # Continuous source stages: the most any of its tasks' clocks runs ahead of the
+    # broker's (None: not measured, as in micro-batches, whose driver heartbeats).
+    clock_ahead_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +153,7 @@ def stage_figures(stage: str, stats: StageStats, now_ms: int) -> StageFigures:
         input_lag_ms=max(0, now_ms - latest) if latest >= 0 else None,
         batch_p50_s=batch[0] if batch else None,
         batch_p99_s=batch[1] if batch else None,
+        clock_ahead_ms=max(stats.clock_ahead_ms.values(), default=None),
     )
 
 

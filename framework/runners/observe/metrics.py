@@ -16,6 +16,7 @@ flamepipe_stage_tombstones_total                       counter  repairs (tombsto
 flamepipe_stage_replayed_total                         counter  results released before restore
 flamepipe_stage_state_moves_total                      counter  partitions that changed worker
 flamepipe_stage_input_lag_seconds                      gauge    now - latest input timestamp
+flamepipe_stage_clock_ahead_seconds                    gauge    task clock - broker clock
 flamepipe_stage_batch_duration_seconds{quantile}       gauge    micro-batch duration
 flamepipe_min_time_lag_seconds                         gauge    how far min time is behind
 flamepipe_barrier_bundles_total / _commits_total       counter  bundles / transactions
@@ -131,16 +132,24 @@ def _stage_metrics(f: Figures) -> Iterator[Metric]:
     }
     yield from _counter_families("flamepipe_stage_", counters, labels, f.app, f.stages)
     lag = _gauge("flamepipe_stage_input_lag_seconds", "Now - latest input timestamp", labels)
+    ahead = _gauge(
+        "flamepipe_stage_clock_ahead_seconds",
+        "How far a continuous source task's clock runs ahead of the broker's",
+        labels,
+    )
     batch = _gauge(
         "flamepipe_stage_batch_duration_seconds", "Micro-batch duration", [*labels, "quantile"]
     )
     for stage in f.stages:
         if stage.input_lag_ms is not None:
             lag.add_metric([f.app, stage.stage], stage.input_lag_ms / 1000)
+        if stage.clock_ahead_ms is not None:
+            ahead.add_metric([f.app, stage.stage], stage.clock_ahead_ms / 1000)
         for q, seconds in (("0.5", stage.batch_p50_s), ("0.99", stage.batch_p99_s)):
             if seconds is not None:
                 batch.add_metric([f.app, stage.stage, q], seconds)
     yield lag
+    yield ahead
     yield batch
 
 

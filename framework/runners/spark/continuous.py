@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from framework import failpoints
 from framework.config import Settings
 from framework.core.graph import Graph
+from framework.deadline import Deadline
 from framework.errors import ConfigError, KafkaClientError
 from framework.kafka import security
 from framework.kafka.clients import verified_metadata
@@ -87,11 +88,17 @@ def local_master(settings: Settings, graph: Graph) -> str:
     return f"local[{max(os.cpu_count() or 1, tasks_needed(graph, settings))}]"
 
 
-def check_slots(spark: Any, needed: Mapping[str, int]) -> None:
+def check_slots(spark: Any, needed: Mapping[str, int], *, wait_s: float = 0.0) -> None:
     """`ConfigError` unless Spark has a task slot for every long-lived task (stage ->
-    tasks): a task without one would wait for a slot that never frees."""
+    tasks): a task without one would wait for a slot that never frees.
+
+    A cluster's executors register a few seconds after its driver starts, and until they
+    do Spark counts 2 slots: ``wait_s`` is how long to wait for enough of them (0 for a
+    local master, whose slots exist at once)."""
     total = sum(needed.values())
-    slots = int(spark.sparkContext.defaultParallelism)
+    deadline = Deadline(wait_s, "executors to register")
+    while (slots := int(spark.sparkContext.defaultParallelism)) < total and not deadline.expired:
+        time.sleep(deadline.remaining(0.2))
     if total > slots:
         per_stage = ", ".join(f"{stage} {count}" for stage, count in needed.items())
         raise ConfigError(
@@ -164,6 +171,7 @@ class ContinuousQuery:
             stats.lifted += counts.lifted
             if counts.last_ms >= 0:
                 stats.last_timestamp_ms[tp.partition] = counts.last_ms
+            stats.clock_ahead_ms[tp.partition] = counts.clock_ahead_ms
         return stats
 
     def _committed(self) -> list[tuple[TopicPartition, str]]:

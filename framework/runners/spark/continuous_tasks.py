@@ -345,6 +345,7 @@ class _Loop:
                 result.tombstones,
                 lifted=len(slots),
                 last_ms=-1 if stamp is None else stamp,
+                clock_ahead_ms=_ahead(self.fronts),
             )
         )
         if out or records:
@@ -358,6 +359,12 @@ class _Loop:
             self.fronts.sent_with(beat)
         if stamp is not None:
             self.consumed.offset, self.consumed.stamp = self.position, stamp
+
+
+def _ahead(fronts: FrontHeartbeats | None) -> int:
+    """How far ``fronts``' clock is ahead of the broker's (ms, 0 if behind or unknown)."""
+    offset = None if fronts is None else fronts.broker_offset_ms
+    return 0 if offset is None else max(0, -offset)
 
 
 def _with_floors(task: TaskContext, floors: dict[int, int]) -> TaskContext:

@@ -100,6 +100,9 @@ class StageStats:
     lifted: int = 0  # source records whose slot a lift moved (`framework.wire.lifts`)
     skipped_tasks: int = 0
     last_timestamp_ms: dict[int, int] = field(default_factory=dict)  # per input partition
+    # Per input partition of a continuous source stage: how far its task's clock runs
+    # ahead of the broker's (`TaskCounts.clock_ahead_ms`); its heartbeats allow for it.
+    clock_ahead_ms: dict[int, int] = field(default_factory=dict)
     # Placement of a stateful stage: a partition whose task ran in another Python worker
     # than its previous one moved; catching up its state from the changelog is the price.
     moves: int = 0

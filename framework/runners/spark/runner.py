@@ -7,11 +7,14 @@ Start-up protocol of `SparkRunner.start`:
    `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
    offsets its record gives. A keyed pipeline that ran in this epoch with another
    ``parallelism`` is refused (`framework.runners.rescale`).
-2. Ship the user's modules to the executors (`framework.runners.spark.shipping`) and warm
+2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
+   framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters). In
+   continuous execution, check that Spark has a task slot for every long-lived task
+   (`framework.runners.spark.continuous.check_slots`): too few fail here, before any code
+   is shipped or any service starts.
+3. Ship the user's modules to the executors (`framework.runners.spark.shipping`) and warm
    a Python worker in every task slot (`framework.runners.spark.warmup`); a user
    function that cannot be pickled fails here, before anything starts.
-3. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
-   framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters).
 4. Start the min-time view the stages prune with and, with embedded services (the
    default), the acker service and one barrier service per sink; otherwise ``flamepipe
    acker`` and ``flamepipe barrier`` run them as processes of their own.
@@ -95,6 +98,10 @@ from framework.wire.znodes import Offsets
 __all__ = ["RUN_RESTARTS", "RUN_RESTART_WINDOW_S", "PipelineRun", "SparkRunner"]
 
 _log = logging.getLogger(__name__)
+
+# How long a continuous pipeline on a cluster waits for executors to offer the slots its
+# tasks need: a standalone worker's executor registers a few seconds after the driver.
+_EXECUTORS_S = 60.0
 
 RUN_RESTARTS = 3
 RUN_RESTART_WINDOW_S = 600.0
@@ -272,12 +279,16 @@ class PipelineRun:
         stages = plan_stages(self.graph, {n: s.topic for n, s in sources.items()}, self.epoch)
         alone, fused = fuse(stages) if self.settings.fuse_stages else (stages, ())
         # Step 2
-        self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
-        self.warmup = warm_workers(self.spark, tuple(sorted(self.shipment.roots)))
-        # Step 3
         partitions = self._prepare_topics(sources, stages)
+        if self.continuous:
+            needed = {stage.id: partitions[stage.topic] for stage in alone}
+            local = str(self.spark.sparkContext.master).startswith("local")
+            check_slots(self.spark, needed, wait_s=0.0 if local else _EXECUTORS_S)
         # Replays move the records earlier epochs lifted, from their first batch on.
         self._lifts = read_lifts(self.bootstrap, self.graph.name)
+        # Step 3
+        self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
+        self.warmup = warm_workers(self.spark, tuple(sorted(self.shipment.roots)))
         # Step 4
         if self.embedded:
             self.services = embedded_services(self.settings, self.graph, self.epoch)
@@ -285,8 +296,6 @@ class PipelineRun:
             self.services = ServiceSet(view=view_for(self.settings, self.graph, self.epoch))
         self.services.start()
         # Step 5
-        if self.continuous:
-            check_slots(self.spark, {stage.id: partitions[stage.topic] for stage in alone})
         for stage in alone:
             self._start_stage(stage, sources, partitions)
         for pair in fused:

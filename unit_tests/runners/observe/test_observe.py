@@ -35,6 +35,7 @@ def _figures(n: int = 1) -> Figures:
                 items_out=90 * n,
                 dead_letters=1,
                 input_lag_ms=40,
+                clock_ahead_ms=2_000,
                 batch_p50_s=0.05,
                 batch_p99_s=0.2,
             ),
@@ -78,6 +79,8 @@ def test_metrics_follow_prometheus_conventions_and_carry_the_figures() -> None:
     assert samples[latency] == pytest.approx(0.9)
     assert samples[("flamepipe_barrier_bundles_total", (("app", "wc"), ("sink", "sink")))] == 20
     assert samples[("flamepipe_acker_lag_records", (("app", "wc"),))] == 3
+    ahead = ("flamepipe_stage_clock_ahead_seconds", (("app", "wc"), ("stage", "s0")))
+    assert samples[ahead] == 2.0
     assert samples[("flamepipe_snapshot_age_seconds", (("app", "wc"),))] == 1.5
     counters = [name for name, _ in samples if name.endswith("_total")]
     assert counters and all(name.startswith("flamepipe_") for name, _ in samples)

@@ -49,3 +49,24 @@ def test_only_local_star_in_continuous_execution_is_sized_by_the_pipeline() -> N
     for master in ("local[3]", "spark://127.0.0.1:7077"):
         settings = Settings(spark_master=master, execution="continuous")
         assert local_master(settings, graph) == master  # type: ignore[arg-type]
+
+
+class _Registering:
+    """A cluster's slot count: 2 until its executors register, ``cores`` after."""
+
+    def __init__(self, cores: int, after_reads: int) -> None:
+        self.cores, self.reads, self.after = cores, 0, after_reads
+
+    @property
+    def defaultParallelism(self) -> int:  # noqa: N802 - Spark's name
+        self.reads += 1
+        return self.cores if self.reads > self.after else 2
+
+
+def test_a_cluster_gets_time_for_its_executors_to_register() -> None:
+    context = _Registering(cores=8, after_reads=3)
+    check_slots(SimpleNamespace(sparkContext=context), {"source": 2, "aggregate": 4}, wait_s=5)
+    assert context.reads == 4
+    with pytest.raises(ConfigError, match="needs 6 Spark task slots"):
+        late = SimpleNamespace(sparkContext=_Registering(cores=8, after_reads=10**6))
+        check_slots(late, {"source": 2, "aggregate": 4}, wait_s=0.3)
