@@ -805,6 +805,8 @@ def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing
     text = log.read_text(errors="replace") + upgrade_log.read_text(errors="replace")
     tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
     assert "state kept: running, windows" in text, tail
+    if execution == "continuous":
+        assert "runs as 2 continuous tasks" in text, tail
     assert seen == expected, (
         f"after kills {kills} and an upgrade: {sum(seen.values())} items read, "
         f"{sum(expected.values())} expected; missing {sum((expected - seen).values())}, "

@@ -464,6 +464,9 @@ class PipelineRun:
         query.lifts = self._lifts.get(stage.topic, ())
         query.start(self.spark)
         self.queries[stage.id] = query
+        _log.info(
+            "%s: stage %s runs as %d continuous tasks", self.graph.name, stage.id, query.tasks
+        )
 
     def _refuse_other_mode(self, query_id: str) -> None:
         """`ConfigError` if this epoch's checkpoints hold one of the query's stages in
