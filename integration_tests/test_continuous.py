@@ -21,11 +21,21 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
+from framework.kafka.clients import read_to_end
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.spark.continuous import local_master, tasks_needed
-from integration_tests.harness.driver_main import WINDOW_MS
+from framework.wire.dead_letters import read_dead_letter
+from framework.wire.topics import Topics
+from integration_tests.harness.driver_main import WINDOW_MS, stateful_names
 from integration_tests.harness.runs import open_transaction, produce_lines, read_output, running
-from integration_tests.test_driver_crash import _killed_twice, _output_until
+from integration_tests.test_driver_crash import (
+    _assert_event_time,
+    _assert_priced,
+    _bursts_of_orders_and_readings,
+    _event_time_harness,
+    _killed_twice,
+    _output_until,
+)
 
 
 def _app(prefix: str) -> str:
@@ -51,6 +61,33 @@ def test_a_continuous_windowed_count_killed_twice_equals_the_oracle(
     released = Counter({(word, start): n for word, start, n in items})
     assert len(items) == len(released), "a window was released twice"
     assert released == expected
+
+
+def test_a_continuous_join_and_event_time_windows_killed_twice_lose_and_repeat_nothing(
+    stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table join (each order priced as of the order) and event-time windows over
+    producer-stamped readings, some ingested too late, in one continuous driver killed with
+    kill -9 twice mid-run: every order priced once, every window once and every late
+    reading one dead letter, as the in-process harness computes them from what Kafka
+    stored."""
+    monkeypatch.setenv("FLAMEPIPE_EXECUTION", "continuous")
+    app = _app("cjoin")
+    source, sink = f"{app}-in", f"{app}-out"
+    named = stateful_names(app, source, sink)
+    (j_app, j_in, j_out), (e_app, e_in, e_out) = named["joined"], named["eventtime"]
+    bootstrap = stack.kafka_bootstrap
+    orders, burst = _bursts_of_orders_and_readings(j_in, e_in)
+    with _killed_twice(
+        stack, tmp_path, app, source, sink, kind="joined,eventtime", bursts=burst,
+        apps=[j_app, e_app],
+    ):  # fmt: skip
+        priced = _output_until(bootstrap, j_out, sum(1 for o in orders if o.startswith("order")))
+        harness = _event_time_harness(bootstrap, e_app, e_in)
+        sums = _output_until(bootstrap, e_out, len(harness.values()))
+        dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
+    _assert_priced(bootstrap, j_app, j_in, priced)
+    _assert_event_time(harness, sums, dead)
 
 
 def test_too_few_task_slots_fail_before_anything_starts(

@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer
 
@@ -167,10 +168,6 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     ingested too late (every window once, every late reading one dead letter, as the
     harness computes them); and the windowed and running counts again with stages fused
     (docs/decisions/fused-stages.md)."""
-    import pickle
-
-    from framework.demos.orders import order_lines, priced_orders
-    from framework.demos.readings import reading_lines, windowed_readings
     from framework.kafka.clients import read_to_end
     from framework.wire.dead_letters import read_dead_letter
 
@@ -186,16 +183,12 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     bootstrap = stack.kafka_bootstrap
     words = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
     counted_lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=3)
-    orders = order_lines(3000, items=30, seed=9)
+    orders, joined_and_timed = _bursts_of_orders_and_readings(j_in, e_in)
 
     def burst(n: int) -> dict[str, list[str]]:
-        now = time.time_ns() // 1_000_000
-        readings = reading_lines(600, now, seed=n)
-        readings += reading_lines(200, now, late_ms=5_000, seed=10 + n)
         return {
             w_in: words[n::3],
-            j_in: orders[n::3],
-            e_in: readings,
+            **joined_and_timed(n),
             c_in: counted_lines[n::3],
             wf_in: words[n::3],
             cf_in: counted_lines[n::3],
@@ -208,11 +201,8 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
         windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
         counted = _output_until(bootstrap, w_out, len(windows))
         priced = _output_until(bootstrap, j_out, sum(1 for o in orders if o.startswith("order")))
-        harness = windowed_readings(e_app, _stored(bootstrap, e_in), ListSink()).run(
-            InProcessRunner()
-        )
-        summed = Counter(map(str, harness.values()))
-        sums = _output_until(bootstrap, e_out, sum(summed.values()))
+        harness = _event_time_harness(bootstrap, e_app, e_in)
+        sums = _output_until(bootstrap, e_out, len(harness.values()))
         dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
         total = sum(word_counts(counted_lines).values())
         running = {out: _output_until(bootstrap, out, total) for out in (c_out, cf_out)}
@@ -229,12 +219,51 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
     released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in counted})
     assert len(counted) == len(released), "a window was released twice"
     assert released == windows
-    # The table join.
+    _assert_priced(bootstrap, j_app, j_in, priced)
+    _assert_event_time(harness, sums, dead)
+
+
+def _bursts_of_orders_and_readings(
+    j_in: str, e_in: str
+) -> tuple[list[str], Callable[[int], dict[str, list[str]]]]:
+    """The orders, and the bursts of the join's and the event-time windows' input: a
+    third of the orders, 600 readings now and 200 ingested 5 s late."""
+    from framework.demos.orders import order_lines
+    from framework.demos.readings import reading_lines
+
+    orders = order_lines(3000, items=30, seed=9)
+
+    def burst(n: int) -> dict[str, list[str]]:
+        now = time.time_ns() // 1_000_000
+        readings = reading_lines(600, now, seed=n)
+        readings += reading_lines(200, now, late_ms=5_000, seed=10 + n)
+        return {j_in: orders[n::3], e_in: readings}
+
+    return orders, burst
+
+
+def _event_time_harness(bootstrap: str, e_app: str, e_in: str) -> Any:
+    """The in-process harness's run of the event-time windows over what Kafka stored."""
+    from framework.demos.readings import windowed_readings
+
+    return windowed_readings(e_app, _stored(bootstrap, e_in), ListSink()).run(InProcessRunner())
+
+
+def _assert_priced(bootstrap: str, j_app: str, j_in: str, priced: list[Any]) -> None:
+    """The table join: each order priced as the in-process harness prices what Kafka
+    stored."""
+    from framework.demos.orders import priced_orders
+
     expected = priced_orders(j_app, _stored(bootstrap, j_in), ListSink()).run(InProcessRunner())
     assert Counter(map(str, priced)) == Counter(map(str, expected.values()))
-    # Event-time windows and late letters. Trusted here: the test reads its own pipeline's
-    # dead letters (pickled frame items).
-    assert Counter(map(str, sums)) == summed
+
+
+def _assert_event_time(harness: Any, sums: list[Any], dead: list[Any]) -> None:
+    """Event-time windows and late letters. Trusted here: the test reads its own
+    pipeline's dead letters (pickled frame items)."""
+    import pickle
+
+    assert Counter(map(str, sums)) == Counter(map(str, harness.values()))
     letters = Counter(str(pickle.loads(d.value or b"").value) for d in dead)
     assert letters == Counter(str(d.payload) for d in harness.dead_letters)
     assert sum(letters.values()) >= 600 and all(d.reason.startswith("late:") for d in dead)

@@ -254,41 +254,47 @@ class TransactionalProducer:
     def send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
         """Step 2: commit ``positions`` for a consumer group with the transaction.
 
-        The call runs in a thread of its own, waited for `send_offsets_bound_s`; past that
-        the producer is given up (kept, never closed: the thread still waits in it) and a
-        fatal ``KafkaException`` says it must restart (`must_restart`).
+        The call runs in a thread of its own. A producer that lost a broker connection is
+        waited for `send_offsets_bound_s`, any other for its full timeout (a busy broker
+        answers late, and giving its producer up costs a restart); past that the producer
+        is given up (kept, never closed: the thread still waits in it) and a fatal
+        ``KafkaException`` says it must restart (`must_restart`).
         """
         producer = self._running()
-        timeout_s = min(self.timeout_s, self.send_offsets_bound_s)
         outcome: list[BaseException | None] = []
 
         def call() -> None:
             try:
-                producer.send_offsets_to_transaction(positions, group_metadata, timeout_s)
+                producer.send_offsets_to_transaction(positions, group_metadata, self.timeout_s)
                 outcome.append(None)
             except BaseException as exc:  # handed to the waiting thread
                 outcome.append(exc)
 
         worker = threading.Thread(target=call, name="flamepipe-send-offsets", daemon=True)
         worker.start()
-        worker.join(self.send_offsets_bound_s + 1.0)
+        # librdkafka returns its own timeout error at timeout_s: a second more for it.
+        bound, full = Deadline(self.send_offsets_bound_s), Deadline(self.timeout_s + 1.0)
+        while not outcome and not full.expired and not (self.lost_broker and bound.expired):
+            worker.join(0.1)
+            producer.poll(0)  # serves the error callback: a lost connection shows now
         if outcome:
             if outcome[0] is not None:
                 raise outcome[0]
             return
+        waited_s = self.send_offsets_bound_s if self.lost_broker else self.timeout_s
         _abandoned.append(producer)
         self.producer = None
         self.replaced += 1
         _log.warning(
-            "%s: send_offsets_to_transaction did not return within %.0f s (a group "
-            "coordinator lost in a broker restart): producer given up",
+            "%s: send_offsets_to_transaction did not return within %.0f s (%s): producer given up",
             self.transactional_id,
-            self.send_offsets_bound_s,
+            waited_s,
+            "a group coordinator lost in a broker restart" if self.lost_broker else "no answer",
         )
         raise KafkaException(
             KafkaError(
                 KafkaError._FATAL,
-                f"send_offsets_to_transaction hung for {self.send_offsets_bound_s:g} s",
+                f"send_offsets_to_transaction hung for {waited_s:g} s",
                 fatal=True,
             )
         )
