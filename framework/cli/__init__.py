@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from framework.cli import jobs, savepoints, stack, state
 from framework.cli.signals import interrupt_on_signals
+from framework.config.settings import EXECUTIONS
 from framework.errors import FlamepipeError
 from framework.logs import show_on_console
 
@@ -36,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
         "--spark-worker-cores",
         type=int,
         help="task slots each local Spark worker offers (FLAMEPIPE_SPARK_WORKER_CORES; 1)",
+    )
+    common.add_argument(
+        "--execution",
+        choices=EXECUTIONS,
+        help="how stages run: Spark micro-batches or long-running continuous tasks "
+        "(FLAMEPIPE_EXECUTION)",
     )
     common.add_argument(
         "--verbose",

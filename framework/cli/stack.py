@@ -38,6 +38,7 @@ def settings_of(args: argparse.Namespace) -> Settings:
         state_dir=args.state_dir,
         spark_workers=getattr(args, "spark_workers", None),
         spark_worker_cores=getattr(args, "spark_worker_cores", None),
+        execution=getattr(args, "execution", None),
         verbose=True if getattr(args, "verbose", False) else None,
     )
     configure_logging(settings)

@@ -80,3 +80,13 @@ def test_bad_numbers_are_refused_by_the_parser(
     assert exited.value.code == 2
     assert "must be > 0" in capsys.readouterr().err
     assert not (cwd / "state" / "kafka.pid").exists()
+
+
+def test_an_unknown_execution_mode_is_refused_by_the_parser(
+    cwd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--execution", "streaming"])
+    assert exited.value.code == 2
+    assert "choose from 'micro-batch', 'continuous'" in capsys.readouterr().err
+    assert not (cwd / "state" / "kafka.pid").exists()
