@@ -4,7 +4,8 @@ Every ``heartbeat_ms``, and at once when a source stage finished a batch, per so
 
 1. Read the last timestamp consumed per partition and Spark's last progress (the offsets
    the last finished micro-batch consumed), then ``t0``, the broker's time as far as this
-   driver can tell without overestimating it (`broker_now`), then the end offset
+   driver can tell without overestimating it (`broker_now`, after serving the delivery
+   reports of earlier rounds, which measure it), then the end offset
    (high watermark) of every input partition. Not the last stable offset: records of a
    transaction still open were appended (and stamped) before ``t0`` but become readable
    later, so a partition with an open transaction must not heartbeat past them.
@@ -289,6 +290,14 @@ class FrontHeartbeats(Service):
         """One round of steps 1-4; the heartbeats it sent."""
         beats: list[Heartbeat] = []
         promises: list[tuple[str, int, int]] = []  # topic, partition, slot
+        if self._producer is not None:
+            # Step 1: a delivery report measures the broker's time when it is served, so
+            # one served late (at the next round that sends, which may come seconds later)
+            # measures the clock that much ahead, and the next heartbeat from the clock
+            # waits as long. Unserved, a continuous source task's rounds rarely sent (its
+            # commits carry its heartbeats); its clock looked 14 s ahead and growing, and
+            # the run's last records were never released.
+            self._producer.poll(0)
         for topic, stage in self.sources.items():
             # Step 1
             consumed, stamps = stage.consumed()

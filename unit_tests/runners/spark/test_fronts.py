@@ -216,6 +216,42 @@ def test_broker_time_is_never_overestimated() -> None:
         fronts.stop(flush_s=0)
 
 
+class _Reporting:
+    """A producer whose poll serves the delivery report of a heartbeat the broker stamped
+    at ``stamp``, once."""
+
+    def __init__(self, fronts: FrontHeartbeats, stamp: int) -> None:
+        self.fronts, self.pending = fronts, [stamp]
+
+    def poll(self, _timeout: float) -> int:
+        while self.pending:
+            self.fronts._delivered(None, _Report(self.pending.pop()))
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+
+def test_every_round_serves_delivery_reports_even_one_that_sends_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A report served late measures the clock as far ahead as it was late; a round that
+    sends nothing must still serve the last round's, or the next heartbeat from the clock
+    waits for as long (a continuous source task stopped releasing its last records)."""
+    monkeypatch.setattr("framework.runners.spark.fronts.end_offsets", lambda *_a, **_k: {0: 5})
+    monkeypatch.setattr("framework.runners.spark.fronts.partition_count", lambda _b, _t: 1)
+    fronts = _fronts(outage_s=60)
+    fronts.sources = {"a": _CaughtUp()}
+    fronts.sent[front_id("a", 0)] = 10**12  # heartbeated far ahead: this round sends nothing
+    fronts.broker_offset_ms = -14_000  # measured by a report served 14 s late
+    fronts._producer = _Reporting(fronts, fronts.clock() - 3)  # type: ignore[assignment]
+    try:
+        assert fronts.beat() == []
+        assert fronts.broker_offset_ms is not None and -1_000 < fronts.broker_offset_ms <= 0
+    finally:
+        fronts.stop(flush_s=0)
+
+
 def test_a_skew_failpoint_moves_this_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLAMEPIPE_FAILPOINTS", "clock.skew_ms=2000")
     fronts = _fronts(outage_s=60)
