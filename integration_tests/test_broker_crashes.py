@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -104,26 +105,29 @@ def _check(report: HarnessReport) -> None:
     assert sum(e.input_left for e in report.events) >= 4, f"most kills after the input{context}"
 
 
+# Six events on the cluster tier, one at a time (each waits for output after the last).
+_ONE_AT_A_TIME = HarnessConfig(
+    records=16_000,
+    rate=100,
+    kill_every_s=5,
+    kills=6,
+    stack_every=0,
+    targets=("broker", "zookeeper", "driver", "executor", "acker", "broker"),
+    cluster=True,
+    one_at_a_time=True,
+    pipeline="windows_and_pairs",
+    complete_timeout_s=300,
+    stall_timeout_ms=60_000,
+)
+
+
 def test_broker_and_zookeeper_kills_on_the_cluster_lose_and_repeat_nothing(
     tmp_path: Path,
 ) -> None:
     """Six events, one at a time (each waits for output after the last): the broker and
     ZooKeeper killed and restarted, with the driver, an executor and the acker killed
     between them, in a random order; the input flows throughout."""
-    config = HarnessConfig(
-        records=16_000,
-        rate=100,
-        kill_every_s=5,
-        kills=6,
-        stack_every=0,
-        targets=("broker", "zookeeper", "driver", "executor", "acker", "broker"),
-        cluster=True,
-        one_at_a_time=True,
-        pipeline="windows_and_pairs",
-        complete_timeout_s=300,
-        stall_timeout_ms=60_000,
-    )
-    _check(run_harness(config, tmp_path))
+    _check(run_harness(_ONE_AT_A_TIME, tmp_path))
 
 
 def test_every_kill_on_the_cluster_in_continuous_stages_loses_and_repeats_nothing(
@@ -132,20 +136,8 @@ def test_every_kill_on_the_cluster_in_continuous_stages_loses_and_repeats_nothin
     """The same proof with every stage a set of long-running tasks on the executors (two
     workers of six slots): the broker and ZooKeeper, the driver, an executor, the acker and
     the barrier, one at a time in a random order, while the input flows."""
-    config = HarnessConfig(
-        records=16_000,
-        rate=100,
-        kill_every_s=5,
-        kills=6,
-        stack_every=0,
-        targets=("broker", "zookeeper", "driver", "executor", "acker", "barrier"),
-        cluster=True,
-        one_at_a_time=True,
-        pipeline="windows_and_pairs",
-        complete_timeout_s=300,
-        stall_timeout_ms=60_000,
-        execution="continuous",
-    )
+    targets = ("broker", "zookeeper", "driver", "executor", "acker", "barrier")
+    config = replace(_ONE_AT_A_TIME, targets=targets, execution="continuous")
     _check(run_harness(config, tmp_path))
 
 
