@@ -16,6 +16,7 @@ Two levels, each on a stack of its own (the session stack must not restart):
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -88,6 +89,29 @@ def test_a_task_producer_made_before_a_broker_kill_commits_after_it(own_stack: S
     assert time.monotonic() - began < txn.send_offsets_bound_s + 5
     assert _commit(committer, 4) < 15
     assert committer.committed_position("g", "in", 0) == 4
+
+
+def test_a_producer_started_while_the_broker_restarts_is_kept(own_stack: Settings) -> None:
+    """A task restarted by a broker kill starts its producer while the broker is down:
+    the connections refused until it came back say nothing about the producer that then
+    started, and its first transaction must not replace it."""
+    bootstrap = own_stack.kafka_bootstrap
+    ensure_topics(bootstrap, [TopicSpec("out", 1), TopicSpec("in", 1)])
+    stack = LocalStack(own_stack, quiet=True)
+    stack.kafka.kill()
+    while stack.kafka.alive():
+        time.sleep(0.05)
+    committer = TaskCommitter(bootstrap, "app.stage.p0")
+    starting = threading.Thread(target=committer.start)
+    starting.start()
+    time.sleep(3)  # init_transactions meets refused connections all this time
+    LocalStack(own_stack, quiet=True).up()
+    starting.join(timeout=60)
+    assert not starting.is_alive()
+    assert committer._txn.producer is not None, "init_transactions failed"
+    assert _commit(committer, 1) < 10
+    assert committer._txn.replaced == 0
+    assert committer.committed_position("g", "in", 0) == 1
 
 
 def _check(report: HarnessReport) -> None:

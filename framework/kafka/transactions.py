@@ -224,6 +224,11 @@ class TransactionalProducer:
                         f"at {self.bootstrap}: {exc}"
                     ) from exc
                 continue
+            # Connections refused while init waited for a restarting broker are queued
+            # for the error callback; served now, they would make the first `begin`
+            # replace a producer whose connections are up (measured: a continuous task
+            # restarted during a broker restart started a second producer 3-9 s later).
+            producer.poll(0)
             self.producer = producer
             self.lost_broker = False
             return producer
