@@ -10,7 +10,7 @@ Two levels, each on a stack of its own (the session stack must not restart):
   workers (executors in their own JVMs, the pipeline's code shipped to them), the broker
   and ZooKeeper killed with SIGKILL and restarted 3 s later, the driver, an executor and
   the acker killed around them; each kill must be followed by new committed output, the
-  broker's within 30 s, and the output read with read_committed must equal the
+  broker's within 20 s of its return, and the output read with read_committed must equal the
   in-process harness's on the stored input: nothing twice, nothing lost.
 """
 
@@ -35,8 +35,10 @@ from integration_tests.harness.crash import run_harness
 from integration_tests.harness.processes import stack_settings
 from integration_tests.harness.report import BROKER, HarnessConfig, HarnessReport
 
-BROKER_GOAL_S = 30.0
-"""kill -9 of the broker (restarted 3 s later) -> first new committed output."""
+BROKER_GOAL_S = 20.0
+"""The broker serves again after a kill -9 (restarted 3 s later) -> first new committed
+output. Measured from its return, not from the kill: its own start (log recovery, 5-13 s
+on two busy cores) is no part of the pipeline's recovery."""
 
 
 @pytest.fixture
@@ -125,7 +127,8 @@ def _check(report: HarnessReport) -> None:
             # Output after a kill is owed only while input flows; the output is complete.
             assert not event.input_left, f"no output after {event.target}{context}"
         elif event.target == BROKER:
-            assert event.first_output_s <= BROKER_GOAL_S, context
+            assert event.after_return_s is not None
+            assert event.after_return_s <= BROKER_GOAL_S, context
     assert sum(e.input_left for e in report.events) >= 4, f"most kills after the input{context}"
 
 

@@ -113,9 +113,26 @@ def apply_changelog(
     state: Replayable, records: Iterable[tuple[bytes | None, bytes | None]]
 ) -> None:
     """Replay changelog ``(key, value)`` records, oldest first, into ``state`` (latest wins)."""
+    if isinstance(state, Grouping):
+        # A grouping's record is its key's whole bucket, so only each key's last one counts:
+        # decoding the others was most of a restore (measured: 15 000 records of 200 keys,
+        # 0.66 s, the last of each 0.04 s). Equal keys have equal Kafka keys (`key_bytes`).
+        records = _last_per_key(records)
     for kafka_key, value in records:
         if value is not None:
             apply_record(state, *read_record(kafka_key, value))
+
+
+def _last_per_key(
+    records: Iterable[tuple[bytes | None, bytes | None]],
+) -> list[tuple[bytes | None, bytes | None]]:
+    """Each Kafka key's last value, in the order the keys first came (a deletion, a None
+    value, is skipped as `apply_changelog` skips it)."""
+    last: dict[bytes | None, bytes] = {}
+    for kafka_key, value in records:
+        if value is not None:
+            last[kafka_key] = value
+    return list(last.items())
 
 
 def apply_record(state: Replayable, kind: str, key: Any, payload: Any) -> None:

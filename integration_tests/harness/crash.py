@@ -298,11 +298,12 @@ class _Run:
             self.clock.say("restarting the broker and ZooKeeper (down without purge, up)")
             self.stack.down()
             self._stack_up()
+            event.down_s = (now_ms() - event.at_ms) / 1000
             self.clock.say("stack up again")
             self.supervise()
             return
         if target in (BROKER, ZOOKEEPER):
-            self._kill_server(target)
+            self._kill_server(event)
             return
         if target == EXECUTOR:
             pids = executor_pids(self.settings.state_dir)
@@ -318,9 +319,10 @@ class _Run:
         component.start()
         self.clock.say(f"killed {target} (pid {pid}) with SIGKILL, restarted it")
 
-    def _kill_server(self, target: str) -> None:
+    def _kill_server(self, event: ChaosEvent) -> None:
         """kill -9 of the broker or ZooKeeper, down ``restart_after_s``, then started again
         on the same port and data directory."""
+        target = event.target
         daemon = self.stack.kafka if target == BROKER else self.stack.zookeeper
         pid = daemon.pid()
         daemon.kill()
@@ -331,6 +333,7 @@ class _Run:
         time.sleep(self.config.restart_after_s)
         self.stack = LocalStack(self.settings, quiet=True)
         self._stack_up()
+        event.down_s = (now_ms() - event.at_ms) / 1000
         self.clock.say(f"{target} up again")
         self.supervise()
 

@@ -78,6 +78,15 @@ class ChaosEvent:
     # Whether input was still being written at the kill: after the last record, a pipeline
     # that had caught up has no output left to show that it recovered.
     input_left: bool = True
+    # The broker or ZooKeeper (or both): seconds from the kill until it served again.
+    down_s: float | None = None
+
+    @property
+    def after_return_s(self) -> float | None:
+        """First output after a killed server served again (the pipeline's own part)."""
+        if self.first_output_s is None:
+            return None
+        return self.first_output_s - (self.down_s or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +147,11 @@ class HarnessReport:
             if events:
                 first = _stats([e.first_output_s for e in events])
                 caught_up = _stats([e.caught_up_s for e in events])
-                lines.append(f"recovery {target:<8} first output {first}; caught up {caught_up}")
+                line = f"recovery {target:<8} first output {first}; caught up {caught_up}"
+                if any(e.down_s is not None for e in events):
+                    back = _stats([e.after_return_s for e in events])
+                    line += f"; first output after it served again {back}"
+                lines.append(line)
         bundles = "verified" if self.bundles_ok else f"NOT verified: {self.bundle_error}"
         complete = "yes" if self.complete else "NO (timed out)"
         lines += [

@@ -162,6 +162,7 @@ class _Loop:
         # Step 2
         self.state_key = (self.app, self.stage, partition, task.run_id)
         self.state, _, catchup = partition_state(task, self.program, self.state_key, partition)
+        restored_at = time.monotonic()
         self.position, self.counts = self._position()
         self.consumer = self._consumer(self.position)
         self.consumed = _Consumed(partition)
@@ -169,6 +170,7 @@ class _Loop:
         # restart heartbeats as read to its end, not only once it gets a record.
         self.consumed.offset = self.position if self.position is not None else self._first()
         self.fronts = self._fronts() if spec.stage.is_source else None
+        positioned_at = time.monotonic()
         self.min_slot = self._min_slot()
         # An aggregate's earliest window end still to emit (-1: none): a restored state's
         # windows are due by min time alone, with no new record to run the program for.
@@ -176,13 +178,18 @@ class _Loop:
         self.next_due = -1 if due is None else due
         # A restart's cost, piece by piece: what a recovery time is made of.
         _log.info(
-            "%s %s[%d]: started in %.2f s (producer %.2f s, %d changelog records), at %s",
+            "%s %s[%d]: started in %.2f s (producer %.2f s, state %.2f s: %d "
+            "changelog records in %.2f s, position %.2f s, min time %.2f s), at %s",
             self.app,
             self.stage,
             partition,
             time.monotonic() - began,
             fenced_at - began,
+            restored_at - fenced_at,
             catchup.get("catchup_records", 0),
+            catchup.get("catchup_ms", 0.0) / 1000,
+            positioned_at - restored_at,
+            time.monotonic() - positioned_at,
             "the start" if self.position is None else f"offset {self.position}",
         )
 
