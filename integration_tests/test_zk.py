@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -25,6 +27,7 @@ from framework.coordination import (
     zk_client,
 )
 from framework.coordination.client import close_client
+from framework.coordination.processes import dead_on_this_host, process_identity
 from framework.errors import CoordinationError, Fenced, ProtocolViolation, ZooKeeperUnreachable
 from framework.local.provision import free_port
 
@@ -194,6 +197,47 @@ def test_standby_takes_over_when_the_leaders_session_ends(stack: Settings, app: 
         stop.set()
         a.close()
         b.close()
+
+
+_LEADER = """
+import sys, time
+from framework.config import Settings
+from framework.coordination import LeaderElection
+from framework.coordination.processes import process_identity
+from framework.runners.keys import install_keys
+install_keys(Settings.load())  # FLAMEPIPE_SECRET is inherited
+with LeaderElection(sys.argv[1], sys.argv[2], process_identity(), timeout_s=30) as e:
+    with e.lead(timeout_s=30):
+        print("leading", flush=True)
+        time.sleep(120)
+"""
+
+
+def test_a_leader_killed_on_this_host_is_replaced_before_its_session_ends(
+    stack: Settings, app: str
+) -> None:
+    """Its session lasts 30 s; a successor that proves it dead (same host and namespace,
+    no such process) removes its lock and leads at once. A live contender's stays."""
+    path = leader_path(app, "barrier")
+    cmd = [sys.executable, "-c", _LEADER, stack.zookeeper, path]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as leader:
+        try:
+            assert leader.stdout is not None and leader.stdout.readline() == "leading\n"
+            identity = process_identity(leader.pid)
+            alive = LeaderElection(stack.zookeeper, path, "alive", is_dead=dead_on_this_host)
+            with alive, pytest.raises(CoordinationError, match="leads"):
+                alive.run(lambda _: None, timeout_s=1.0)  # the leader lives: no takeover
+            leader.kill()
+            leader.wait()
+        finally:
+            leader.kill()
+    successor = LeaderElection(stack.zookeeper, path, "next", is_dead=dead_on_this_host)
+    with successor:
+        assert successor.contenders() == [identity], "the dead leader's lock is still there"
+        began = time.monotonic()
+        token = successor.run(lambda term: term.token, timeout_s=10.0)
+        assert time.monotonic() - began < 3.0
+        assert token == 2
 
 
 def test_an_expired_session_is_noticed_and_replaced(stack: Settings, app: str) -> None:

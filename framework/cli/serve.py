@@ -88,15 +88,19 @@ def serve(
 
 
 def election_for(settings: Settings, app: str, role: str) -> Any:
-    """The leader election of ``role`` of ``app`` (identity: host and pid)."""
-    import os
-    import socket
-
+    """The leader election of ``role`` of ``app`` (identity: host, pid, namespace and start
+    time, so a successor on the same host takes over from a killed leader at once)."""
     from framework.coordination import LeaderElection, leader_path
+    from framework.coordination.processes import dead_on_this_host, process_identity
 
-    identity = f"{socket.gethostname()}:{os.getpid()}"
     path = leader_path(app, role)
-    return LeaderElection(settings.zookeeper, path, identity, timeout_s=_TAKEOVER_S)
+    return LeaderElection(
+        settings.zookeeper,
+        path,
+        process_identity(),
+        timeout_s=_TAKEOVER_S,
+        is_dead=dead_on_this_host,
+    )
 
 
 def _serve_epochs(

@@ -15,6 +15,7 @@ producer uses the same ``transactional.id``, so the old producer's transactions 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from kazoo.exceptions import (
     KazooException,
     LockTimeout,
     NodeExistsError,
+    NoNodeError,
     SessionExpiredError,
 )
 from kazoo.protocol.states import KazooState
@@ -36,6 +38,8 @@ from framework.errors import CoordinationError, Fenced
 __all__ = ["LeaderElection", "Leadership"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +69,19 @@ class LeaderElection:
         zk: str | Any,
         path: str,
         identity: str,
+        *,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         on_lost: Callable[[Leadership], None] | None = None,
+        is_dead: Callable[[str], bool] | None = None,
     ) -> None:
+        """``is_dead``: whether a contender's identity is proved dead (step 0), e.g.
+        `framework.coordination.processes.dead_on_this_host`; None proves nothing."""
         if not path.startswith("/") or path.endswith("/"):
             raise ValueError(f"path {path!r} must be an absolute znode path, no trailing /")
         self.path = path
         self.identity = identity
         self.on_lost = on_lost
+        self.is_dead = is_dead
         self._conn = Connection(zk, timeout_s)
         self.client: Any = self._conn.client
 
@@ -80,6 +89,8 @@ class LeaderElection:
     def lead(self, timeout_s: float | None = None) -> Iterator[Leadership]:
         """Block until elected (or `CoordinationError` after ``timeout_s``), then lead.
 
+        0. Remove the lock znodes of contenders ``is_dead`` proves dead: a leader killed
+           -9 keeps its znode until its session expires, and its successor would wait.
         1. Queue on the lock; the candidate with the lowest sequence number leads.
         2. Increment the fencing token (compare-and-set on its znode version).
         3. Watch the session: SUSPENDED or LOST sets ``lost`` and calls ``on_lost``.
@@ -88,6 +99,8 @@ class LeaderElection:
         5. On exit, delete the lock znode: the next candidate is elected.
         """
         lock = self.client.Lock(f"{self.path}/lock", self.identity)
+        # Step 0
+        self._remove_the_dead()
         # Step 1
         self._acquire(lock, timeout_s)
         try:
@@ -129,6 +142,22 @@ class LeaderElection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _remove_the_dead(self) -> None:
+        if self.is_dead is None:
+            return
+        where = f"{self.path}/lock"
+        try:
+            names = self.client.get_children(where)
+        except NoNodeError:
+            return
+        for name in names:
+            with contextlib.suppress(NoNodeError):
+                data, _ = self.client.get(f"{where}/{name}")
+                identity = data.decode("utf-8", "replace")
+                if identity != self.identity and self.is_dead(identity):
+                    _log.warning("%s: removing the lock of %s, dead", self.path, identity)
+                    self.client.delete(f"{where}/{name}")
 
     def _acquire(self, lock: Any, timeout_s: float | None) -> None:
         try:

@@ -127,7 +127,9 @@ def _last_per_key(
     records: Iterable[tuple[bytes | None, bytes | None]],
 ) -> list[tuple[bytes | None, bytes | None]]:
     """Each Kafka key's last value, in the order the keys first came (a deletion, a None
-    value, is skipped as `apply_changelog` skips it)."""
+    value, is skipped as `apply_changelog` skips it). A key whose bucket was deleted and
+    written again therefore keeps its first place among the buckets; nothing reads
+    meaning into that order (outputs, prunes and snapshots are per key)."""
     last: dict[bytes | None, bytes] = {}
     for kafka_key, value in records:
         if value is not None:
