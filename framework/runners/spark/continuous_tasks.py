@@ -106,11 +106,20 @@ def continuous_task(ctx: ContinuousContext) -> Callable[[int, Iterator[Any]], It
     input, until the task is killed."""
 
     def run(index: int, _rows: Iterator[Any]) -> Iterator[Any]:
+        age_s = _worker_age_s()
         before = os.environ.get(failpoints.ENV)
         if ctx.failpoints:  # the task's worker is its own for as long as it runs
             os.environ[failpoints.ENV] = ctx.failpoints
         try:
             with on_worker(ctx.task):
+                # What a task's start costs before `run_continuous` (fork, imports, unpickling).
+                _log.info(
+                    "%s %s[%d]: began %.2f s after its Python worker started",
+                    ctx.task.spec.graph.name,
+                    ctx.task.spec.stage.id,
+                    index,
+                    age_s,
+                )
                 run_continuous(ctx, index)
         finally:
             if before is None:
@@ -383,6 +392,19 @@ class _Loop:
             self.fronts.sent_with(beat)
         if stamp is not None:
             self.consumed.offset, self.consumed.stamp = self.position, stamp
+
+
+def _worker_age_s() -> float:
+    """Seconds since this process started (-1 where /proc does not say)."""
+    try:
+        with (
+            open("/proc/self/stat", encoding="ascii") as stat,
+            open("/proc/uptime", encoding="ascii") as uptime,
+        ):
+            started = int(stat.read().rsplit(")", 1)[1].split()[19])
+            return float(uptime.read().split()[0]) - started / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
 
 
 def _ahead(fronts: FrontHeartbeats | None) -> int:

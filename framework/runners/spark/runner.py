@@ -12,9 +12,10 @@ Start-up protocol of `SparkRunner.start`:
    continuous execution, check that Spark has a task slot for every long-lived task
    (`framework.runners.spark.continuous.check_slots`): too few fail here, before any code
    is shipped or any service starts.
-3. Ship the user's modules to the executors (`framework.runners.spark.shipping`) and warm
-   a Python worker in every task slot (`framework.runners.spark.warmup`); a user
-   function that cannot be pickled fails here, before anything starts.
+3. Ship the user's modules to the executors (`framework.runners.spark.shipping`) and, for
+   micro-batches, warm a Python worker in every task slot
+   (`framework.runners.spark.warmup`); a user function that cannot be pickled fails here,
+   before anything starts.
 4. Start the min-time view the stages prune with and, with embedded services (the
    default), the acker service and one barrier service per sink; otherwise ``flamepipe
    acker`` and ``flamepipe barrier`` run them as processes of their own.
@@ -288,7 +289,11 @@ class PipelineRun:
         self._lifts = read_lifts(self.bootstrap, self.graph.name)
         # Step 3
         self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
-        self.warmup = warm_workers(self.spark, tuple(sorted(self.shipment.roots)))
+        if not self.continuous:
+            # Long-running tasks start their Python workers once, at once; a warm-up job
+            # beside them only took CPU from their start (on a driver's restart its six
+            # workers booted for 5.6-7.2 s while the stages' six tasks started).
+            self.warmup = warm_workers(self.spark, tuple(sorted(self.shipment.roots)))
         # Step 4
         if self.embedded:
             self.services = embedded_services(self.settings, self.graph, self.epoch)

@@ -82,6 +82,9 @@ def spark_session(
         # ACKs), in every micro-batch of every stage; over the socket 0.1-5 ms
         # (docs/latency.md, "Against the peers: the micro-batch's fixed costs").
         "spark.python.unix.domain.socket.enabled": "true",
+        # Workers forked from a daemon that already imported the stage tasks' modules
+        # (`framework.runners.spark.daemon`).
+        "spark.python.daemon.module": "framework.runners.spark.daemon",
         # Checkpoints live on the driver's local disk (settings.state_dir), where a rename is
         # atomic: the FileSystem-based manager writes the offset and commit logs of every
         # micro-batch in 24 and 42 ms instead of the FileContext-based default's 89 and
