@@ -184,7 +184,7 @@ def test_snapshots_hold_the_state_below_their_slot(
             assert record is not None
             restored = restore_epoch(bootstrap, graph, record, backend, new_epoch=1)
             assert restored.units == 2
-            assert restored.buckets == sum(_saved_state(graph.name, backend, record, node).values())
+            assert restored.records == sum(_saved_state(graph.name, backend, record, node).values())
             _restored_matches(bootstrap, graph, backend, record, node)
     finally:
         registry.close()

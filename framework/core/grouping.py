@@ -139,7 +139,7 @@ class Grouping:
     tombstone + correction for each follower whose window changed.
     """
 
-    __slots__ = ("_buckets", "_changed", "_dirty", "op_id", "window")
+    __slots__ = ("_buckets", "_dirty", "_touched", "op_id", "window")
 
     def __init__(self, op_id: int, window: int) -> None:
         if window < 1:
@@ -149,8 +149,9 @@ class Grouping:
         self._buckets: dict[object, Bucket] = {}
         # Keys whose buckets may hold items a future min time can prune.
         self._dirty: dict[object, None] = {}
-        # Keys whose buckets changed since the last `take_changed` (for changelogs).
-        self._changed: dict[object, None] = {}
+        # Items (key, meta) added, removed or cancelled since the last `take_changed`:
+        # a changelog writes them, not their buckets.
+        self._touched: dict[tuple[object, Meta], None] = {}
 
     def push(self, record: Record) -> list[Record]:
         """Process one item or tombstone; the outputs, in emission order."""
@@ -160,9 +161,11 @@ class Grouping:
         if bucket is None:
             bucket = self._buckets[keyed.key] = Bucket()
         self._dirty[keyed.key] = None
-        self._changed[keyed.key] = None
         if record.meta.tombstone:
-            return self._retract(bucket, record.meta.as_item(), keyed.value)
+            meta = record.meta.as_item()
+            self._touched[(keyed.key, meta)] = None
+            return self._retract(bucket, meta, keyed.value)
+        self._touched[(keyed.key, record.meta)] = None
         return self._insert(bucket, record.meta, keyed.value)
 
     def push_batch(self, records: list[Record]) -> list[tuple[int, Record]]:
@@ -201,6 +204,7 @@ class Grouping:
                 mark = marked[keyed.key] = self._mark(keyed.key, meta, index)
             mark.low, mark.high = min(mark.low, meta), max(mark.high, meta)
             mark.cause.setdefault(meta, index)
+            self._touched[(keyed.key, meta)] = None
             if record.meta.tombstone:
                 mark.bucket.remove(meta, keyed.value)
             else:
@@ -215,7 +219,6 @@ class Grouping:
         if bucket is None:
             bucket = self._buckets[key] = Bucket()
         self._dirty[key] = None
-        self._changed[key] = None
         return _Marked(bucket, list(bucket.metas), list(bucket.values), meta, meta, index, {})
 
     def _diff(self, mark: _Marked, out: list[tuple[int, Record]]) -> None:
@@ -308,21 +311,55 @@ class Grouping:
             bucket = self._buckets[key]
             below = bucket.below(slot)
             if below > keep:
+                touched = self._touched
+                for meta in bucket.metas[: below - keep]:
+                    touched[(key, meta)] = None
                 del bucket.metas[: below - keep]
                 del bucket.values[: below - keep]
-                self._changed[key] = None
             if below >= len(bucket):
                 # Nothing at or above min time: no later min time can prune more here.
                 del self._dirty[key]
                 if not bucket.metas and not bucket.early:
                     del self._buckets[key]
-                    self._changed[key] = None
 
-    def take_changed(self) -> list[object]:
-        """Keys whose buckets changed since the last call (pushes and pruning)."""
-        changed = list(self._changed)
-        self._changed.clear()
-        return changed
+    def take_changed(self) -> list[tuple[object, Meta]]:
+        """Items ``(key, meta)`` pushed, retracted or pruned since the last call: what a
+        changelog writes (`item_state` of each)."""
+        touched = list(self._touched)
+        self._touched.clear()
+        return touched
+
+    def item_state(self, key: object, meta: Meta) -> tuple[list[Any], list[Any]]:
+        """The payloads of ``key``'s items at ``meta`` and of its early tombstones there
+        (both empty once gone)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return [], []
+        metas = bucket.metas
+        start, end = bisect_left(metas, meta), bisect_right(metas, meta)
+        early = [v for m, v in bucket.early if m == meta] if bucket.early else []
+        return bucket.values[start:end], early
+
+    def put_item(self, key: object, meta: Meta, values: list[Any], early: list[Any]) -> None:
+        """Set ``key``'s items at ``meta`` and its early tombstones there, as `item_state`
+        gave them (both empty: none are left)."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            if not values and not early:
+                return
+            bucket = self._buckets[key] = Bucket()
+        metas = bucket.metas
+        start, end = bisect_left(metas, meta), bisect_right(metas, meta)
+        metas[start:end] = [meta] * len(values)
+        bucket.values[start:end] = values
+        if bucket.early or early:
+            bucket.early = [(m, v) for m, v in bucket.early if m != meta]
+            bucket.early.extend((meta, v) for v in early)
+        if not metas and not bucket.early:
+            del self._buckets[key]
+            self._dirty.pop(key, None)
+        else:
+            self._dirty[key] = None
 
     def kept_below(self, key: object, below: int) -> list[Any]:
         """The payloads of ``key`` that `snapshot` (``below``) keeps: its last ``N - 1``
@@ -339,20 +376,6 @@ class Grouping:
         if bucket is None:
             return None
         return (list(bucket.metas), list(bucket.values), list(bucket.early))
-
-    def put_bucket(self, key: object, state: tuple[list[Any], list[Any], list[Any]] | None) -> None:
-        """Set one key's bucket from `bucket_state` output (None deletes it)."""
-        if state is None:
-            self._buckets.pop(key, None)
-            self._dirty.pop(key, None)
-            return
-        metas, values, early = state
-        self._buckets[key] = Bucket(
-            [meta_from_plain(m) for m in metas],
-            list(values),
-            [(meta_from_plain(m), v) for m, v in early],
-        )
-        self._dirty[key] = None
 
     def keys(self) -> int:
         """How many keys hold state."""

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 
 from framework.core.ids import stable_id
 from framework.core.meta import Meta, Record
-from framework.errors import UserFunctionError
+from framework.errors import DecodeError, UserFunctionError
 
 # tuple.__new__ skips a NamedTuple's Python-level argument parsing: these run per item
 # (measured: the source stage of a word count spends a third of its time building them).
@@ -44,6 +44,7 @@ __all__ = [
     "MergeOp",
     "Operation",
     "key_bytes",
+    "key_from_bytes",
     "key_hash",
     "op_id_of",
 ]
@@ -71,6 +72,18 @@ def key_bytes(key: object) -> bytes:
     out = bytearray()
     _encode(key, out)
     return bytes(out)
+
+
+def key_from_bytes(data: bytes) -> object:
+    """The key `key_bytes` encoded (equal to it: ``True`` and ``1.0`` come back as ``1``,
+    a list as a tuple). Parses only; `DecodeError` for bytes `key_bytes` never makes."""
+    try:
+        key, end = _decode(data, 0)
+    except (IndexError, ValueError, RecursionError, struct.error) as exc:
+        raise DecodeError(f"not a key's canonical bytes: {exc}") from None
+    if end != len(data):
+        raise DecodeError(f"not a key's canonical bytes: {len(data) - end} bytes after the key")
+    return key
 
 
 def key_hash(key: object) -> int:
@@ -103,6 +116,34 @@ def _encode(key: object, out: bytearray) -> None:
             f"key {reprlib.repr(key)} of type {type(key).__name__} has no stable encoding; "
             "key_by must return None, bool, int, float, str, bytes or a tuple of them"
         )
+
+
+def _decode(data: bytes, pos: int) -> tuple[object, int]:
+    """Step back from `_encode`: the key starting at ``pos`` and the position after it."""
+    tag = data[pos : pos + 1]
+    pos += 1
+    if tag == b"N":
+        return None, pos
+    if tag == b"i":
+        end = data.index(b";", pos)
+        return int(data[pos:end]), end + 1
+    if tag == b"f":
+        return struct.unpack_from(">d", data, pos)[0], pos + 8
+    if tag in (b"s", b"b"):
+        colon = data.index(b":", pos)
+        size = int(data[pos:colon])
+        end = colon + 1 + size
+        if size < 0 or end > len(data):
+            raise ValueError(f"a string of {size} bytes at {pos}")
+        raw = bytes(data[colon + 1 : end])
+        return (raw.decode() if tag == b"s" else raw), end
+    if tag == b"(":
+        items = []
+        while data[pos : pos + 1] != b")":
+            item, pos = _decode(data, pos)
+            items.append(item)
+        return tuple(items), pos + 1
+    raise ValueError(f"unknown tag {tag!r} at {pos - 1}")
 
 
 class Operation(Protocol):

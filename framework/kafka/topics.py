@@ -43,7 +43,7 @@ CHANGELOG_CONFIG: Mapping[str, str] = {
     "max.message.bytes": str(16 << 20),
     "min.compaction.lag.ms": str(CHANGELOG_LAG_MS),
 }
-"""A changelog record holds a whole bucket of a grouping: up to 16 MiB."""
+"""A changelog record holds a whole bucket of an aggregate: up to 16 MiB."""
 
 
 def acks_topic_spec(app: str, shards: int, epoch: int = 0) -> TopicSpec:

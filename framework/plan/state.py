@@ -1,7 +1,8 @@
 """The state of a stage that starts with a grouping or an aggregate, and its changelog.
 
-A changelog record per changed key holds the key's bucket; an aggregate adds its min time
-first in every batch, and a restore its floor (layout: `framework.wire.changelog`).
+A grouping writes a changelog record per changed item (its payloads at one meta of one
+key, or a deletion); an aggregate one per changed key holding the key's bucket, its min
+time first in every batch, and a restore its floor (layout: `framework.wire.changelog`).
 Replaying the records, oldest first, rebuilds the state (latest wins).
 """
 
@@ -10,10 +11,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from framework.core.grouping import Grouping
+from framework.core.grouping import Grouping, meta_from_plain
 from framework.core.ids import stable_id
+from framework.core.meta import Meta
 from framework.core.windows import WindowAggregator
-from framework.wire.changelog import BUCKET, MIN_TIME, bucket_record, min_time_record, read_record
+from framework.errors import DecodeError
+from framework.wire.changelog import (
+    BUCKET,
+    ITEM,
+    ITEM_PREFIX,
+    MIN_TIME,
+    PlainMeta,
+    bucket_record,
+    item_record,
+    min_time_record,
+    read_item_key,
+    read_record,
+)
 
 __all__ = [
     "ChangelogImage",
@@ -75,15 +89,26 @@ Replayable = StageState | ChangelogImage
 """What `apply_changelog` rebuilds: a stage's state or an image of it."""
 
 
-def changelog_records(state: StageState) -> list[tuple[bytes, bytes]]:
-    """``(key, value)`` records of every bucket changed since the last call, the min time."""
-    records: list[tuple[bytes, bytes]] = []
-    if isinstance(state, WindowAggregator) and state.min_time:
+def changelog_records(state: StageState) -> list[tuple[bytes, bytes | None]]:
+    """``(key, value)`` records of what changed since the last call: a grouping's items,
+    an aggregate's min time and buckets."""
+    if isinstance(state, Grouping):
+        return [
+            item_record(key, plain_meta(meta), *state.item_state(key, meta))
+            for key, meta in state.take_changed()
+        ]
+    records: list[tuple[bytes, bytes | None]] = []
+    if state.min_time:
         records.append(min_time_record(state.min_time))
     records.extend(
         bucket_record(key, _plain_state(state.bucket_state(key))) for key in state.take_changed()
     )
     return records
+
+
+def plain_meta(meta: Meta) -> PlainMeta:
+    """An item's meta as a changelog key holds it (its tombstone flag is always clear)."""
+    return (tuple(meta.gt), meta.child_ids, meta.trace)  # type: ignore[return-value]
 
 
 def _plain_state(state: tuple[Any, ...] | None) -> Any:
@@ -112,37 +137,49 @@ def hold_value(op_id: int, partition: int, slot: int) -> int:
 def apply_changelog(
     state: Replayable, records: Iterable[tuple[bytes | None, bytes | None]]
 ) -> None:
-    """Replay changelog ``(key, value)`` records, oldest first, into ``state`` (latest wins)."""
+    """Replay changelog ``(key, value)`` records, oldest first, into ``state`` (latest wins).
+
+    A grouping's records are its items, each the whole truth of one (key, meta): only each
+    Kafka key's last record counts, a deletion (None) included. A bucket is the same
+    whatever order its items are put in (`Grouping.put_item` keeps metas sorted).
+    """
     if isinstance(state, Grouping):
-        # A grouping's record is its key's whole bucket, so only each key's last one counts:
-        # decoding the others was most of a restore (measured: 15 000 records of 200 keys,
-        # 0.66 s, the last of each 0.04 s). Equal keys have equal Kafka keys (`key_bytes`).
-        records = _last_per_key(records)
+        last: dict[bytes | None, bytes | None] = dict(records)
+        for kafka_key, value in last.items():
+            _put_item(state, kafka_key, value)
+        return
     for kafka_key, value in records:
         if value is not None:
             apply_record(state, *read_record(kafka_key, value))
 
 
-def _last_per_key(
-    records: Iterable[tuple[bytes | None, bytes | None]],
-) -> list[tuple[bytes | None, bytes | None]]:
-    """Each Kafka key's last value, in the order the keys first came (a deletion, a None
-    value, is skipped as `apply_changelog` skips it). A key whose bucket was deleted and
-    written again therefore keeps its first place among the buckets; nothing reads
-    meaning into that order (outputs, prunes and snapshots are per key)."""
-    last: dict[bytes | None, bytes] = {}
-    for kafka_key, value in records:
-        if value is not None:
-            last[kafka_key] = value
-    return list(last.items())
+def _put_item(state: Grouping, kafka_key: bytes | None, value: bytes | None) -> None:
+    """One grouping changelog record into ``state``; `DecodeError` for any other kind."""
+    if not (kafka_key or b"").startswith(ITEM_PREFIX):
+        raise DecodeError(
+            f"a grouping's changelog holds a record keyed {kafka_key!r}, not an item: an "
+            "older flamepipe wrote it; start the next epoch from a savepoint (`flamepipe "
+            "upgrade <app> --savepoint <name>`, docs/operations.md)"
+        )
+    assert kafka_key is not None
+    if value is None:
+        key, meta = read_item_key(kafka_key)
+        state.put_item(key, meta_from_plain((*meta, False)), [], [])
+    else:
+        apply_record(state, *read_record(kafka_key, value))
 
 
 def apply_record(state: Replayable, kind: str, key: Any, payload: Any) -> None:
     """Apply one decoded changelog record (`read_record`) to ``state``."""
-    if kind == BUCKET:
+    if isinstance(state, Grouping):
+        if kind != ITEM:
+            raise DecodeError(f"a grouping's changelog holds a {kind} record")
+        meta, values, early = payload
+        state.put_item(key, meta_from_plain((*meta, False)), values, early)
+    elif kind == ITEM:
+        raise DecodeError("an aggregate's changelog holds a grouping's item record")
+    elif kind == BUCKET:
         state.put_bucket(key, payload)
-    elif isinstance(state, Grouping):
-        return  # a grouping's changelog holds buckets only
     elif kind == MIN_TIME:
         state.put_min_time(payload)
     else:

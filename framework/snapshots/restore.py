@@ -33,7 +33,7 @@ from framework.snapshots.units import (
     unit_label,
     unit_name,
 )
-from framework.wire.changelog import BUCKET, bucket_record, read_record
+from framework.wire.changelog import BUCKET, ITEM, bucket_record, read_record
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
@@ -53,10 +53,11 @@ _PRODUCER = {
 
 @dataclass(frozen=True, slots=True)
 class Restored:
-    """What `restore_epoch` wrote: changelog partitions, buckets, and stale keys deleted."""
+    """What `restore_epoch` wrote: changelog partitions, records (an aggregate's buckets, a
+    grouping's items), and stale records deleted."""
 
     units: int
-    buckets: int
+    records: int
     deleted: int
 
 
@@ -117,13 +118,13 @@ def restore_epoch(
     txn.start()
     try:
         txn.begin()
-        buckets = deleted = 0
+        written = deleted = 0
         for node_id, count in saved.items():
             # Step 4
             seed = _Seed(
                 bootstrap, graph, record, backend, topic=topics.state(node_id), into=target[node_id]
             )
-            buckets += seed.write(txn, nodes[node_id], count)
+            written += seed.write(txn, nodes[node_id], count)
             deleted += seed.delete_stale(txn)
         # Step 5
         txn.commit()
@@ -135,7 +136,7 @@ def restore_epoch(
         raise
     finally:
         txn.close()
-    return Restored(sum(target.values()), buckets, deleted)
+    return Restored(sum(target.values()), written, deleted)
 
 
 class _Seed:
@@ -156,7 +157,7 @@ class _Seed:
         self.stale = _committed_keys(bootstrap, topic, into)
 
     def write(self, txn: TransactionalProducer, node: Node, count: int) -> int:
-        """Produce the buckets of the node's ``count`` units; how many."""
+        """Produce the records of the node's ``count`` units; how many."""
         states = [self._unit(node, p) for p in range(count)]
         if node.kind is Kind.AGGREGATE and states:
             self._aggregate_heads(txn, [int(s["min_time"]) for s in states])
@@ -205,8 +206,7 @@ class _Seed:
         """Deletion records of the keys an earlier attempt committed that the snapshot lacks."""
         deleted = 0
         for q in range(self.into):
-            for original in self.stale[q].values():
-                kafka_key, value = bucket_record(original, None)
+            for kafka_key, value in self.stale[q].values():
                 txn.produce(OutRecord(self.topic, q, kafka_key, value))
                 deleted += 1
         return deleted
@@ -225,13 +225,23 @@ def _partitions(record: SnapshotRecord, node: str) -> int:
     return len(units)
 
 
-def _committed_keys(bootstrap: str, topic: str, partitions: int) -> list[dict[bytes, object]]:
-    """Per partition, the keys (bytes -> key) with a committed record in ``topic`` now."""
-    keys: list[dict[bytes, object]] = [{} for _ in range(partitions)]
+def _committed_keys(
+    bootstrap: str, topic: str, partitions: int
+) -> list[dict[bytes, tuple[bytes, bytes | None]]]:
+    """Per partition, the Kafka keys of a bucket or an item committed in ``topic`` now,
+    each with the record that deletes it (a grouping's item: a Kafka tombstone)."""
+    keys: list[dict[bytes, tuple[bytes, bytes | None]]] = [{} for _ in range(partitions)]
     for msg in read_to_end(bootstrap, topic, partitions):
-        value = msg.value()
-        if value is not None and authentic_message("snapshot restore", msg):
-            kind, key, _ = read_record(msg.key(), value)
-            if kind == BUCKET:
-                keys[msg.partition() or 0][bytes(msg.key() or b"")] = key
+        kafka_key, value = bytes(msg.key() or b""), msg.value()
+        if not authentic_message("snapshot restore", msg):
+            continue
+        found = keys[msg.partition() or 0]
+        if value is None:
+            found.pop(kafka_key, None)  # an item already deleted
+            continue
+        kind, key, _ = read_record(kafka_key, value)
+        if kind == ITEM:
+            found[kafka_key] = (kafka_key, None)
+        elif kind == BUCKET:
+            found[kafka_key] = bucket_record(key, None)
     return keys

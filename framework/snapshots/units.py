@@ -26,7 +26,13 @@ from typing import Any
 from framework.core.windows import Aggregation
 from framework.errors import DecodeError, Unauthenticated
 from framework.wire.auth import MAC_HEADER, current
-from framework.wire.changelog import bucket_record, floor_record, min_time_record
+from framework.wire.changelog import (
+    PlainMeta,
+    bucket_record,
+    floor_record,
+    item_record,
+    min_time_record,
+)
 from framework.wire.serde import Pickle
 
 __all__ = [
@@ -155,33 +161,41 @@ def decode_unit(data: bytes, label: str, where: str) -> dict[str, Any]:
     return {"window": state["window"], "buckets": state["buckets"]}
 
 
-def changelog_records(state: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
-    """``(key, value)`` changelog records that rebuild ``state``, one per bucket.
+def changelog_records(state: Mapping[str, Any]) -> list[tuple[bytes, bytes | None]]:
+    """``(key, value)`` changelog records that rebuild a grouping's ``state``, one per
+    item meta of each bucket.
 
-    Byte for byte the format of a stage task's changelog (bucket state = metas, values,
-    early tombstones), so `apply_changelog` reads them like any task's records.
+    Byte for byte the format of a stage task's changelog (`item_record`), so
+    `apply_changelog` reads them like any task's records.
     """
     return [record for _, record in keyed_records(state, aggregate=False)]
 
 
 def keyed_records(
     state: Mapping[str, Any], *, aggregate: bool
-) -> list[tuple[object, tuple[bytes, bytes]]]:
-    """Per bucket of a decoded unit: its key and the changelog record that rebuilds it
-    (a grouping's items with plain metas, or an aggregate's bucket as saved)."""
-    records: list[tuple[object, tuple[bytes, bytes]]] = []
+) -> list[tuple[object, tuple[bytes, bytes | None]]]:
+    """Per bucket of a decoded unit: its key with each changelog record that rebuilds it
+    (a grouping's items, one record per meta, or an aggregate's bucket as saved)."""
+    records: list[tuple[object, tuple[bytes, bytes | None]]] = []
     for key, *parts in state["buckets"]:
         if aggregate:
             (bucket,) = parts
-        else:
-            items, early = parts
-            bucket = (
-                [_plain_meta(m) for m, _ in items],
-                [v for _, v in items],
-                [(_plain_meta(m), v) for m, v in early],
-            )
-        records.append((key, bucket_record(key, bucket)))
+            records.append((key, bucket_record(key, bucket)))
+            continue
+        items, early = parts
+        at: dict[PlainMeta, tuple[list[Any], list[Any]]] = {}
+        for meta, value in items:
+            at.setdefault(_item_meta(meta), ([], []))[0].append(value)
+        for meta, value in early:
+            at.setdefault(_item_meta(meta), ([], []))[1].append(value)
+        records.extend((key, item_record(key, meta, *found)) for meta, found in at.items())
     return records
+
+
+def _item_meta(meta: Any) -> PlainMeta:
+    """A saved item's meta as its changelog key holds it (`item_record`)."""
+    slot, front, offset = meta[0]
+    return ((int(slot), int(front), int(offset)), tuple(meta[1]), int(meta[2]))
 
 
 def aggregate_records(

@@ -162,7 +162,7 @@ def test_pruning_at_every_legal_min_time_changes_no_output(
     assert pruned.size() <= plain.size()
 
 
-def test_changed_keys_and_bucket_round_trip_rebuild_the_same_grouping() -> None:
+def test_changed_items_and_their_states_rebuild_the_same_grouping() -> None:
     from framework.core.grouping import Grouping
     from framework.core.meta import Meta, Record
     from framework.core.ops import Keyed, key_hash
@@ -171,22 +171,37 @@ def test_changed_keys_and_bucket_round_trip_rebuild_the_same_grouping() -> None:
     def item(slot: int, key: str, value: int) -> Record:
         return Record(Meta(GlobalTime(slot, 1, slot)), Keyed(key, key_hash(key), value))
 
+    def copy_changed(source: Grouping, target: Grouping) -> list[tuple[str, int]]:
+        changed = source.take_changed()
+        for key, meta in changed:
+            target.put_item(key, meta, *source.item_state(key, meta))
+        return sorted((str(key), meta.gt.slot) for key, meta in changed)
+
     first = Grouping(op_id=7, window=2)
     for slot, key in [(3, "a"), (1, "a"), (2, "b")]:
         first.push(item(slot, key, slot))
-    assert sorted(first.take_changed()) == ["a", "b"]
-    assert first.take_changed() == []
-
     copy = Grouping(op_id=7, window=2)
-    for key in ("a", "b"):
-        copy.put_bucket(key, first.bucket_state(key))
+    assert copy_changed(first, copy) == [("a", 1), ("a", 3), ("b", 2)]
+    assert first.take_changed() == []
+    assert all(copy.bucket_state(k) == first.bucket_state(k) for k in "ab")
     later = item(4, "a", 4)
     assert copy.push(later) == first.push(later)
+    assert first.take_changed() == copy.take_changed() == [("a", later.meta)]
 
+    # A tombstone ahead of its item is an item state of its own ("early").
+    early = Record(Meta(GlobalTime(5, 1, 5), tombstone=True), Keyed("b", key_hash("b"), 5))
+    first.push(early)
+    assert copy_changed(first, copy) == [("b", 5)]
+    assert copy.bucket_state("b") == first.bucket_state("b")
+
+    # Pruning deletes items: "a" keeps the last of its three below slot 10, "b" its one.
     first.on_min_time(10)
-    assert sorted(first.take_changed()) == ["a"]  # "a" lost items to pruning, "b" had one
-    copy.put_bucket("a", None)
-    assert copy.bucket_state("a") is None
+    assert copy_changed(first, copy) == [("a", 1), ("a", 3)]
+    copy.on_min_time(10)
+    copy.take_changed()
+    assert all(copy.bucket_state(k) == first.bucket_state(k) for k in "ab")
+    assert first.item_state("a", later.meta) == ([4], [])
+    assert first.item_state("a", item(1, "a", 1).meta) == ([], [])
 
 
 def run_batches(grouping: Grouping, batches: list[list[Record]]) -> list[Record]:

@@ -19,11 +19,12 @@ from framework.core.ops import (
     MapOp,
     MergeOp,
     key_bytes,
+    key_from_bytes,
     key_hash,
     op_id_of,
 )
 from framework.core.time import GlobalTime
-from framework.errors import UserFunctionError
+from framework.errors import DecodeError, UserFunctionError
 
 META = Meta(GlobalTime(5, 7, 3), (1,), 0xABC)
 OP = 0x1234_5678_9ABC_DEF0
@@ -64,6 +65,24 @@ KEYS = st.recursive(
 @settings(max_examples=200, deadline=None)
 def test_key_bytes_encode_equal_keys_equally_and_only_them(a: object, b: object) -> None:
     assert (key_bytes(a) == key_bytes(b)) == (a == b)
+
+
+@given(KEYS | st.floats(allow_nan=False) | st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_key_from_bytes_gives_back_an_equal_key(key: object) -> None:
+    back = key_from_bytes(key_bytes(key))
+    assert back == key and key_bytes(back) == key_bytes(key)
+
+
+@given(st.binary(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_key_from_bytes_refuses_what_key_bytes_never_makes(data: bytes) -> None:
+    # Parsing only: a DecodeError or a key (non-canonical forms like "i+1;" parse).
+    try:
+        key = key_from_bytes(data)
+    except DecodeError:
+        return
+    assert key_from_bytes(key_bytes(key)) == key
 
 
 def test_map_appends_child_and_xors_trace() -> None:

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from framework.core.grouping import Grouping
 from framework.core.meta import Meta, Record
-from framework.core.ops import Keyed, key_bytes, key_hash
+from framework.core.ops import Keyed, key_hash
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, Unauthenticated
-from framework.plan.state import _plain_state, apply_changelog
+from framework.plan.state import apply_changelog
+from framework.plan.state import changelog_records as task_records
 from framework.snapshots import (
     changelog_records,
     decode_unit,
@@ -26,6 +27,7 @@ from framework.snapshots import (
     unit_name,
 )
 from framework.wire import auth
+from framework.wire.changelog import ITEM_PREFIX
 
 OP = 0xFEED
 LABEL = "app/g/0@5"
@@ -107,10 +109,8 @@ def test_seeded_records_are_what_a_task_writes() -> None:
     for record in [item(1, ["w", "1"], "w"), item(2, ["w", "2"], "w"), item(1, ["v", "1"], "v")]:
         grouping.push(record)
     seeded = dict(changelog_records(encode_unit_state(grouping)))
-    written = {
-        key_bytes(key): pickle.dumps((key, _plain_state(grouping.bucket_state(key))), protocol=5)
-        for key in ("w", "v")
-    }
+    written = dict(task_records(grouping))
+    assert len(seeded) == 3 and all(k.startswith(ITEM_PREFIX) for k in seeded)
     assert seeded == written
 
 

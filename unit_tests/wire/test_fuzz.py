@@ -20,6 +20,7 @@ from framework.errors import FlamepipeError, Unauthenticated
 from framework.snapshots.units import decode_unit
 from framework.wire.avro import decode_ack_batch, decode_bundle_header, decode_meta, decode_min_time
 from framework.wire.bundles import read_bundle_header, read_meta
+from framework.wire.changelog import read_item_key
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.positions import BarrierMark, BundleMark, parse_gt
 from framework.wire.serde import Json, Utf8
@@ -36,6 +37,7 @@ _BYTES: dict[str, Callable[[bytes], Any]] = {
     "utf-8 serde": Utf8().loads,
     "bundle-topic record": read_bundle_header,
     "meta in headers": lambda b: read_meta([("fp.meta", b)]),
+    "changelog item key": lambda b: read_item_key(b"\xfe" + b),
 }
 _TEXT: dict[str, Callable[[str], Any]] = {
     "global time": parse_gt,
@@ -44,7 +46,14 @@ _TEXT: dict[str, Callable[[str], Any]] = {
 }
 
 # Inputs that used to escape as untyped errors, and the shapes fuzzing finds slowly.
-_NASTY = [b"[" * 1000, b"{" * 5000, b'{"kind":"snapshot","version":1}', b"\xff" * 9, b""]
+_NASTY = [
+    b"[" * 1000,
+    b"{" * 5000,
+    b"(" * 5000,
+    b'{"kind":"snapshot","version":1}',
+    b"\xff" * 9,
+    b"",
+]
 
 
 def _typed(decode: Callable[[Any], Any], data: Any) -> None:
