@@ -47,6 +47,7 @@ __all__ = [
     "key_from_bytes",
     "key_hash",
     "op_id_of",
+    "read_key",
 ]
 
 
@@ -77,13 +78,19 @@ def key_bytes(key: object) -> bytes:
 def key_from_bytes(data: bytes) -> object:
     """The key `key_bytes` encoded (equal to it: ``True`` and ``1.0`` come back as ``1``,
     a list as a tuple). Parses only; `DecodeError` for bytes `key_bytes` never makes."""
-    try:
-        key, end = _decode(data, 0)
-    except (IndexError, ValueError, RecursionError, struct.error) as exc:
-        raise DecodeError(f"not a key's canonical bytes: {exc}") from None
+    key, end = read_key(data)
     if end != len(data):
         raise DecodeError(f"not a key's canonical bytes: {len(data) - end} bytes after the key")
     return key
+
+
+def read_key(data: bytes, start: int = 0) -> tuple[object, int]:
+    """The key whose `key_bytes` begin at ``start`` of ``data``, and where they end (the
+    encoding is self-delimiting); `DecodeError` if there is none."""
+    try:
+        return _decode(data, start)
+    except (IndexError, ValueError, RecursionError, struct.error) as exc:
+        raise DecodeError(f"not a key's canonical bytes: {exc}") from None
 
 
 def key_hash(key: object) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 from framework.core.grouping import Grouping, meta_from_plain
 from framework.core.ids import stable_id
 from framework.core.meta import Meta
+from framework.core.ops import key_bytes
 from framework.core.windows import WindowAggregator
 from framework.errors import DecodeError
 from framework.wire.changelog import (
@@ -93,10 +94,15 @@ def changelog_records(state: StageState) -> list[tuple[bytes, bytes | None]]:
     """``(key, value)`` records of what changed since the last call: a grouping's items,
     an aggregate's min time and buckets."""
     if isinstance(state, Grouping):
-        return [
-            item_record(key, plain_meta(meta), *state.item_state(key, meta))
-            for key, meta in state.take_changed()
-        ]
+        raw: dict[object, bytes] = {}  # a hot key changes many items per commit
+        out: list[tuple[bytes, bytes | None]] = []
+        for key, meta in state.take_changed():
+            raw_key = raw.get(key)
+            if raw_key is None:
+                raw_key = raw[key] = key_bytes(key)
+            values, early = state.item_state(key, meta)
+            out.append(item_record(key, plain_meta(meta), values, early, raw_key=raw_key))
+        return out
     records: list[tuple[bytes, bytes | None]] = []
     if state.min_time:
         records.append(min_time_record(state.min_time))

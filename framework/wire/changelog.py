@@ -2,13 +2,13 @@
 
 Layout (topic ``<app>.<node>.state``, compacted):
 
-* a grouping's item: Kafka key = `ITEM_PREFIX` + the canonical bytes (`key_bytes`) of
-  ``(key, *meta)`` with the meta a plain tuple (``(slot, front, offset), child ids,
-  trace``; equal items compact together), value = pickle of ``(key, meta, values, early
-  tombstones)``: the payloads of the bucket's items at that meta and of its tombstones that
-  overtook their items there; a Kafka tombstone (None) once there are neither. A commit
-  writes the items it changed, not their buckets: a hot key's bucket rewritten whole at
-  every commit made the changelog 18-25x its input at 50 commits a second;
+* a grouping's item: Kafka key = `ITEM_PREFIX` + the key's canonical bytes (`key_bytes`)
+  + its meta packed (`item_key`; equal items compact together), value = pickle of ``(key,
+  meta, values, early tombstones)``: the payloads of the bucket's items at that meta and
+  of its tombstones that overtook their items there; a Kafka tombstone (None) once there
+  are neither. A commit writes the items it changed, not their buckets: a hot key's
+  bucket rewritten whole at every commit made the changelog 18-25x its input at 50
+  commits a second;
 * an aggregate's key: Kafka key = the key's canonical bytes (`key_bytes`: equal keys
   compact together), value = pickle of ``(key, bucket)``; ``bucket`` is ``(metas, values,
   early tombstones)`` with every meta as a plain tuple, plus ``(value, slot of its last
@@ -27,9 +27,10 @@ flamepipe's own: nothing else may write them.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
-from framework.core.ops import key_bytes, key_from_bytes
+from framework.core.ops import key_bytes, read_key
 from framework.errors import DecodeError
 from framework.wire.serde import Pickle
 
@@ -44,6 +45,7 @@ __all__ = [
     "PlainMeta",
     "bucket_record",
     "floor_record",
+    "item_key",
     "item_record",
     "min_time_record",
     "read_item_key",
@@ -76,14 +78,39 @@ def bucket_record(key: Any, bucket: Any) -> tuple[bytes, bytes]:
 
 
 def item_record(
-    key: Any, meta: PlainMeta, values: list[Any], early: list[Any]
+    key: Any, meta: PlainMeta, values: list[Any], early: list[Any], *, raw_key: bytes = b""
 ) -> tuple[bytes, bytes | None]:
     """The record of a grouping's items at ``meta`` in ``key``'s bucket: their payloads
-    and those of its early tombstones at ``meta``; a deletion (None) when both are empty."""
-    kafka_key = ITEM_PREFIX + key_bytes((key, *meta))
+    and those of its early tombstones at ``meta``; a deletion (None) when both are empty.
+    ``raw_key``: `key_bytes` of ``key`` if the caller has it."""
+    kafka_key = item_key(raw_key or key_bytes(key), meta)
     if not values and not early:
         return kafka_key, None
     return kafka_key, _PICKLE.dumps((key, meta, values, early))
+
+
+def item_key(raw_key: bytes, meta: PlainMeta) -> bytes:
+    """`ITEM_PREFIX`, the key's canonical bytes, then the meta packed: slot, front, offset
+    (signed), trace (unsigned), the child ids' count (16 bits) and the ids (signed), all
+    64-bit big-endian but the count. Packed, not `key_bytes` of the whole tuple: that took
+    11 of a record's 13 us."""
+    (slot, front, offset), child_ids, trace = meta
+    return b"".join(
+        (ITEM_PREFIX, raw_key, _meta_struct(len(child_ids)).pack(
+            slot, front, offset, trace, len(child_ids), *child_ids
+        ))
+    )  # fmt: skip
+
+
+def _meta_struct(children: int) -> struct.Struct:
+    found = _META_STRUCTS.get(children)
+    if found is None:
+        found = _META_STRUCTS[children] = struct.Struct(f">qqqQH{children}q")
+    return found
+
+
+_META_STRUCTS: dict[int, struct.Struct] = {}
+_META_HEAD = struct.Struct(">qqqQH")
 
 
 def read_item_key(kafka_key: bytes) -> tuple[Any, PlainMeta]:
@@ -91,14 +118,15 @@ def read_item_key(kafka_key: bytes) -> tuple[Any, PlainMeta]:
     `DecodeError` for any other bytes. The key equals the one written (`key_from_bytes`)."""
     if not kafka_key.startswith(ITEM_PREFIX):
         raise DecodeError("not a grouping item's changelog key")
-    decoded: Any = key_from_bytes(kafka_key[1:])
+    key, start = read_key(kafka_key, 1)
     try:
-        key, gt, child_ids, trace = decoded
-        slot, front, offset = gt
-        meta: PlainMeta = ((int(slot), int(front), int(offset)), tuple(child_ids), int(trace))
-    except (TypeError, ValueError):
+        slot, front, offset, trace, children = _META_HEAD.unpack_from(kafka_key, start)
+        if len(kafka_key) != start + _META_HEAD.size + 8 * children:
+            raise DecodeError("a grouping item's changelog key of the wrong length")
+        child_ids = _meta_struct(children).unpack_from(kafka_key, start)[5:]
+    except struct.error:
         raise DecodeError("not a grouping item's changelog key") from None
-    return key, meta
+    return key, ((slot, front, offset), tuple(child_ids), trace)
 
 
 def min_time_record(min_time: int) -> tuple[bytes, bytes]:
