@@ -26,6 +26,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError
 from framework.kafka.admin import (
+    TopicSpec,
     ensure_topics,
     input_topic_spec,
     partition_count,
@@ -118,7 +119,9 @@ def test_rescaling_continuous_stages_moves_both_kinds_of_state(
     app = f"crescale{uuid.uuid4().hex[:6]}"
     source, pairs, counts = f"{app}-lines", f"{app}-pairs", f"{app}-counts"
     bootstrap = stack.kafka_bootstrap
-    ensure_topics(bootstrap, [input_topic_spec(source, 2)])
+    ensure_topics(
+        bootstrap, [input_topic_spec(source, 2), TopicSpec(pairs, 1), TopicSpec(counts, 1)]
+    )
     texts = generate_lines(240, words_per_line=5, vocabulary=30, seed=23)
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
     spec = "integration_tests.harness.state_jobs:from_env"
@@ -147,6 +150,8 @@ def test_rescaling_continuous_stages_moves_both_kinds_of_state(
         finally:
             driver.stop()
         assert _newest_changelog(bootstrap, app) == (step, units), driver.tail()
+    logs = "".join(p.read_text() for p in (tmp_path / "state" / "logs").glob("worker-*.log"))
+    assert logs.count("after its Python worker started") >= 3 * 4, "not on continuous stages"
     lifts = read_lifts(bootstrap, app).get(source, ())
     seen = Counter(pair_key(item) for item in read_output(bootstrap, pairs))
     assert seen == word_pairs_oracle(bootstrap, source, stack.delta_ms, lifts)
