@@ -15,7 +15,7 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["dead_on_this_host", "process_identity"]
+__all__ = ["dead_on_this_host", "process_age_s", "process_identity"]
 
 _PROC = Path("/proc")
 
@@ -29,6 +29,16 @@ def _start_ticks(pid: int) -> str | None:
     # The command name (field 2) is in parentheses and may hold spaces: split after it.
     fields = stat[stat.rfind(")") + 2 :].split()
     return fields[19] if len(fields) > 19 else None
+
+
+def process_age_s(pid: int | None = None) -> float | None:
+    """Seconds since this process (or ``pid``) started; None where /proc does not say."""
+    ticks = _start_ticks(os.getpid() if pid is None else pid)
+    try:
+        uptime = float((_PROC / "uptime").read_text().split()[0])
+        return None if ticks is None else uptime - int(ticks) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _namespace() -> str:

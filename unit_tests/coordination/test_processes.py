@@ -6,8 +6,9 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
-from framework.coordination.processes import dead_on_this_host, process_identity
+from framework.coordination.processes import dead_on_this_host, process_age_s, process_identity
 
 
 def test_a_running_process_is_not_dead() -> None:
@@ -40,3 +41,15 @@ def test_nothing_is_proved_elsewhere_or_of_other_forms() -> None:
     assert not dead_on_this_host(f"{host}:{gone}:{namespace}:t-")
     assert not dead_on_this_host(f"{socket.gethostname()}:{gone}")
     assert not dead_on_this_host("acker-a")
+
+
+def test_a_process_knows_its_age() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.5)
+        mine, its = process_age_s(), process_age_s(child.pid)
+        assert mine is not None and its is not None and 0.3 < its < mine
+    finally:
+        child.kill()
+        child.wait()
+    assert process_age_s(child.pid) is None  # reaped: no such process

@@ -47,6 +47,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework import failpoints
+from framework.coordination.processes import process_age_s
 from framework.core.graph import Kind
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
@@ -106,7 +107,7 @@ def continuous_task(ctx: ContinuousContext) -> Callable[[int, Iterator[Any]], It
     input, until the task is killed."""
 
     def run(index: int, _rows: Iterator[Any]) -> Iterator[Any]:
-        age_s = _worker_age_s()
+        age_s = process_age_s()
         before = os.environ.get(failpoints.ENV)
         if ctx.failpoints:  # the task's worker is its own for as long as it runs
             os.environ[failpoints.ENV] = ctx.failpoints
@@ -118,7 +119,7 @@ def continuous_task(ctx: ContinuousContext) -> Callable[[int, Iterator[Any]], It
                     ctx.task.spec.graph.name,
                     ctx.task.spec.stage.id,
                     index,
-                    age_s,
+                    -1.0 if age_s is None else age_s,
                 )
                 run_continuous(ctx, index)
         finally:
@@ -392,19 +393,6 @@ class _Loop:
             self.fronts.sent_with(beat)
         if stamp is not None:
             self.consumed.offset, self.consumed.stamp = self.position, stamp
-
-
-def _worker_age_s() -> float:
-    """Seconds since this process started (-1 where /proc does not say)."""
-    try:
-        with (
-            open("/proc/self/stat", encoding="ascii") as stat,
-            open("/proc/uptime", encoding="ascii") as uptime,
-        ):
-            started = int(stat.read().rsplit(")", 1)[1].split()[19])
-            return float(uptime.read().split()[0]) - started / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return -1.0
 
 
 def _ahead(fronts: FrontHeartbeats | None) -> int:
