@@ -12,6 +12,7 @@ import os
 __all__ = ["cpu_seconds", "print_cpu"]
 
 _ROLES = (
+    ("runners.spark.daemon", "python workers (stage tasks)"),
     ("pyspark.daemon", "python workers (stage tasks)"),
     ("pyspark/daemon", "python workers (stage tasks)"),
     ("#zookeeper", "zookeeper"),

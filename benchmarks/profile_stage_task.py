@@ -139,7 +139,8 @@ def main() -> None:
         print(
             f"  partition {part}: {len(records)} records in {took:.2f} s, {result.items_out} out "
             f"({pre / 1e6:.1f} MB), changelog {len(changes)} records "
-            f"({sum(len(c or b'') for c in changes) / 1e6:.1f} MB) replay {catch_up:.2f} s"
+            f"({sum(len(k or b'') + len(v or b'') for k, v in changes) / 1e6:.1f} MB) "
+            f"replay {catch_up:.2f} s"
         )
     print(
         f"group stage: {words} words in {took_total:.2f} s: {words / took_total:,.0f} words/s "

@@ -86,11 +86,16 @@ def key_from_bytes(data: bytes) -> object:
 
 def read_key(data: bytes, start: int = 0) -> tuple[object, int]:
     """The key whose `key_bytes` begin at ``start`` of ``data``, and where they end (the
-    encoding is self-delimiting); `DecodeError` if there is none."""
+    encoding is self-delimiting); `DecodeError` if there is none, or if the bytes are not
+    the key's canonical ones (``i+1;`` parses as ``1``, but only ``i1;`` names it)."""
     try:
-        return _decode(data, start)
-    except (IndexError, ValueError, RecursionError, struct.error) as exc:
+        key, end = _decode(data, start)
+        canonical = key_bytes(key)
+    except (IndexError, ValueError, RecursionError, struct.error, UserFunctionError) as exc:
         raise DecodeError(f"not a key's canonical bytes: {exc}") from None
+    if data[start:end] != canonical:
+        raise DecodeError(f"not a key's canonical bytes: {bytes(data[start:end])!r}")
+    return key, end
 
 
 def key_hash(key: object) -> int:

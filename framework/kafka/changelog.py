@@ -34,6 +34,7 @@ from framework.kafka.cache import ProcessCache
 from framework.kafka.clients import authentic_message
 from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
+from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 
 __all__ = ["ChangelogReader"]
 
@@ -90,12 +91,24 @@ class ChangelogReader:
         self.timeout_s = timeout_s
         self.position: int | None = None
         """Next offset to read; None: from the beginning of the partition."""
+        self.read_at: float | None = None
+        """When (monotonic) the last `catch_up` began."""
 
     @classmethod
     def cached(cls, bootstrap: str, topic: str, partition: int) -> ChangelogReader:
         """This process's reader of ``topic[partition]`` (it remembers its position)."""
         key = (bootstrap, topic, partition)
         return _readers.get(key, lambda: cls(bootstrap, topic, partition))
+
+    @property
+    def outlived_deletions(self) -> bool:
+        """Whether compaction may have removed deletions this reader never read: it read
+        last more than half of `CHANGELOG_DELETE_RETENTION_MS` ago. Then the record a
+        deletion cancels may be gone from the log while the reader's state still holds it:
+        only a new state read from the start is sure."""
+        if self.position is None or self.read_at is None:
+            return False
+        return time.monotonic() - self.read_at > CHANGELOG_DELETE_RETENTION_MS / 2000
 
     @staticmethod
     def close_cached() -> None:
@@ -134,6 +147,7 @@ class ChangelogReader:
         the end is not reached within ``timeout_s``.
         """
         with _lock:
+            self.read_at = time.monotonic()
             deadline = Deadline(self.timeout_s)
             while True:
                 try:

@@ -19,6 +19,7 @@ from framework.wire.topics import Topics
 
 __all__ = [
     "CHANGELOG_CONFIG",
+    "CHANGELOG_DELETE_RETENTION_MS",
     "CHANGELOG_LAG_MS",
     "SEGMENTS",
     "acker_state_spec",
@@ -38,10 +39,16 @@ CHANGELOG_LAG_MS = 10 * 60_000
 """How long a changelog record stays uncompacted: a snapshot cuts an aggregate's
 changelog at a batch younger than half of it (`framework.snapshots.copies`)."""
 
+CHANGELOG_DELETE_RETENTION_MS = 24 * 3600_000
+"""How long compaction keeps a changelog's deletion (a grouping's item gone): a reader
+that last read longer ago than half of it may have missed one and reads from the start
+(`ChangelogReader.outlived_deletions`)."""
+
 CHANGELOG_CONFIG: Mapping[str, str] = {
     **SEGMENTS,
     "max.message.bytes": str(16 << 20),
     "min.compaction.lag.ms": str(CHANGELOG_LAG_MS),
+    "delete.retention.ms": str(CHANGELOG_DELETE_RETENTION_MS),
 }
 """A changelog record holds a whole bucket of an aggregate: up to 16 MiB."""
 
@@ -77,7 +84,8 @@ def shuffle_topic_spec(name: str, partitions: int) -> TopicSpec:
 
 
 def changelog_topic_spec(name: str, partitions: int) -> TopicSpec:
-    """The changelog of a stateful stage: compacted by bucket."""
+    """The changelog of a stateful stage: compacted by key (an aggregate's bucket, a
+    grouping's item)."""
     return compacted_spec(name, partitions, CHANGELOG_CONFIG)
 
 

@@ -162,6 +162,8 @@ def apply_changelog(
 def _put_item(state: Grouping, kafka_key: bytes | None, value: bytes | None) -> None:
     """One grouping changelog record into ``state``; `DecodeError` for any other kind."""
     if not (kafka_key or b"").startswith(ITEM_PREFIX):
+        if value is None:
+            return  # a deletion of what is no item (a restore clears older records so)
         raise DecodeError(
             f"a grouping's changelog holds a record keyed {kafka_key!r}, not an item: an "
             "older flamepipe wrote it; start the next epoch from a savepoint (`flamepipe "

@@ -31,6 +31,7 @@ younger than that when read (`UnitCopy.stop_age_ms`, checked by the caller).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -52,6 +53,7 @@ from framework.kafka.clients import (
     new_consumer,
     where,
 )
+from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 from framework.plan.state import ChangelogImage, Replayable, apply_changelog, apply_record
 from framework.wire.changelog import MIN_TIME, read_record
 
@@ -67,9 +69,21 @@ class UnitCopy:
     but for ``pending``, the records after its last cut)."""
 
     state: Replayable
+    fresh: Callable[[], Replayable]
     position: int = 0
     pending: deque[tuple[str, Any, Any, int]] = field(default_factory=deque)
     stop_age_ms: int | None = None  # the last cut stopped at a batch this old when read
+    read_at: float | None = None  # when (monotonic) the last catch-up read it
+
+    def start_over_if_outlived(self) -> None:
+        """A fresh state read from the start if the last read was so long ago that
+        compaction may have removed deletions it never read (a grouping's item gone),
+        with the record each deletion cancels (`CHANGELOG_DELETE_RETENTION_MS`)."""
+        if self.read_at is None:
+            return
+        if time.monotonic() - self.read_at > CHANGELOG_DELETE_RETENTION_MS / 2000:
+            self.state, self.position, self.read_at = self.fresh(), 0, None
+            self.pending.clear()
 
     @property
     def grouping(self) -> Grouping:
@@ -92,20 +106,21 @@ class ChangelogCopies:
         changelog topic -> (partitions, a fresh state of any stage); ``images``: an
         aggregate's changelog topic -> partitions, copied as cuttable images; `close` it."""
         self.bootstrap = bootstrap
-        self.copies: dict[Part, UnitCopy] = {
-            (topic, p): UnitCopy(Grouping(op_id, window))
-            for topic, (partitions, op_id, window) in topics.items()
-            for p in range(partitions)
-        }
+        self.copies: dict[Part, UnitCopy] = {}
+        for topic, (partitions, op_id, window) in topics.items():
+            self._add(topic, partitions, functools.partial(Grouping, op_id, window))
         for topic, (partitions, fresh) in (states or {}).items():
-            self.copies.update({(topic, p): UnitCopy(fresh()) for p in range(partitions)})
+            self._add(topic, partitions, fresh)
         for topic, partitions in (images or {}).items():
-            self.copies.update({(topic, p): UnitCopy(ChangelogImage()) for p in range(partitions)})
+            self._add(topic, partitions, ChangelogImage)
         self.records = 0
         self._committed: Consumer = new_consumer(bootstrap, config=QUICK_END)
         self._uncommitted: Consumer = new_consumer(
             bootstrap, config={"isolation.level": "read_uncommitted"}
         )
+
+    def _add(self, topic: str, partitions: int, fresh: Callable[[], Replayable]) -> None:
+        self.copies.update({(topic, p): UnitCopy(fresh(), fresh) for p in range(partitions)})
 
     def mark(self) -> dict[Part, int]:
         """Step 1: every partition's high watermark now."""
@@ -123,6 +138,8 @@ class ChangelogCopies:
         """
         ends: dict[Part, int] = {}
         for part, copy in self.copies.items():
+            copy.start_over_if_outlived()
+            copy.read_at = time.monotonic()
             low, stable = self._ends(self._committed, part)
             # Compaction or retention may have removed the start: read from what is left.
             copy.position = max(copy.position, low)

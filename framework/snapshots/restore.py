@@ -122,7 +122,13 @@ def restore_epoch(
         for node_id, count in saved.items():
             # Step 4
             seed = _Seed(
-                bootstrap, graph, record, backend, topic=topics.state(node_id), into=target[node_id]
+                bootstrap,
+                graph,
+                record,
+                backend,
+                topic=topics.state(node_id),
+                into=target[node_id],
+                grouping=nodes[node_id].kind is Kind.GROUP,
             )
             written += seed.write(txn, nodes[node_id], count)
             deleted += seed.delete_stale(txn)
@@ -151,10 +157,15 @@ class _Seed:
         *,
         topic: str,
         into: int,
+        grouping: bool,
     ) -> None:
         self.graph, self.record, self.backend = graph, record, backend
         self.topic, self.into = topic, into
         self.stale = _committed_keys(bootstrap, topic, into)
+        if grouping:
+            # A grouping's records are items; anything else goes, compacted away in time.
+            for found in self.stale:
+                found.update({k: (k, None) for k in found})
 
     def write(self, txn: TransactionalProducer, node: Node, count: int) -> int:
         """Produce the records of the node's ``count`` units; how many."""

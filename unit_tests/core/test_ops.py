@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
 
@@ -77,12 +78,17 @@ def test_key_from_bytes_gives_back_an_equal_key(key: object) -> None:
 @given(st.binary(max_size=40))
 @settings(max_examples=300, deadline=None)
 def test_key_from_bytes_refuses_what_key_bytes_never_makes(data: bytes) -> None:
-    # Parsing only: a DecodeError or a key (non-canonical forms like "i+1;" parse).
     try:
         key = key_from_bytes(data)
     except DecodeError:
         return
-    assert key_from_bytes(key_bytes(key)) == key
+    assert key_bytes(key) == data
+
+
+def test_only_a_keys_canonical_bytes_name_it() -> None:
+    for other in (b"i+1;", b"i 1 ;", b"i1_0;", b"i01;", b"s+1:a", b"f" + struct.pack(">d", 1.0)):
+        with pytest.raises(DecodeError, match="canonical"):
+            key_from_bytes(other)
 
 
 def test_map_appends_child_and_xors_trace() -> None:

@@ -9,9 +9,11 @@ the live one emitted at or after ``S``, and it must hold no slot below ``S``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +23,7 @@ from framework.core.ops import Keyed, key_hash
 from framework.core.rolling import First
 from framework.core.time import GlobalTime
 from framework.core.windows import Aggregation, Count, Session, Sliding, Tumbling
+from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 from framework.plan.state import ChangelogImage, apply_changelog, changelog_records
 from framework.snapshots.copies import UnitCopy, _apply_until, _decoded
 from framework.snapshots.units import (
@@ -79,7 +82,7 @@ def _run(agg: Any, batches: list[Batch]) -> tuple[list[Record], list[list[tuple[
 
 def _restored(name: str, log: list[list[tuple[bytes, bytes]]], cut: int) -> Any:
     """The aggregator a new epoch's task builds from the snapshot cut at ``cut``."""
-    copy = UnitCopy(ChangelogImage())
+    copy = UnitCopy(ChangelogImage(), ChangelogImage)
     copy.pending.extend(_decoded([(k, v, 0) for batch in log for k, v in batch]))
     _apply_until(copy, cut)
     image = copy.state
@@ -152,3 +155,15 @@ def test_holds_below_the_floor_are_never_acked_and_their_results_are_counted() -
     [result] = a.advance(10)  # [5, 10): k's has slot 8, j's only slot 6
     assert result.value.key == "k" and result.value.value == 5 and a.replayed == 2
     assert a.take_holds() == ([], [8])
+
+
+def test_a_copy_read_too_long_ago_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction may since have removed deletions it never read, with their records."""
+    copy = UnitCopy(ChangelogImage(), ChangelogImage, position=40, read_at=time.monotonic())
+    stale = copy.state
+    copy.start_over_if_outlived()
+    assert copy.state is stale and copy.position == 40
+    later = time.monotonic() + CHANGELOG_DELETE_RETENTION_MS / 1000
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    copy.start_over_if_outlived()
+    assert copy.state is not stale and copy.position == 0 and copy.read_at is None

@@ -344,12 +344,21 @@ def partition_state(
     if fresh is None:
         return None, None, _NO_CATCHUP
     topic = ctx.spec.topics.state(ctx.spec.stage.id)
+    cached = _states.peek(key)
+    if cached is not None and cached[1].outlived_deletions:
+        # Deletions it never read may be compacted away: only a read from the start is sure.
+        _states.discard(key)
     state, reader = _states.get(
         key, lambda: (fresh, ChangelogReader(ctx.bootstrap, topic, partition))
     )
     started = time.perf_counter()
-    records = reader.catch_up()
-    apply_changelog(state, records)
+    try:
+        records = reader.catch_up()
+        apply_changelog(state, records)
+    except BaseException:
+        # Half applied, and the reader already past it: a retry must start over.
+        _states.discard(key)
+        raise
     state.take_changed()  # replayed state is already in the changelog
     return (
         state,
