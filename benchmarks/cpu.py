@@ -12,7 +12,8 @@ import os
 __all__ = ["cpu_seconds", "print_cpu"]
 
 _ROLES = (
-    ("runners.spark.daemon", "python workers (stage tasks)"),
+    # Not the bare module name: the Spark JVM's command line names it in its settings.
+    ("-m framework.runners.spark.daemon", "python workers (stage tasks)"),
     ("pyspark.daemon", "python workers (stage tasks)"),
     ("pyspark/daemon", "python workers (stage tasks)"),
     ("#zookeeper", "zookeeper"),
