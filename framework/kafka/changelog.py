@@ -36,7 +36,7 @@ from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
 from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 
-__all__ = ["ChangelogReader"]
+__all__ = ["ChangelogReader", "outlived_deletions"]
 
 _SETTLE_S = 5.0
 
@@ -71,6 +71,15 @@ def _consumer(bootstrap: str, isolation: str) -> Consumer:
     return _consumers.get((bootstrap, isolation), lambda: Consumer(secured(config)))
 
 
+def outlived_deletions(read_at: float | None) -> bool:
+    """Whether compaction may have removed deletions a reader that last read at
+    ``read_at`` (monotonic; None: never) did not read: longer ago than half of
+    `CHANGELOG_DELETE_RETENTION_MS`. The record a deletion cancels may then be gone from
+    the log while the reader's state still holds it: only a new state read from the start
+    is sure."""
+    return read_at is not None and time.monotonic() - read_at > CHANGELOG_DELETE_RETENTION_MS / 2000
+
+
 class ChangelogReader:
     """Reads one changelog partition incrementally: each `catch_up` returns what is new."""
 
@@ -102,13 +111,8 @@ class ChangelogReader:
 
     @property
     def outlived_deletions(self) -> bool:
-        """Whether compaction may have removed deletions this reader never read: it read
-        last more than half of `CHANGELOG_DELETE_RETENTION_MS` ago. Then the record a
-        deletion cancels may be gone from the log while the reader's state still holds it:
-        only a new state read from the start is sure."""
-        if self.position is None or self.read_at is None:
-            return False
-        return time.monotonic() - self.read_at > CHANGELOG_DELETE_RETENTION_MS / 2000
+        """`outlived_deletions` of this reader's last read (never: it read nothing)."""
+        return self.position is not None and outlived_deletions(self.read_at)
 
     @staticmethod
     def close_cached() -> None:

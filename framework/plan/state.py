@@ -112,9 +112,11 @@ def changelog_records(state: StageState) -> list[tuple[bytes, bytes | None]]:
     return records
 
 
-def plain_meta(meta: Meta) -> PlainMeta:
-    """An item's meta as a changelog key holds it (its tombstone flag is always clear)."""
-    return (tuple(meta.gt), meta.child_ids, meta.trace)  # type: ignore[return-value]
+def plain_meta(meta: Meta | tuple[Any, ...]) -> PlainMeta:
+    """An item's meta (a `Meta` or its plain form, as a snapshot holds it) as a changelog
+    key holds it: global time, child ids, trace (its tombstone flag is always clear)."""
+    slot, front, offset = meta[0]
+    return ((int(slot), int(front), int(offset)), tuple(meta[1]), int(meta[2]))
 
 
 def _plain_state(state: tuple[Any, ...] | None) -> Any:

@@ -43,6 +43,7 @@ from confluent_kafka import Consumer, TopicPartition
 from framework.core.grouping import Grouping
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import DeadlineExceeded
+from framework.kafka.changelog import outlived_deletions
 from framework.kafka.clients import (
     QUICK_END,
     authentic_message,
@@ -53,7 +54,6 @@ from framework.kafka.clients import (
     new_consumer,
     where,
 )
-from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 from framework.plan.state import ChangelogImage, Replayable, apply_changelog, apply_record
 from framework.wire.changelog import MIN_TIME, read_record
 
@@ -76,12 +76,9 @@ class UnitCopy:
     read_at: float | None = None  # when (monotonic) the last catch-up read it
 
     def start_over_if_outlived(self) -> None:
-        """A fresh state read from the start if the last read was so long ago that
-        compaction may have removed deletions it never read (a grouping's item gone),
-        with the record each deletion cancels (`CHANGELOG_DELETE_RETENTION_MS`)."""
-        if self.read_at is None:
-            return
-        if time.monotonic() - self.read_at > CHANGELOG_DELETE_RETENTION_MS / 2000:
+        """A fresh state read from the start if the last read `outlived_deletions` (a
+        grouping's item gone, with the record its deletion cancels)."""
+        if outlived_deletions(self.read_at):
             self.state, self.position, self.read_at = self.fresh(), 0, None
             self.pending.clear()
 

@@ -33,7 +33,7 @@ from framework.snapshots.units import (
     unit_label,
     unit_name,
 )
-from framework.wire.changelog import BUCKET, ITEM, bucket_record, read_record
+from framework.wire.changelog import BUCKET, bucket_record, read_record
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
@@ -161,11 +161,7 @@ class _Seed:
     ) -> None:
         self.graph, self.record, self.backend = graph, record, backend
         self.topic, self.into = topic, into
-        self.stale = _committed_keys(bootstrap, topic, into)
-        if grouping:
-            # A grouping's records are items; anything else goes, compacted away in time.
-            for found in self.stale:
-                found.update({k: (k, None) for k in found})
+        self.stale = _committed_keys(bootstrap, topic, into, grouping=grouping)
 
     def write(self, txn: TransactionalProducer, node: Node, count: int) -> int:
         """Produce the records of the node's ``count`` units; how many."""
@@ -237,10 +233,12 @@ def _partitions(record: SnapshotRecord, node: str) -> int:
 
 
 def _committed_keys(
-    bootstrap: str, topic: str, partitions: int
+    bootstrap: str, topic: str, partitions: int, *, grouping: bool
 ) -> list[dict[bytes, tuple[bytes, bytes | None]]]:
-    """Per partition, the Kafka keys of a bucket or an item committed in ``topic`` now,
-    each with the record that deletes it (a grouping's item: a Kafka tombstone)."""
+    """Per partition, the Kafka keys with a committed record in ``topic`` now, each with
+    the record that deletes it: a grouping's, whatever they hold, a Kafka tombstone (its
+    records are items; anything else goes, compacted away in time, and nothing is
+    decoded); an aggregate's bucket, its record of None."""
     keys: list[dict[bytes, tuple[bytes, bytes | None]]] = [{} for _ in range(partitions)]
     for msg in read_to_end(bootstrap, topic, partitions):
         kafka_key, value = bytes(msg.key() or b""), msg.value()
@@ -248,11 +246,11 @@ def _committed_keys(
             continue
         found = keys[msg.partition() or 0]
         if value is None:
-            found.pop(kafka_key, None)  # an item already deleted
-            continue
-        kind, key, _ = read_record(kafka_key, value)
-        if kind == ITEM:
+            found.pop(kafka_key, None)  # already deleted
+        elif grouping:
             found[kafka_key] = (kafka_key, None)
-        elif kind == BUCKET:
-            found[kafka_key] = bucket_record(key, None)
+        else:
+            kind, key, _ = read_record(kafka_key, value)
+            if kind == BUCKET:
+                found[kafka_key] = bucket_record(key, None)
     return keys

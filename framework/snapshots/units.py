@@ -25,6 +25,7 @@ from typing import Any
 
 from framework.core.windows import Aggregation
 from framework.errors import DecodeError, Unauthenticated
+from framework.plan.state import plain_meta
 from framework.wire.auth import MAC_HEADER, current
 from framework.wire.changelog import (
     PlainMeta,
@@ -185,17 +186,11 @@ def keyed_records(
         items, early = parts
         at: dict[PlainMeta, tuple[list[Any], list[Any]]] = {}
         for meta, value in items:
-            at.setdefault(_item_meta(meta), ([], []))[0].append(value)
+            at.setdefault(plain_meta(meta), ([], []))[0].append(value)
         for meta, value in early:
-            at.setdefault(_item_meta(meta), ([], []))[1].append(value)
+            at.setdefault(plain_meta(meta), ([], []))[1].append(value)
         records.extend((key, item_record(key, meta, *found)) for meta, found in at.items())
     return records
-
-
-def _item_meta(meta: Any) -> PlainMeta:
-    """A saved item's meta as its changelog key holds it (`item_record`)."""
-    slot, front, offset = meta[0]
-    return ((int(slot), int(front), int(offset)), tuple(meta[1]), int(meta[2]))
 
 
 def aggregate_records(
