@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
+
+from framework.runners.spark.daemon import installed_zips_last
 
 _PROBE = """
 import sys
@@ -23,3 +27,49 @@ def test_the_preload_imports_the_task_modules_silently_and_starts_no_thread() ->
     )
     assert done.stdout == ""
     assert done.stderr == "[] 1"
+
+
+def _pyspark_lib() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent / "python" / "lib"
+
+
+def test_the_installed_pysparks_own_zips_go_last_and_others_stay() -> None:
+    # zipimport compiles every module from source in every worker; the installed package
+    # holds the same modules compiled.
+    own = sorted(str(p) for p in _pyspark_lib().glob("*.zip"))
+    assert own, "pip's pyspark ships pyspark.zip and py4j's zip"
+    site = str(_pyspark_lib().parents[2])
+    other = "/opt/spark/python/lib/pyspark.zip"
+    path = [*own, other, site, "/somewhere"]
+    assert installed_zips_last(path) == [other, site, "/somewhere", *own]
+
+
+def test_without_an_installed_pyspark_the_path_is_kept() -> None:
+    own = [str(p) for p in _pyspark_lib().glob("*.zip")]
+    path = [*own, "/nowhere"]
+    assert installed_zips_last(path) == path
+
+
+def test_the_daemons_workers_import_pyspark_installed_not_from_the_zips() -> None:
+    own = os.pathsep.join(str(p) for p in _pyspark_lib().glob("*.zip"))
+    probe = (
+        "import sys, runpy\n"
+        "from framework.runners.spark import daemon\n"
+        "sys.path[:] = daemon.installed_zips_last(sys.path)\n"
+        "daemon._preload()\n"
+        "import pyspark\n"
+        "sys.stderr.write(pyspark.__file__)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": own}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ".zip" not in done.stderr and done.stderr.endswith("__init__.py")
