@@ -30,6 +30,7 @@ _FRAME = re.compile(r"^(?P<fn>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _PROCESS = re.compile(r'^process \d+:"(?P<cmd>.*)"$')
 
 _ROLES = (
+    ("framework.runners.spark.daemon", "spark python worker"),
     ("pyspark.daemon", "spark python worker"),
     ("pyspark/daemon", "spark python worker"),
     ("pyspark/worker", "spark python worker"),
