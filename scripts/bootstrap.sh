@@ -67,3 +67,7 @@ flamepipe_jar(settings.cache_dir)
 # The schema registry the tests (and `flamepipe up --registry-port`) start.
 registry_dist(settings.cache_dir)
 PY
+
+# The Spark driver's class archive: built once (~30 s), every Spark start after it ~2x faster.
+.venv/bin/python -m framework.runners.spark.class_archive \
+  || say "no class archive: Spark sessions start without one (slower, nothing else changes)"
