@@ -14,7 +14,7 @@ installed with their compiled bytecode; zipimport compiles every module from sou
 once to name its file, once to run it), in every daemon and every forked worker. Measured:
 ``import pyspark.worker`` took 1.0-1.3 CPU-s from the zips, 0.2 s installed, and in a
 continuous word count's profile zipimport was about a sixth of the Python workers' samples.
-So when the zips are the installed package's own, the daemon puts them last on its path
+So when the zips are the installed package's own, the daemon takes them off its path
 (same code, compiled once), and it imports ``pyspark.worker`` before forking, which every
 worker would otherwise import after its fork.
 
@@ -31,7 +31,7 @@ import importlib.machinery
 import sys
 from pathlib import Path
 
-__all__ = ["installed_zips_last"]
+__all__ = ["without_installed_zips"]
 
 _PRELOADED = (
     "framework.runners.spark.tasks",
@@ -42,17 +42,25 @@ _PRELOADED = (
 )
 
 
-def installed_zips_last(path: list[str]) -> list[str]:
-    """``path`` with the zips of the installed pyspark's own ``python/lib`` moved to its end
-    (a cluster's SPARK_HOME zips, which may differ from what is installed, stay where they
-    are)."""
+def without_installed_zips(path: list[str]) -> list[str]:
+    """``path`` without the zips of the installed pyspark's own ``python/lib`` when pyspark
+    and py4j are both installed, else with those zips moved to its end; a cluster's
+    SPARK_HOME zips, which may differ from what is installed, stay where they are.
+
+    Dropped rather than kept last: every task's worker calls
+    ``importlib.invalidate_caches()`` (``pyspark.worker_util.setup_spark_files``), which
+    reads each zip's directory again (pyspark.zip: ~1 000 entries).
+    """
     plain = [p for p in path if not p.endswith(".zip")]
     spec = importlib.machinery.PathFinder.find_spec("pyspark", plain)
     if spec is None or spec.origin is None:
         return path
     own = Path(spec.origin).resolve().parent / "python" / "lib"
     zips = [p for p in path if p.endswith(".zip") and Path(p).resolve().parent == own]
-    return [p for p in path if p not in zips] + zips
+    rest = [p for p in path if p not in zips]
+    if importlib.machinery.PathFinder.find_spec("py4j", plain) is not None:
+        return rest
+    return rest + zips
 
 
 def _preload() -> None:
@@ -63,7 +71,10 @@ def _preload() -> None:
 
 if __name__ == "__main__":
     if "pyspark" not in sys.modules:
-        sys.path[:] = installed_zips_last(sys.path)
+        sys.path[:] = without_installed_zips(sys.path)
+        for entry in [p for p in sys.path_importer_cache if p.endswith(".zip")]:
+            if entry not in sys.path:
+                del sys.path_importer_cache[entry]
     _preload()
     from pyspark.daemon import manager
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from framework.runners.spark.daemon import installed_zips_last
+from framework.runners.spark.daemon import without_installed_zips
 
 _PROBE = """
 import sys
@@ -35,7 +35,7 @@ def _pyspark_lib() -> Path:
     return Path(pyspark.__file__).resolve().parent / "python" / "lib"
 
 
-def test_the_installed_pysparks_own_zips_go_last_and_others_stay() -> None:
+def test_the_installed_pysparks_own_zips_go_and_others_stay() -> None:
     # zipimport compiles every module from source in every worker; the installed package
     # holds the same modules compiled.
     own = sorted(str(p) for p in _pyspark_lib().glob("*.zip"))
@@ -43,13 +43,13 @@ def test_the_installed_pysparks_own_zips_go_last_and_others_stay() -> None:
     site = str(_pyspark_lib().parents[2])
     other = "/opt/spark/python/lib/pyspark.zip"
     path = [*own, other, site, "/somewhere"]
-    assert installed_zips_last(path) == [other, site, "/somewhere", *own]
+    assert without_installed_zips(path) == [other, site, "/somewhere"]
 
 
 def test_without_an_installed_pyspark_the_path_is_kept() -> None:
     own = [str(p) for p in _pyspark_lib().glob("*.zip")]
     path = [*own, "/nowhere"]
-    assert installed_zips_last(path) == path
+    assert without_installed_zips(path) == path
 
 
 def test_the_daemons_workers_import_pyspark_installed_not_from_the_zips() -> None:
@@ -57,7 +57,7 @@ def test_the_daemons_workers_import_pyspark_installed_not_from_the_zips() -> Non
     probe = (
         "import sys, runpy\n"
         "from framework.runners.spark import daemon\n"
-        "sys.path[:] = daemon.installed_zips_last(sys.path)\n"
+        "sys.path[:] = daemon.without_installed_zips(sys.path)\n"
         "daemon._preload()\n"
         "import pyspark\n"
         "sys.stderr.write(pyspark.__file__)\n"
