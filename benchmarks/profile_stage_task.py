@@ -6,7 +6,13 @@ changelog catch-up a task would pay to read back what it wrote itself. Reported 
 items per CPU second (process time, so other load on the machine counts less); with
 ``--profile`` also cProfile's top functions.
 
-Run: ``.venv/bin/python benchmarks/profile_stage_task.py [lines] [words-per-line] [--profile]``
+``--windowed``: the peer benchmark's windowed count (`windowed_counts`: a combinable
+``aggregate`` whose windows all complete at the end of the batch) instead of word_pairs.
+``--group-only``: profile the second stage only; ``--cumulative``, ``--callers``: how
+cProfile's table is sorted, and its callers.
+
+Run: ``.venv/bin/python benchmarks/profile_stage_task.py [lines] [words-per-line] [--profile]
+[--windowed]``
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import pyarrow as pa
 
 from framework.core.graph import Kind
 from framework.demos.text import generate_lines
-from framework.demos.wordcount import word_pairs
+from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.state import apply_changelog
@@ -84,6 +90,27 @@ def timed(what: Callable[[], Any]) -> tuple[Any, float]:
     return result, time.process_time() - start
 
 
+def _programs(windowed: bool) -> tuple[Any, StageProgram, StageProgram, Any]:
+    build = windowed_counts if windowed else word_pairs
+    graph = build("prof", "lines", "out", partitions=PARTITIONS).graph()
+    sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
+    first, second = plan_stages(graph, sources)
+    partitions = {e.topic: PARTITIONS for s in (first, second) for e in s.exits.values()}
+    partitions["out"] = PARTITIONS  # the sink's topic
+    source_decoder = graph.node(first.entry).endpoint
+    one = StageProgram(StageSpec(graph, first, partitions, PARTITIONS, source_decoder))
+    two = StageProgram(StageSpec(graph, second, partitions, PARTITIONS, None))
+    return graph, one, two, second
+
+
+def _lines(count: int, per_line: int, per_ms: int) -> list[InRecord]:
+    texts = [f"{i} {t}" for i, t in enumerate(generate_lines(count, per_line))]
+    return [
+        InRecord("lines", 0, i, 1_700_000_000_000 + i // per_ms, None, t.encode())
+        for i, t in enumerate(texts)
+    ]
+
+
 def main() -> None:
     gc.disable()  # as the executor runs a task
     install(Keyring((os.urandom(32),)))  # a stage task installs its pipeline's keyring
@@ -91,33 +118,31 @@ def main() -> None:
     profile = "--profile" in sys.argv
     lines_n = int(args[0]) if args else 20_000
     per_line = int(args[1]) if len(args) > 1 else 10
-    graph = word_pairs("prof", "lines", "out", partitions=PARTITIONS).graph()
-    sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
-    first, second = plan_stages(graph, sources)
+    windowed = "--windowed" in sys.argv
+    graph, one, two, second = _programs(windowed)
     topics = Topics("prof")
-    partitions = {e.topic: PARTITIONS for s in (first, second) for e in s.exits.values()}
-    partitions["out"] = PARTITIONS  # the sink's topic
-    source_decoder = graph.node(first.entry).endpoint
-    one = StageProgram(StageSpec(graph, first, partitions, PARTITIONS, source_decoder))
-    two = StageProgram(StageSpec(graph, second, partitions, PARTITIONS, None))
-    texts = [f"{i} {t}" for i, t in enumerate(generate_lines(lines_n, per_line))]
-    lines = [
-        InRecord("lines", 0, i, 1_700_000_000_000 + i // 50, None, t.encode())
-        for i, t in enumerate(texts)
-    ]
-    profiler = cProfile.Profile() if profile else None
+    per_ms = 10 if windowed else 50  # the peer benchmark's backlog: 10 000 lines/s
+    lines = _lines(lines_n, per_line, per_ms)
+    profiler = cProfile.Profile(time.process_time) if profile else None
+
+    # Min time past every window: an aggregate emits all of them in the same call.
+    done = (1_700_000_000_000 + lines_n) // graph.delta_ms + 100_000
 
     def run(program: StageProgram, rows: pa.RecordBatch, grouping: Any, topic: str) -> TaskResult:
         if profiler is not None:
             profiler.enable()
         try:
-            return program.run(read_records(iter([rows]), topic), grouping, 1, 1)
+            records = read_records(iter([rows]), topic)
+            return program.run(records, grouping, 1, 1, min_slot=done, partition=0)
         finally:
             if profiler is not None:
                 profiler.disable()
 
     words = lines_n * per_line
+    only_group = "--group-only" in sys.argv
+    profiling, profiler = profiler, (None if only_group else profiler)
     source, took = timed(lambda: run(one, arrow_batch(lines), None, "lines"))
+    profiler = profiling
     print(f"source stage: {words} words in {took:.2f} s: {words / took:,.0f} words/s")
     shuffle = as_input(source.records, topics.shuffle(second.entry))
     print(f"  shuffle records: {sum(len(v) for v in shuffle.values())}")
@@ -147,7 +172,14 @@ def main() -> None:
         f"(+{changelog_s:.2f} s changelog replay)"
     )
     if profiler is not None:
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+        _report(profiler)
+
+
+def _report(profiler: cProfile.Profile) -> None:
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative" if "--cumulative" in sys.argv else "tottime").print_stats(25)
+    if "--callers" in sys.argv:
+        stats.print_callers(12)
 
 
 if __name__ == "__main__":
