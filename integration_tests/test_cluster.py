@@ -987,3 +987,35 @@ def _graph(user_dir: Path, pipeline: str, app: str, source: str, sink: str) -> A
         sys.path.remove(str(user_dir))
         for name in ("jobs", "wordtools"):
             sys.modules.pop(name, None)
+
+
+_EXECUTOR_PROBE = """
+import sys, time
+from pathlib import Path
+from framework.config import Settings
+from framework.runners.spark import spark_session
+from integration_tests.harness.processes import executor_pids
+settings = Settings.load().with_(spark_master=sys.argv[1])
+spark = spark_session(settings, "class-archive-probe")
+spark.range(100).repartition(4).count()
+pids = executor_pids(Path(sys.argv[2]))
+maps = [open(f"/proc/{pid}/maps").read() for pid in pids]
+spark.stop()
+sys.stdout.write(" ".join("mapped" if sys.argv[3] in m else "unmapped" for m in maps))
+"""
+
+
+def test_the_clusters_executors_map_their_class_archive(cluster: Settings) -> None:
+    from framework.runners.spark.class_archive import build_executor_archive
+
+    archive = build_executor_archive(cluster)  # bootstrap built it already, or now
+    assert archive is not None, "the executors' class archive could not be built (see the log)"
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _EXECUTOR_PROBE, cluster.spark_master, str(cluster.state_dir),
+         str(archive)],
+        capture_output=True, text=True, timeout=300, check=False, cwd=root,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    # Every executor of the app (one per worker) maps it: -Xshare:auto would run without.
+    assert done.stdout.split() == ["mapped", "mapped"]

@@ -68,6 +68,7 @@ flamepipe_jar(settings.cache_dir)
 registry_dist(settings.cache_dir)
 PY
 
-# The Spark driver's class archive: built once (~30 s), every Spark start after it ~2x faster.
+# Class archives of Spark's driver and of the embedded cluster's executors: built once
+# (~90 s), every Spark start after them ~2x faster.
 .venv/bin/python -m framework.runners.spark.class_archive \
   || say "no class archive: Spark sessions start without one (slower, nothing else changes)"

@@ -11,11 +11,14 @@ Protocol:
 1. An archive is named by the digest of what decides whether a JVM can use it (the java
    binary, the class path, what the caller adds), under ``<cache>/jvm``; a JVM started
    the same way next time finds it.
-2. A JVM uses an archive only once it is complete: `dump_flags` makes the JVM write it at
+2. A JVM uses an archive only once it is whole: `dump_flags` makes the JVM write it at
    exit under a temporary name (``-XX:ArchiveClassesAtExit``), and `publish` renames it
-   once that JVM has exited (a JVM killed mid-write leaves only the temporary file). With
-   ``-Xshare:auto`` a JVM whose archive does not match after all (another JDK build,
-   another class path) runs without it, as it would with none.
+   once that JVM has exited and a JVM on the same class path mapped it with every
+   region's checksum verified (``-Xshare:on -XX:+VerifySharedSpaces``). That check is not
+   optional: a truncated archive (its writer killed mid-write) crashes every JVM that maps
+   it with SIGBUS, ``-Xshare:auto`` or not (measured). With ``-Xshare:auto`` a JVM whose
+   whole archive does not match (another JDK build, another class path) runs without it,
+   as it would with none.
 3. A JVM whose archive is missing starts without one and writes none: archives are built
    deliberately (``make bootstrap``; `framework.runners.spark.class_archive` for the Spark
    driver), never by the runs whose start they would slow down.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,9 +87,27 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def publish(partial: Path, archive: Path, jvm_pid: int, timeout_s: float = 120.0) -> bool:
-    """Step 2: wait for the JVM ``jvm_pid`` to exit, then rename what it wrote to
-    ``archive``; False (and nothing renamed) if it did not exit in time or wrote nothing."""
+def _maps(partial: Path, classpath: str) -> str | None:
+    """None if a JVM on ``classpath`` maps ``partial`` with every checksum right, else why
+    not."""
+    cmd = [java_executable(), f"-XX:SharedArchiveFile={partial}", "-Xshare:on"]
+    cmd += ["-XX:+VerifySharedSpaces", "-cp", classpath, "-version"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired, StackError) as exc:
+        return str(exc)
+    if done.returncode == 0:
+        return None
+    lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip("# ")]
+    return f"exit {done.returncode}: {lines[-1] if lines else 'no output'}"
+
+
+def publish(
+    partial: Path, archive: Path, jvm_pid: int, classpath: str, timeout_s: float = 120.0
+) -> bool:
+    """Step 2: wait for the JVM ``jvm_pid`` (class path ``classpath``) to exit, check what
+    it wrote, then rename it to ``archive``; False (and nothing renamed) if it did not exit
+    in time, wrote nothing, or wrote what a JVM cannot map."""
     deadline = time.monotonic() + timeout_s
     while _alive(jvm_pid):
         if time.monotonic() > deadline:
@@ -95,6 +117,11 @@ def publish(partial: Path, archive: Path, jvm_pid: int, timeout_s: float = 120.0
         time.sleep(0.1)
     if not partial.is_file() or partial.stat().st_size == 0:
         _log.warning("JVM %d wrote no class archive at %s", jvm_pid, partial)
+        return False
+    broken = _maps(partial, classpath)
+    if broken is not None:
+        _log.warning("the class archive JVM %d wrote is not usable (%s)", jvm_pid, broken)
+        partial.unlink(missing_ok=True)
         return False
     os.replace(partial, archive)
     _log.info("class archive %s (%.0f MB)", archive, archive.stat().st_size / 1e6)

@@ -3,11 +3,13 @@ used only when complete, published only after the JVM that wrote them exited."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from framework.local.class_archives import archive_path, dump_flags, publish, use_flags
+from framework.local.tools import java_executable
 
 
 def test_an_archive_is_named_by_its_inputs(tmp_path: Path) -> None:
@@ -35,31 +37,44 @@ def test_a_dump_goes_to_a_temporary_name(tmp_path: Path) -> None:
     assert partial != archive and partial.parent == archive.parent
 
 
-def test_publish_waits_for_the_writer_to_exit_before_the_archive_takes_its_name(
+def _java_writing(partial: Path, classpath: str) -> subprocess.Popen[bytes]:
+    """A real JVM that writes a (small) class archive to ``partial`` as it exits."""
+    flags, _ = dump_flags(partial)  # the quiet flags; the path is given explicitly below
+    quiet = [f for f in flags if f.startswith("-Xlog")]
+    cmd = [java_executable(), f"-XX:ArchiveClassesAtExit={partial}", *quiet]
+    return subprocess.Popen([*cmd, "-cp", classpath, "-version"], stderr=subprocess.DEVNULL)
+
+
+def test_an_archive_takes_its_name_once_its_jvm_exited_and_a_jvm_maps_it(
     tmp_path: Path,
 ) -> None:
     archive = archive_path(tmp_path, "r", ["x"])
     _, partial = dump_flags(archive)
-    # A stand-in for the JVM: writes its archive as it exits, after a while.
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import time, pathlib; time.sleep(1); pathlib.Path({str(partial)!r})"
-            ".write_bytes(b'classes')",
-        ]
-    )
-    assert not archive.exists()
-    published = publish(partial, archive, writer.pid, timeout_s=30)
-    writer.wait()
-    assert published and archive.read_bytes() == b"classes" and not partial.exists()
+    writer = _java_writing(partial, str(tmp_path))
+    assert publish(partial, archive, writer.pid, str(tmp_path), timeout_s=60)
+    assert writer.wait() == 0
+    assert archive.stat().st_size > 0 and not partial.exists()
+    assert use_flags(archive)
+
+
+def test_a_truncated_archive_is_never_published(tmp_path: Path) -> None:
+    # A JVM mapping a truncated archive dies of SIGBUS, -Xshare:auto or not.
+    archive = archive_path(tmp_path, "r", ["x"])
+    _, partial = dump_flags(archive)
+    writer = _java_writing(partial, str(tmp_path))
+    assert writer.wait() == 0
+    whole = partial.read_bytes()
+    partial.chmod(0o644)
+    partial.write_bytes(whole[: len(whole) // 2])
+    assert not publish(partial, archive, writer.pid, str(tmp_path), timeout_s=60)
+    assert not archive.exists() and not partial.exists()
 
 
 def test_nothing_is_published_when_the_writer_wrote_nothing(tmp_path: Path) -> None:
     archive = archive_path(tmp_path, "r", ["x"])
     _, partial = dump_flags(archive)
     gone = 2**22 + 7  # above Linux's largest pid: a writer that has exited
-    assert not publish(partial, archive, gone, timeout_s=5)
+    assert not publish(partial, archive, gone, str(tmp_path), timeout_s=5)
     assert not archive.exists()
 
 
@@ -69,7 +84,7 @@ def test_nothing_is_published_when_the_writer_does_not_exit_in_time(tmp_path: Pa
     partial.write_bytes(b"half")
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        assert not publish(partial, archive, writer.pid, timeout_s=0.5)
+        assert not publish(partial, archive, writer.pid, str(tmp_path), timeout_s=0.5)
     finally:
         writer.kill()
         writer.wait()
@@ -77,8 +92,6 @@ def test_nothing_is_published_when_the_writer_does_not_exit_in_time(tmp_path: Pa
 
 
 def test_only_the_newest_archives_of_a_role_are_kept(tmp_path: Path) -> None:
-    import os
-
     olds = [archive_path(tmp_path, "r", [str(n)]) for n in range(4)]
     other = archive_path(tmp_path, "other", ["0"])
     for n, old in enumerate([*olds, other]):
@@ -87,7 +100,8 @@ def test_only_the_newest_archives_of_a_role_are_kept(tmp_path: Path) -> None:
         os.utime(old, (1_000 + n, 1_000 + n))
     archive = archive_path(tmp_path, "r", ["new"])
     _, partial = dump_flags(archive)
-    partial.write_bytes(b"classes")
-    assert publish(partial, archive, 2**22 + 7, timeout_s=5)
+    writer = _java_writing(partial, str(tmp_path))
+    assert publish(partial, archive, writer.pid, str(tmp_path), timeout_s=60)
+    writer.wait()
     assert sorted(p for p in olds if p.exists()) == sorted(olds[2:])
     assert archive.exists() and other.exists()

@@ -1,18 +1,23 @@
-"""Building the Spark driver's class-data archive (`framework.local.class_archives`).
+"""Building the class-data archives of Spark's JVMs (`framework.local.class_archives`):
+the driver's, and the executors' of the embedded standalone cluster.
 
 Once per machine and jar set (``make bootstrap`` runs it); every later `spark_session`
-maps it, which takes a local session's start from 8.6-9.5 s to 4.9-5.2 s on 2 cores:
+maps the driver's, which takes a local session's start from 8.6-9.5 s to 4.9-5.2 s on 2
+cores, and executors on a cluster of `framework.local.stack` map theirs:
 
     python -m framework.runners.spark.class_archive
 
 Protocol of `build_driver_archive`:
 
 1. If the archive for these settings exists, there is nothing to do.
-2. A child process starts a local session that writes its classes at exit
-   (`spark_session(dump_classes=...)`), runs what a pipeline's start runs (a DataFrame
-   job, a ``mapInArrow`` job in a Python worker, a streaming query), prints its JVM's pid
-   and stops; its JVM writes the archive as it exits after the child.
-3. `publish`: once that JVM has exited, the archive takes its name. A failure logs why
+2. A child process starts a session whose driver (a local session,
+   `spark_session(dump_classes=...)`) or whose executors (on a one-worker cluster of its
+   own, ``spark.executor.extraJavaOptions``) write their classes at exit, runs what a
+   pipeline's start runs (a DataFrame job, a ``mapInArrow`` job in a Python worker, a
+   streaming query), prints the JVM's pid and class path and stops; the JVM writes the
+   archive as it exits.
+3. `publish`: once that JVM has exited and a JVM on its class path maps what it wrote,
+   the archive takes its name. A failure logs why
    and leaves no archive: sessions then start without one, only slower.
 """
 
@@ -21,15 +26,22 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from framework.config import Settings
 from framework.local.class_archives import dump_flags, publish
-from framework.runners.spark.session import driver_class_archive, spark_session
+from framework.local.provision import free_port
+from framework.local.stack import LocalStack
+from framework.runners.spark.session import (
+    driver_class_archive,
+    executor_class_archive,
+    spark_session,
+)
 
-__all__ = ["build_driver_archive"]
+__all__ = ["build_driver_archive", "build_executor_archive"]
 
 _log = logging.getLogger(__name__)
 _PID = "jvm-pid "
@@ -37,16 +49,44 @@ _MODULE = "framework.runners.spark.class_archive"
 
 
 def build_driver_archive(settings: Settings, timeout_s: float = 300.0) -> Path | None:
-    """Steps 1-3: the driver's class archive for ``settings``, built if missing; None if
-    it could not be built."""
+    """Steps 1-3 for the driver: its class archive for ``settings``, built if missing;
+    None if it could not be built."""
     archive = driver_class_archive(settings)
     if archive.is_file():  # Step 1
         return archive
-    _log.info("building the Spark driver's class archive (once, ~20 s)")
+    _log.info("building the Spark driver's class archive (once, ~30 s)")
+    return _build(archive, ["driver"], timeout_s)
+
+
+def build_executor_archive(settings: Settings, timeout_s: float = 300.0) -> Path | None:
+    """Steps 1-3 for the executors of an embedded cluster (`framework.local.stack`):
+    their class archive, built if missing on a one-worker cluster of its own; None if it
+    could not be built."""
+    archive = executor_class_archive(settings)
+    if archive.is_file():  # Step 1
+        return archive
+    _log.info("building the Spark executors' class archive (once, ~60 s)")
+    with tempfile.TemporaryDirectory(prefix="flamepipe-class-archive-") as state:
+        cluster = settings.with_(
+            state_dir=Path(state),
+            kafka_port=free_port(),
+            controller_port=free_port(),
+            zookeeper_port=free_port(),
+            spark_master_port=free_port(),
+            spark_workers=1,
+            spark_worker_cores=1,
+            registry_port=0,
+        )
+        stack = LocalStack(cluster, quiet=True)
+        with stack:
+            return _build(archive, ["executor", stack.master_url], timeout_s)
+
+
+def _build(archive: Path, child: list[str], timeout_s: float) -> Path | None:
     flags, partial = dump_flags(archive)
     try:  # Step 2
         done = subprocess.run(
-            [sys.executable, "-m", _MODULE, "--child", *flags],
+            [sys.executable, "-m", _MODULE, "--child", *child, *flags],
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -54,24 +94,25 @@ def build_driver_archive(settings: Settings, timeout_s: float = 300.0) -> Path |
         )
     except subprocess.TimeoutExpired:
         _log.warning("the class archive's session did not finish in %.0f s", timeout_s)
+        partial.unlink(missing_ok=True)
         return None
-    pids = [ln[len(_PID) :] for ln in done.stdout.splitlines() if ln.startswith(_PID)]
-    if done.returncode != 0 or not pids:
+    found = [ln.split(" ", 2)[1:] for ln in done.stdout.splitlines() if ln.startswith(_PID)]
+    if done.returncode != 0 or not found or len(found[-1]) != 2:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         _log.warning("no class archive: its session failed (%s)", tail[0])
         partial.unlink(missing_ok=True)
         return None
-    return archive if publish(partial, archive, int(pids[-1]), timeout_s) else None  # Step 3
+    pid, classpath = found[-1]
+    # Step 3
+    return archive if publish(partial, archive, int(pid), classpath, timeout_s) else None
 
 
 def _same(batches: Iterator[Any]) -> Iterator[Any]:
     yield from batches
 
 
-def _child(flags: list[str]) -> None:
-    settings = Settings.load().with_(spark_master="local[2]")
-    spark = spark_session(settings, "flamepipe-class-archive", dump_classes=flags)
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[union-attr]
+def _workload(spark: Any) -> None:
+    """What a pipeline's start runs: a shuffle, Arrow to a Python worker, a stream."""
     df = spark.range(1000).selectExpr("id", "id % 7 AS k", "cast(id AS string) AS s")
     df.groupBy("k").count().collect()
     df.mapInArrow(_same, df.schema).count()
@@ -85,18 +126,52 @@ def _child(flags: list[str]) -> None:
     )
     query.processAllAvailable()
     query.stop()
+
+
+def _executor(marker: str) -> tuple[int, str]:
+    """The pid and class path of the executor JVM whose command line names ``marker``."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "org.apache.spark.executor.CoarseGrainedExecutorBackend" in argv and any(
+            marker in a for a in argv
+        ):
+            return int(proc.name), argv[argv.index("-cp") + 1]
+    raise RuntimeError(f"no executor JVM with {marker} in its command line")
+
+
+def _child(role: str, args: list[str]) -> None:
+    settings = Settings.load()
+    if role == "driver":
+        flags = args
+        spark = spark_session(
+            settings.with_(spark_master="local[2]"), "flamepipe-class-archive", dump_classes=flags
+        )
+        jvm: Any = spark.sparkContext._jvm
+        pid = jvm.java.lang.ProcessHandle.current().pid()
+        classpath = jvm.System.getProperty("java.class.path")
+        _workload(spark)
+    else:
+        master, flags = args[0], args[1:]
+        conf = {"spark.executor.extraJavaOptions": " ".join(flags)}
+        spark = spark_session(settings.with_(spark_master=master), "flamepipe-class-archive", conf)
+        _workload(spark)
+        pid, classpath = _executor(flags[0].split("=", 1)[1])
     spark.stop()
-    print(f"{_PID}{pid}", flush=True)
+    print(f"{_PID}{pid} {classpath}", flush=True)
 
 
 def main() -> None:
     """``python -m framework.runners.spark.class_archive``: build it if missing."""
     if sys.argv[1:2] == ["--child"]:
-        _child(sys.argv[2:])
+        _child(sys.argv[2], sys.argv[3:])
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    archive = build_driver_archive(Settings.load())
-    if archive is None:
+    settings = Settings.load()
+    built = [build_driver_archive(settings), build_executor_archive(settings)]
+    if None in built:
         raise SystemExit(1)
 
 

@@ -20,9 +20,18 @@ from framework.runners.spark.warmup import warm_workers
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["driver_addresses", "driver_class_archive", "spark_session"]
+__all__ = [
+    "driver_addresses",
+    "driver_class_archive",
+    "executor_class_archive",
+    "spark_session",
+]
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _embedded_cluster(master: str) -> bool:
+    return any(master.startswith(f"spark://{host}") for host in _LOOPBACK)
 
 
 def driver_addresses(settings: Settings) -> tuple[str, str]:
@@ -61,6 +70,16 @@ def driver_class_archive(settings: Settings) -> Path:
     jars = [*jar_bundle("spark-kafka", settings.cache_dir), own]
     inputs = [pyspark.__version__, str(pyspark_jars_dir()), *map(str, jars)]
     return archive_path(settings.cache_dir, "spark-driver", inputs)
+
+
+def executor_class_archive(settings: Settings) -> Path:
+    """Where the class-data archive of the embedded cluster's executors lives (their class
+    path: pyspark's jars and flamepipe's own); built by
+    `framework.runners.spark.class_archive`."""
+    import pyspark
+
+    inputs = [pyspark.__version__, str(pyspark_jars_dir()), str(flamepipe_jar(settings.cache_dir))]
+    return archive_path(settings.cache_dir, "spark-executor", inputs)
 
 
 def spark_session(
@@ -130,6 +149,12 @@ def spark_session(
     if settings.spark_master.startswith("local"):
         flags += local_jvm_flags()
     flags += dump_classes if dump_classes is not None else use_flags(driver_class_archive(settings))
+    if _embedded_cluster(settings.spark_master):
+        # Executors of this host's own standalone cluster (`framework.local.stack`) share
+        # its JDK and jars: theirs maps too (a JVM for which it does not fits runs without).
+        executor_flags = use_flags(executor_class_archive(settings))
+        if executor_flags:
+            conf["spark.executor.extraJavaOptions"] = " ".join(executor_flags)
     conf["spark.driver.extraJavaOptions"] = " ".join(flags)
     host, bind = driver_addresses(settings)
     conf["spark.driver.host"], conf["spark.driver.bindAddress"] = host, bind
