@@ -68,7 +68,7 @@ flamepipe_jar(settings.cache_dir)
 registry_dist(settings.cache_dir)
 PY
 
-# Class archives of Spark's driver and of the embedded cluster's executors: built once
-# (~90 s), every Spark start after them ~2x faster.
+# Class archives of the embedded ZooKeeper and Kafka, Spark's driver and the embedded
+# cluster's executors: built once (~2 min), every start of those JVMs after them faster.
 .venv/bin/python -m framework.runners.spark.class_archive \
   || say "no class archive: Spark sessions start without one (slower, nothing else changes)"

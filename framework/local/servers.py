@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ __all__ = [
     "kafka_ready",
     "spark_worker_registered",
     "tcp_ready",
+    "zookeeper_classpath",
     "zookeeper_ready",
 ]
 
@@ -57,17 +59,32 @@ def _write_log4j(path: Path, level: str = "info") -> Path:
     return path
 
 
-def _jvm(java: str, heap_mb: int, log4j: Path, marker: str, classpath: str) -> list[str]:
+def _jvm(
+    java: str,
+    heap_mb: int,
+    log4j: Path,
+    marker: str,
+    classpath: str,
+    *,
+    classes: Sequence[str] = (),
+) -> list[str]:
+    """``classes``: the flags of its class archive (`framework.local.class_archives`)."""
     return [
         java,
         f"-Xmx{heap_mb}m",
         *local_jvm_flags(),
+        *classes,
         "-Djava.net.preferIPv4Stack=true",
         f"-Dlog4j2.configurationFile={log4j}",
         f"-Dflamepipe.stack={marker}",
         "-cp",
         classpath,
     ]
+
+
+def zookeeper_classpath(jars_dir: Path) -> str:
+    """ZooKeeper's class path: pyspark's bundled jars."""
+    return f"{jars_dir}/*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +94,11 @@ class ZooKeeperSpec:
     port: int
     home: Path
 
-    def argv(self, java: str, jars_dir: Path, heap_mb: int, marker: str) -> list[str]:
-        """Write zoo.cfg and return the command that starts the server."""
+    def argv(
+        self, java: str, jars_dir: Path, heap_mb: int, marker: str, classes: Sequence[str] = ()
+    ) -> list[str]:
+        """Write zoo.cfg and return the command that starts the server (``classes``: the
+        flags of its class archive)."""
         data = self.home / "data"
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.home / "zoo.cfg"
@@ -89,7 +109,7 @@ class ZooKeeperSpec:
             "maxClientCnxns=0\n"
         )
         log4j = _write_log4j(self.home / "log4j2.properties")
-        jvm = _jvm(java, heap_mb, log4j, marker, f"{jars_dir}/*")
+        jvm = _jvm(java, heap_mb, log4j, marker, zookeeper_classpath(jars_dir), classes=classes)
         return [*jvm, "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]
 
 
@@ -145,13 +165,16 @@ class KafkaSpec:
             ]
         )
 
-    def argv(self, java: str, classpath: str, heap_mb: int, marker: str) -> list[str]:
-        """Write the config, format storage on first use, return the start command."""
+    def argv(
+        self, java: str, classpath: str, heap_mb: int, marker: str, classes: Sequence[str] = ()
+    ) -> list[str]:
+        """Write the config, format storage on first use, return the start command
+        (``classes``: the flags of its class archive)."""
         self.home.mkdir(parents=True, exist_ok=True)
         props = self.home / "server.properties"
         props.write_text(self.properties())
         log4j = _write_log4j(self.home / "log4j2.properties")
-        jvm = _jvm(java, heap_mb, log4j, marker, classpath)
+        jvm = _jvm(java, heap_mb, log4j, marker, classpath, classes=classes)
         if not (self.home / "data" / "meta.properties").exists():
             self._format(jvm, props)
         return [*jvm, "kafka.Kafka", str(props)]
@@ -159,6 +182,8 @@ class KafkaSpec:
     def _format(self, jvm: list[str], props: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         # An id starting with "-" would parse as an option (one start in 64 failed so).
+        # Formatting is not what a class archive being built should hold.
+        jvm = [a for a in jvm if not a.startswith("-XX:ArchiveClassesAtExit")]
         cmd = [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}"]
         cmd += ["-c", str(props)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

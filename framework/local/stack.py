@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from framework.config import Settings
 from framework.errors import StackError
+from framework.local.class_archives import archive_path, dump_flags, publish, use_flags
 from framework.local.jars import jar_bundle
 from framework.local.process import Daemon, log_tail, port_free, wait_for
 from framework.local.registry import SchemaRegistry
@@ -37,11 +39,12 @@ from framework.local.servers import (
     kafka_ready,
     spark_worker_registered,
     tcp_ready,
+    zookeeper_classpath,
     zookeeper_ready,
 )
 from framework.local.tools import java_executable, pyspark_jars_dir
 
-__all__ = ["Endpoints", "LocalStack", "ServiceStatus"]
+__all__ = ["Endpoints", "LocalStack", "ServiceStatus", "build_server_archives"]
 
 _log = logging.getLogger(__name__)
 
@@ -81,9 +84,12 @@ class LocalStack:
         *,
         kafka_listeners: tuple[tuple[str, str, int], ...] = (),
         kafka_properties: tuple[str, ...] = (),
+        dump_classes: bool = False,
     ) -> None:
         """``kafka_listeners`` / ``kafka_properties``: more of the broker's listeners and
-        settings (`KafkaSpec`), for tests of secured clients."""
+        settings (`KafkaSpec`), for tests of secured clients. ``dump_classes``: ZooKeeper
+        and Kafka write the class archives they have none of at their exit
+        (`build_server_archives`)."""
         self.settings = settings
         self.kafka_listeners = kafka_listeners
         self.kafka_properties = kafka_properties
@@ -99,6 +105,10 @@ class LocalStack:
         )
         self.started: list[str] = []
         """The servers the last `up` started (not those it found running)."""
+        self.dump_classes = dump_classes
+        self.dumps: dict[str, tuple[Path, Path, str]] = {}
+        """Per server writing a class archive at its exit: (temporary file, archive, class
+        path)."""
 
     @property
     def endpoints(self) -> Endpoints:
@@ -122,7 +132,9 @@ class LocalStack:
             spec = ZooKeeperSpec(s.zookeeper_port, self.state_dir / "zookeeper")
             self._say(f"starting ZooKeeper on 127.0.0.1:{s.zookeeper_port}")
             self.started.append(self.zookeeper.name)
-            self.zookeeper.start(spec.argv(java, pyspark_jars_dir(), 256, self.zookeeper.marker))
+            jars = pyspark_jars_dir()
+            classes = self._classes("zookeeper", zookeeper_classpath(jars))
+            self.zookeeper.start(spec.argv(java, jars, 256, self.zookeeper.marker, classes))
         self._await(self.zookeeper, lambda: zookeeper_ready(s.zookeeper_port), timeout_s)
         if start_kafka:
             kspec = KafkaSpec(
@@ -134,7 +146,10 @@ class LocalStack:
             )
             self._say(f"starting Kafka on 127.0.0.1:{s.kafka_port}")
             self.started.append(self.kafka.name)
-            self.kafka.start(kspec.argv(java, broker_cp, s.java_heap_mb, self.kafka.marker))
+            classes = self._classes("kafka", broker_cp)
+            self.kafka.start(
+                kspec.argv(java, broker_cp, s.java_heap_mb, self.kafka.marker, classes)
+            )
         self._await(self.kafka, lambda: kafka_ready(s.kafka_bootstrap), timeout_s)
         # Step 5
         if s.spark_workers > 0:
@@ -187,6 +202,16 @@ class LocalStack:
             worker.start(argv, env)
         for worker in workers:
             self._await(worker, lambda w=worker: spark_worker_registered(w.log_file), timeout_s)
+
+    def _classes(self, server: str, classpath: str) -> list[str]:
+        """The class archive flags of ``server`` (`framework.local.class_archives`): map
+        its archive, or, building them, write the one it has none of."""
+        archive = archive_path(self.settings.cache_dir, server, [classpath])
+        if not self.dump_classes or archive.is_file():
+            return use_flags(archive)
+        flags, partial = dump_flags(archive)
+        self.dumps[server] = (partial, archive, classpath)
+        return flags
 
     def status(self) -> list[ServiceStatus]:
         """State of each server, without changing anything."""
@@ -287,3 +312,33 @@ class LocalStack:
     def _say(self, text: str) -> None:
         if not self.quiet:
             _log.info("%s", text)
+
+
+def build_server_archives(settings: Settings) -> bool:
+    """The class archives of the embedded ZooKeeper and Kafka (`framework.local.class_archives`),
+    built if missing: a stack of their own, in a temporary directory on free ports, is
+    started with ``dump_classes`` and stopped (SIGTERM: the servers exit, writing them),
+    then each archive is published. True if both exist after it."""
+    from framework.local.provision import free_port
+
+    with tempfile.TemporaryDirectory(prefix="flamepipe-class-archive-") as state:
+        own = settings.with_(
+            state_dir=Path(state),
+            kafka_port=free_port(),
+            controller_port=free_port(),
+            zookeeper_port=free_port(),
+            spark_workers=0,
+            registry_port=0,
+        )
+        stack = LocalStack(own, quiet=True, dump_classes=True)
+        try:
+            stack.up()
+            pids = {"zookeeper": stack.zookeeper.pid(), "kafka": stack.kafka.pid()}
+        finally:
+            stack.down()
+        published = True
+        for server, (partial, archive, classpath) in stack.dumps.items():
+            pid = pids.get(server)
+            if pid is None or not publish(partial, archive, pid, classpath):
+                published = False
+        return published

@@ -1,5 +1,6 @@
 """Building the class-data archives of Spark's JVMs (`framework.local.class_archives`):
-the driver's, and the executors' of the embedded standalone cluster.
+the driver's, and the executors' of the embedded standalone cluster; ``main`` builds the
+embedded ZooKeeper's and Kafka's too (`framework.local.stack.build_server_archives`).
 
 Once per machine and jar set (``make bootstrap`` runs it); every later `spark_session`
 maps the driver's, which takes a local session's start from 8.6-9.5 s to 4.9-5.2 s on 2
@@ -34,7 +35,7 @@ from typing import Any
 from framework.config import Settings
 from framework.local.class_archives import dump_flags, publish
 from framework.local.provision import free_port
-from framework.local.stack import LocalStack
+from framework.local.stack import LocalStack, build_server_archives
 from framework.runners.spark.session import (
     driver_class_archive,
     executor_class_archive,
@@ -170,8 +171,9 @@ def main() -> None:
         return
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     settings = Settings.load()
+    servers = build_server_archives(settings)
     built = [build_driver_archive(settings), build_executor_archive(settings)]
-    if None in built:
+    if None in built or not servers:
         raise SystemExit(1)
 
 
