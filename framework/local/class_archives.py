@@ -37,7 +37,7 @@ from pathlib import Path
 from framework.errors import StackError
 from framework.local.tools import java_executable
 
-__all__ = ["archive_path", "dump_flags", "publish", "use_flags"]
+__all__ = ["archive_path", "dump_flags", "partial_path", "publish", "use_flags"]
 
 _log = logging.getLogger(__name__)
 
@@ -70,11 +70,16 @@ def use_flags(archive: Path) -> list[str]:
     return [f"-XX:SharedArchiveFile={archive}", "-Xshare:auto", *_QUIET]
 
 
+def partial_path(archive: Path) -> Path:
+    """The temporary file this process's `dump_flags` make a JVM write ``archive`` to."""
+    return archive.with_name(f".{archive.name}.{os.getpid()}")
+
+
 def dump_flags(archive: Path) -> tuple[list[str], Path]:
     """Step 2: flags that make a JVM write ``archive``'s classes at its exit, and the
     temporary file they go to (`publish` it once the JVM has exited)."""
     archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_name(f".{archive.name}.{os.getpid()}")
+    partial = partial_path(archive)
     partial.unlink(missing_ok=True)
     return [f"-XX:ArchiveClassesAtExit={partial}", *_QUIET], partial
 

@@ -21,6 +21,7 @@ __all__ = [
     "SparkWorkerSpec",
     "ZooKeeperSpec",
     "kafka_ready",
+    "spark_classpath",
     "spark_worker_registered",
     "tcp_ready",
     "zookeeper_classpath",
@@ -80,6 +81,11 @@ def _jvm(
         "-cp",
         classpath,
     ]
+
+
+def spark_classpath(pyspark_home: Path) -> str:
+    """The Spark master's and workers' class path: pyspark's jars."""
+    return f"{pyspark_home}/jars/*"
 
 
 def zookeeper_classpath(jars_dir: Path) -> str:
@@ -215,11 +221,14 @@ class SparkMasterSpec:
     port: int
     home: Path
 
-    def argv(self, java: str, pyspark_home: Path, marker: str) -> tuple[list[str], dict[str, str]]:
-        """The command and environment that start the master (web UI on a free port)."""
+    def argv(
+        self, java: str, pyspark_home: Path, marker: str, classes: Sequence[str] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command and environment that start the master (web UI on a free port;
+        ``classes``: the flags of its class archive)."""
         self.home.mkdir(parents=True, exist_ok=True)
         log4j = _write_log4j(self.home / "log4j2.properties", "warn")
-        jvm = _jvm(java, 256, log4j, marker, f"{pyspark_home}/jars/*")
+        jvm = _jvm(java, 256, log4j, marker, spark_classpath(pyspark_home), classes=classes)
         # No REST submission server: jobs come from flamepipe's driver, and an open
         # submission port would run whatever anyone on this host sends it.
         jvm.insert(1, "-Dspark.master.rest.enabled=false")
@@ -242,12 +251,15 @@ class SparkWorkerSpec:
     cores: int = 1
     memory_mb: int = 1024
 
-    def argv(self, java: str, pyspark_home: Path, marker: str) -> tuple[list[str], dict[str, str]]:
-        """The command and environment that start the worker."""
+    def argv(
+        self, java: str, pyspark_home: Path, marker: str, classes: Sequence[str] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        """The command and environment that start the worker (``classes``: the flags of
+        its class archive)."""
         work = self.home / "work"
         work.mkdir(parents=True, exist_ok=True)
         log4j = _write_log4j(self.home / "log4j2.properties", "info")
-        jvm = _jvm(java, 256, log4j, marker, f"{pyspark_home}/jars/*")
+        jvm = _jvm(java, 256, log4j, marker, spark_classpath(pyspark_home), classes=classes)
         args = [self.master_url, "--host", "127.0.0.1", "--webui-port", "0"]
         args += ["--cores", str(self.cores), "--memory", f"{self.memory_mb}m"]
         args += ["--work-dir", str(work)]

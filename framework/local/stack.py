@@ -37,6 +37,7 @@ from framework.local.servers import (
     SparkWorkerSpec,
     ZooKeeperSpec,
     kafka_ready,
+    spark_classpath,
     spark_worker_registered,
     tcp_ready,
     zookeeper_classpath,
@@ -182,7 +183,8 @@ class LocalStack:
         home = pyspark_jars_dir().parent
         if not self._reuse(self.spark_master, [s.spark_master_port], "spark_master_port"):
             spec = SparkMasterSpec(s.spark_master_port, self.state_dir / "spark-master")
-            argv, env = spec.argv(java, home, self.spark_master.marker)
+            classes = self._classes("spark-master", spark_classpath(home))
+            argv, env = spec.argv(java, home, self.spark_master.marker, classes)
             self._say(f"starting Spark master on 127.0.0.1:{s.spark_master_port}")
             self.started.append(self.spark_master.name)
             self.spark_master.start(argv, env)
@@ -196,7 +198,8 @@ class LocalStack:
             worker.log_file.unlink(missing_ok=True)  # registration is read from the log
             worker_home = self.state_dir / worker.name
             spec_w = SparkWorkerSpec(self.master_url, worker_home, cores=s.spark_worker_cores)
-            argv, env = spec_w.argv(java, home, worker.marker)
+            classes = self._classes("spark-worker", spark_classpath(home))
+            argv, env = spec_w.argv(java, home, worker.marker, classes)
             self._say(f"starting {worker.name}")
             self.started.append(worker.name)
             worker.start(argv, env)
@@ -212,6 +215,27 @@ class LocalStack:
         flags, partial = dump_flags(archive)
         self.dumps[server] = (partial, archive, classpath)
         return flags
+
+    def server_pids(self) -> dict[str, int | None]:
+        """The pid of each server whose class archive this stack may write (by the name
+        `_classes` knows it by; one worker)."""
+        workers = self._workers(self.settings.spark_workers)
+        return {
+            "zookeeper": self.zookeeper.pid(),
+            "kafka": self.kafka.pid(),
+            "spark-master": self.spark_master.pid(),
+            "spark-worker": workers[0].pid() if workers else None,
+        }
+
+    def publish_archives(self, pids: dict[str, int | None]) -> bool:
+        """After `down`: publish the class archives the servers (``pids``: `server_pids`
+        before it) wrote as they exited; True if every one is usable."""
+        published = True
+        for server, (partial, archive, classpath) in self.dumps.items():
+            pid = pids.get(server)
+            if pid is None or not publish(partial, archive, pid, classpath):
+                published = False
+        return published
 
     def status(self) -> list[ServiceStatus]:
         """State of each server, without changing anything."""
@@ -331,14 +355,10 @@ def build_server_archives(settings: Settings) -> bool:
             registry_port=0,
         )
         stack = LocalStack(own, quiet=True, dump_classes=True)
+        pids: dict[str, int | None] = {}
         try:
             stack.up()
-            pids = {"zookeeper": stack.zookeeper.pid(), "kafka": stack.kafka.pid()}
+            pids = stack.server_pids()
         finally:
             stack.down()
-        published = True
-        for server, (partial, archive, classpath) in stack.dumps.items():
-            pid = pids.get(server)
-            if pid is None or not publish(partial, archive, pid, classpath):
-                published = False
-        return published
+        return stack.publish_archives(pids)

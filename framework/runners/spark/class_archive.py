@@ -25,17 +25,22 @@ Protocol of `build_driver_archive`:
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from framework.config import Settings
-from framework.local.class_archives import dump_flags, publish
+from framework.local.class_archives import archive_path, dump_flags, partial_path, publish
 from framework.local.provision import free_port
+from framework.local.servers import spark_classpath
 from framework.local.stack import LocalStack, build_server_archives
+from framework.local.tools import pyspark_jars_dir
 from framework.runners.spark.session import (
     driver_class_archive,
     executor_class_archive,
@@ -45,7 +50,7 @@ from framework.runners.spark.session import (
 __all__ = ["build_driver_archive", "build_executor_archive"]
 
 _log = logging.getLogger(__name__)
-_PID = "jvm-pid "
+_PID = "jvm-pid\t"
 _MODULE = "framework.runners.spark.class_archive"
 
 
@@ -60,13 +65,18 @@ def build_driver_archive(settings: Settings, timeout_s: float = 300.0) -> Path |
 
 
 def build_executor_archive(settings: Settings, timeout_s: float = 300.0) -> Path | None:
-    """Steps 1-3 for the executors of an embedded cluster (`framework.local.stack`):
-    their class archive, built if missing on a one-worker cluster of its own; None if it
-    could not be built."""
+    """Steps 1-3 for the embedded cluster (`framework.local.stack`): the class archive of
+    its executors, and those of its master and worker, built if missing on a one-worker
+    cluster of its own; None if the executors' could not be built."""
     archive = executor_class_archive(settings)
-    if archive.is_file():  # Step 1
+    home = pyspark_jars_dir().parent
+    daemons = [
+        archive_path(settings.cache_dir, name, [spark_classpath(home)])
+        for name in ("spark-master", "spark-worker")
+    ]
+    if archive.is_file() and all(a.is_file() for a in daemons):  # Step 1
         return archive
-    _log.info("building the Spark executors' class archive (once, ~60 s)")
+    _log.info("building the Spark cluster's class archives (once, ~60 s)")
     with tempfile.TemporaryDirectory(prefix="flamepipe-class-archive-") as state:
         cluster = settings.with_(
             state_dir=Path(state),
@@ -78,9 +88,20 @@ def build_executor_archive(settings: Settings, timeout_s: float = 300.0) -> Path
             spark_worker_cores=1,
             registry_port=0,
         )
-        stack = LocalStack(cluster, quiet=True)
-        with stack:
-            return _build(archive, ["executor", stack.master_url], timeout_s)
+        stack = LocalStack(cluster, quiet=True, dump_classes=True)
+        built: Path | None = archive
+        pids: dict[str, int | None] = {}
+        try:
+            stack.up()
+            pids = stack.server_pids()
+            if not archive.is_file():
+                built = _build(archive, ["executor", stack.master_url], timeout_s)
+        finally:
+            stack.down()
+            # What the executor started in place of the one that wrote the archive wrote.
+            partial_path(archive).unlink(missing_ok=True)
+        stack.publish_archives(pids)
+        return built
 
 
 def _build(archive: Path, child: list[str], timeout_s: float) -> Path | None:
@@ -97,15 +118,15 @@ def _build(archive: Path, child: list[str], timeout_s: float) -> Path | None:
         _log.warning("the class archive's session did not finish in %.0f s", timeout_s)
         partial.unlink(missing_ok=True)
         return None
-    found = [ln.split(" ", 2)[1:] for ln in done.stdout.splitlines() if ln.startswith(_PID)]
-    if done.returncode != 0 or not found or len(found[-1]) != 2:
+    found = [ln.split("\t")[1:] for ln in done.stdout.splitlines() if ln.startswith(_PID)]
+    if done.returncode != 0 or not found or len(found[-1]) != 3:
         tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
         _log.warning("no class archive: its session failed (%s)", tail[0])
         partial.unlink(missing_ok=True)
         return None
-    pid, classpath = found[-1]
+    pid, written, classpath = found[-1]
     # Step 3
-    return archive if publish(partial, archive, int(pid), classpath, timeout_s) else None
+    return archive if publish(Path(written), archive, int(pid), classpath, timeout_s) else None
 
 
 def _same(batches: Iterator[Any]) -> Iterator[Any]:
@@ -143,6 +164,21 @@ def _executor(marker: str) -> tuple[int, str]:
     raise RuntimeError(f"no executor JVM with {marker} in its command line")
 
 
+def _exited(pid: int, partial: Path, timeout_s: float = 120.0) -> Path:
+    """SIGTERM the executor ``pid`` while its application still runs, wait for its exit
+    (it writes its archive as it exits), and move what it wrote aside: stopped with the
+    application instead, its worker would SIGKILL it 10 s into that write, and the
+    executor the master starts in its place writes to ``partial`` again at its own exit."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    written = partial.with_name(partial.name + ".done")
+    if partial.exists():
+        os.replace(partial, written)
+    return written
+
+
 def _child(role: str, args: list[str]) -> None:
     settings = Settings.load()
     if role == "driver":
@@ -154,14 +190,17 @@ def _child(role: str, args: list[str]) -> None:
         pid = jvm.java.lang.ProcessHandle.current().pid()
         classpath = jvm.System.getProperty("java.class.path")
         _workload(spark)
+        written = Path(flags[0].split("=", 1)[1])
     else:
         master, flags = args[0], args[1:]
         conf = {"spark.executor.extraJavaOptions": " ".join(flags)}
         spark = spark_session(settings.with_(spark_master=master), "flamepipe-class-archive", conf)
         _workload(spark)
-        pid, classpath = _executor(flags[0].split("=", 1)[1])
+        partial = Path(flags[0].split("=", 1)[1])
+        pid, classpath = _executor(str(partial))
+        written = _exited(pid, partial)
     spark.stop()
-    print(f"{_PID}{pid} {classpath}", flush=True)
+    print(f"{_PID}{pid}\t{written}\t{classpath}", flush=True)
 
 
 def main() -> None:
