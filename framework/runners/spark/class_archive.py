@@ -8,18 +8,19 @@ cores, and executors on a cluster of `framework.local.stack` map theirs:
 
     python -m framework.runners.spark.class_archive
 
-Protocol of `build_driver_archive`:
+Protocol of `build_driver_archive` and `build_executor_archive`:
 
 1. If the archive for these settings exists, there is nothing to do.
 2. A child process starts a session whose driver (a local session,
    `spark_session(dump_classes=...)`) or whose executors (on a one-worker cluster of its
-   own, ``spark.executor.extraJavaOptions``) write their classes at exit, runs what a
-   pipeline's start runs (a DataFrame job, a ``mapInArrow`` job in a Python worker, a
-   streaming query), prints the JVM's pid and class path and stops; the JVM writes the
-   archive as it exits.
+   own, ``spark.executor.extraJavaOptions``; the cluster's master and worker write theirs
+   too) write their classes at exit, runs what a pipeline's start runs (a DataFrame job, a
+   ``mapInArrow`` job in a Python worker, a streaming query), and reports the JVM's pid,
+   the file it wrote and its class path. The driver writes as it exits after the child;
+   the executor is stopped while its application runs (`_exited`).
 3. `publish`: once that JVM has exited and a JVM on its class path maps what it wrote,
-   the archive takes its name. A failure logs why
-   and leaves no archive: sessions then start without one, only slower.
+   the archive takes its name. A failure logs why and leaves no archive: sessions then
+   start without one, only slower.
 """
 
 from __future__ import annotations
