@@ -8,7 +8,8 @@ the SIGKILL to the first bundle produced after it as a read_committed reader see
 The stack restart (broker and ZooKeeper) every run includes is reported apart: it is not a
 kill of a flamepipe process. The output is checked exactly as in the harness.
 
-Run: ``.venv/bin/python benchmarks/bench_recovery.py [records] [rate] [kill-every-s] [kills]``
+Run: ``.venv/bin/python benchmarks/bench_recovery.py [records] [rate] [kill-every-s] [kills]
+[--continuous]`` (``--continuous``: the stages as long-running tasks).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ GOAL_S = 30.0
 
 
 def main() -> int:
-    args = [float(a) for a in sys.argv[1:]]
+    execution = "continuous" if "--continuous" in sys.argv else "micro-batch"
+    args = [float(a) for a in sys.argv[1:] if not a.startswith("--")]
     records, rate, every, kills = (args + [0.0] * 4)[:4]
     config = HarnessConfig(
+        execution=execution,
         records=int(records or 30_000),
         rate=rate or 200.0,
         kill_every_s=every or 10.0,
