@@ -9,8 +9,10 @@ its JVM) without an archive, 4.9-5.2 s (5.6-5.8 CPU-s) with one.
 Protocol:
 
 1. An archive is named by the digest of what decides whether a JVM can use it (the java
-   binary, the class path, what the caller adds), under ``<cache>/jvm``; a JVM started
-   the same way next time finds it.
+   binary, the class path with each jar's size and modification time, what the caller
+   adds), under ``<cache>/jvm``; a JVM started the same way next time finds it. The times
+   matter: a JVM refuses an archive whose jars changed since, and a virtualenv installed
+   again at the same path has the same jars with new times.
 2. A JVM uses an archive only once it is whole: `dump_flags` makes the JVM write it at
    exit under a temporary name (``-XX:ArchiveClassesAtExit``), and `publish` renames it
    once that JVM has exited and a JVM on the same class path mapped it with every
@@ -57,9 +59,35 @@ def _java_identity() -> str:
     return f"{java}:{st.st_size}:{st.st_mtime_ns}"
 
 
+def _file(path: Path) -> str:
+    st = path.stat()
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _identity(entry: str) -> list[str]:
+    """What ``entry`` names as the JVM sees it: a class path (``:``-separated) is its jars
+    and directories, ``dir/*`` or a directory the jars in it, a file its size and time;
+    anything else (a version) itself."""
+    out: list[str] = []
+    for part in entry.split(":"):
+        path = Path(part.removesuffix("/*"))
+        try:
+            if path.is_dir():
+                out += [_file(j) for j in sorted(path.glob("*.jar"))] or [str(path)]
+            elif path.is_file():
+                out.append(_file(path))
+            else:
+                out.append(part)
+        except OSError:
+            out.append(part)
+    return out
+
+
 def archive_path(cache_dir: Path, role: str, inputs: Sequence[str]) -> Path:
-    """Step 1: where the archive of JVMs of ``role`` started with ``inputs`` lives."""
-    digest = hashlib.sha256("\0".join([_java_identity(), *inputs]).encode()).hexdigest()
+    """Step 1: where the archive of JVMs of ``role`` started with ``inputs`` (class paths,
+    jars, their directories, versions) lives."""
+    names = [_java_identity()] + [n for entry in inputs for n in _identity(entry)]
+    digest = hashlib.sha256("\0".join(names).encode()).hexdigest()
     return cache_dir / "jvm" / f"{role}-{digest[:16]}.jsa"
 
 

@@ -105,3 +105,22 @@ def test_only_the_newest_archives_of_a_role_are_kept(tmp_path: Path) -> None:
     writer.wait()
     assert sorted(p for p in olds if p.exists()) == sorted(olds[2:])
     assert archive.exists() and other.exists()
+
+
+def test_a_jar_changed_or_installed_again_names_another_archive(tmp_path: Path) -> None:
+    # A JVM refuses an archive whose jars changed since: a virtualenv installed again at
+    # the same path has the same jars with new times, and must not look for the old one.
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "a.jar").write_bytes(b"a")
+    before = archive_path(tmp_path, "r", [f"{jars}/*"])
+    assert archive_path(tmp_path, "r", [f"{jars}/*"]) == before
+    assert archive_path(tmp_path, "r", [str(jars)]) == before  # the directory names its jars
+    os.utime(jars / "a.jar", (2_000_000, 2_000_000))
+    touched = archive_path(tmp_path, "r", [f"{jars}/*"])
+    assert touched != before
+    assert archive_path(tmp_path, "r", [f"/x.jar:{jars / 'a.jar'}"]) != archive_path(
+        tmp_path, "r", [f"/x.jar:{jars / 'b.jar'}"]
+    )
+    (jars / "b.jar").write_bytes(b"b")
+    assert archive_path(tmp_path, "r", [f"{jars}/*"]) != touched
