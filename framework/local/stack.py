@@ -18,9 +18,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -45,7 +47,7 @@ from framework.local.servers import (
 )
 from framework.local.tools import java_executable, pyspark_jars_dir
 
-__all__ = ["Endpoints", "LocalStack", "ServiceStatus", "build_server_archives"]
+__all__ = ["Endpoints", "LocalStack", "ServiceStatus", "build_server_archives", "dumping_stack"]
 
 _log = logging.getLogger(__name__)
 
@@ -227,15 +229,13 @@ class LocalStack:
             "spark-worker": workers[0].pid() if workers else None,
         }
 
-    def publish_archives(self, pids: dict[str, int | None]) -> bool:
+    def publish_archives(self, pids: dict[str, int | None]) -> None:
         """After `down`: publish the class archives the servers (``pids``: `server_pids`
-        before it) wrote as they exited; True if every one is usable."""
-        published = True
+        before it) wrote as they exited, those that are usable."""
         for server, (partial, archive, classpath) in self.dumps.items():
             pid = pids.get(server)
-            if pid is None or not publish(partial, archive, pid, classpath):
-                published = False
-        return published
+            if pid is not None:
+                publish(partial, archive, pid, classpath)
 
     def status(self) -> list[ServiceStatus]:
         """State of each server, without changing anything."""
@@ -338,11 +338,12 @@ class LocalStack:
             _log.info("%s", text)
 
 
-def build_server_archives(settings: Settings) -> bool:
-    """The class archives of the embedded ZooKeeper and Kafka (`framework.local.class_archives`),
-    built if missing: a stack of their own, in a temporary directory on free ports, is
-    started with ``dump_classes`` and stopped (SIGTERM: the servers exit, writing them),
-    then each archive is published. True if both exist after it."""
+@contextlib.contextmanager
+def dumping_stack(settings: Settings, spark_workers: int = 0) -> Iterator[LocalStack]:
+    """A started stack of its own (a temporary directory, free ports, ``spark_workers``
+    one-core workers) whose servers write the class archives they have none of
+    (`framework.local.class_archives`); on exit it is stopped (SIGTERM: the servers exit,
+    writing them) and what they wrote is published."""
     from framework.local.provision import free_port
 
     with tempfile.TemporaryDirectory(prefix="flamepipe-class-archive-") as state:
@@ -351,7 +352,9 @@ def build_server_archives(settings: Settings) -> bool:
             kafka_port=free_port(),
             controller_port=free_port(),
             zookeeper_port=free_port(),
-            spark_workers=0,
+            spark_master_port=free_port(),
+            spark_workers=spark_workers,
+            spark_worker_cores=1,
             registry_port=0,
         )
         stack = LocalStack(own, quiet=True, dump_classes=True)
@@ -359,6 +362,15 @@ def build_server_archives(settings: Settings) -> bool:
         try:
             stack.up()
             pids = stack.server_pids()
+            yield stack
         finally:
             stack.down()
-        return stack.publish_archives(pids)
+            stack.publish_archives(pids)
+
+
+def build_server_archives(settings: Settings) -> bool:
+    """The class archives of the embedded ZooKeeper and Kafka, built if missing on a
+    `dumping_stack`; True if both exist after it."""
+    with dumping_stack(settings) as stack:
+        pass
+    return all(archive.is_file() for _, archive, _ in stack.dumps.values())

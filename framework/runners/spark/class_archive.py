@@ -30,7 +30,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,9 +37,8 @@ from typing import Any
 
 from framework.config import Settings
 from framework.local.class_archives import archive_path, dump_flags, partial_path, publish
-from framework.local.provision import free_port
 from framework.local.servers import spark_classpath
-from framework.local.stack import LocalStack, build_server_archives
+from framework.local.stack import build_server_archives, dumping_stack
 from framework.local.tools import pyspark_jars_dir
 from framework.runners.spark.session import (
     driver_class_archive,
@@ -78,31 +76,15 @@ def build_executor_archive(settings: Settings, timeout_s: float = 300.0) -> Path
     if archive.is_file() and all(a.is_file() for a in daemons):  # Step 1
         return archive
     _log.info("building the Spark cluster's class archives (once, ~60 s)")
-    with tempfile.TemporaryDirectory(prefix="flamepipe-class-archive-") as state:
-        cluster = settings.with_(
-            state_dir=Path(state),
-            kafka_port=free_port(),
-            controller_port=free_port(),
-            zookeeper_port=free_port(),
-            spark_master_port=free_port(),
-            spark_workers=1,
-            spark_worker_cores=1,
-            registry_port=0,
-        )
-        stack = LocalStack(cluster, quiet=True, dump_classes=True)
-        built: Path | None = archive
-        pids: dict[str, int | None] = {}
-        try:
-            stack.up()
-            pids = stack.server_pids()
+    built: Path | None = archive
+    try:
+        with dumping_stack(settings, spark_workers=1) as stack:
             if not archive.is_file():
                 built = _build(archive, ["executor", stack.master_url], timeout_s)
-        finally:
-            stack.down()
-            # What the executor started in place of the one that wrote the archive wrote.
-            partial_path(archive).unlink(missing_ok=True)
-        stack.publish_archives(pids)
-        return built
+    finally:
+        # What the executor started in place of the one that wrote the archive wrote.
+        partial_path(archive).unlink(missing_ok=True)
+    return built
 
 
 def _build(archive: Path, child: list[str], timeout_s: float) -> Path | None:
@@ -201,7 +183,9 @@ def _child(role: str, args: list[str]) -> None:
         pid, classpath = _executor(str(partial))
         written = _exited(pid, partial)
     spark.stop()
-    print(f"{_PID}{pid}\t{written}\t{classpath}", flush=True)
+    # The report to the parent (`_build`), on the child's stdout: not a log line.
+    sys.stdout.write(f"{_PID}{pid}\t{written}\t{classpath}\n")
+    sys.stdout.flush()
 
 
 def main() -> None:
