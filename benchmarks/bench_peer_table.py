@@ -447,13 +447,21 @@ def main() -> None:
         default="micro-batch",
         help="how stages run; continuous needs a task slot per task: local[4] here",
     )
+    ap.add_argument(
+        "--continuous-tasks",
+        choices=("per-stage", "shared"),
+        default="per-stage",
+        help="continuous stages' tasks: per stage (local[4]) or shared (local[2])",
+    )
     args = ap.parse_args()
     text = Text()
+    slots = 4 if args.execution == "continuous" and args.continuous_tasks == "per-stage" else 2
     results = []
     with provision() as stack:
         settings = stack.with_(
             parallelism=2,
-            spark_master="local[4]" if args.execution == "continuous" else "local[2]",
+            spark_master=f"local[{slots}]",
+            continuous_tasks=args.continuous_tasks,
             fuse_stages=args.fuse,
             execution=args.execution,
         )

@@ -814,13 +814,16 @@ def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing
     )
 
 
+@pytest.mark.parametrize("layout", ["per-stage", "shared"])
 def test_continuous_stages_run_on_the_cluster_through_an_executor_kill(
-    cluster: Settings, user_dir: Path, tmp_path: Path
+    cluster: Settings, user_dir: Path, tmp_path: Path, layout: str
 ) -> None:
-    """The windowed count with ``execution=continuous``: its two long-running tasks hold
-    a task slot on each executor. kill -9 of one executor JVM mid-run: the worker starts
-    a new one, Spark runs the lost task there, and the new task fences whatever is left
-    of the old one. The output equals the in-process harness's."""
+    """The windowed count with ``execution=continuous``: its long-running tasks hold task
+    slots on the executors. kill -9 of an executor JVM mid-run (per stage: one of them;
+    shared, every one): the worker starts a new one, Spark runs the lost tasks there, and
+    the new tasks fence whatever is left of the old ones. Shared, one source partition
+    and two hash units make two tasks: the source's and unit 0's loops take turns in the
+    first, unit 1 has the second alone. The output equals the in-process harness's."""
     run = uuid.uuid4().hex[:6]
     app, source, sink = f"cl-cont-{run}", f"cl-cin-{run}", f"cl-cout-{run}"
     bootstrap = cluster.kafka_bootstrap
@@ -833,14 +836,20 @@ def test_continuous_stages_run_on_the_cluster_through_an_executor_kill(
         return len(read_output(bootstrap, sink))
 
     env = _driver_env(cluster, app, source, sink)
-    env.update(FLAMEPIPE_EXECUTION="continuous", FLAMEPIPE_PARALLELISM="1")
+    shared = layout == "shared"
+    env.update(
+        FLAMEPIPE_EXECUTION="continuous",
+        FLAMEPIPE_PARALLELISM="2" if shared else "1",
+        FLAMEPIPE_CONTINUOUS_TASKS=layout,
+    )
     log = tmp_path / "driver.log"
     driver = _launch(["-m", "framework.cli", "run", "jobs:continuous_job"], user_dir, env, log)
     try:
         _wait(lambda: output() > 0 or driver.poll() is not None, "the first output")
-        killed = executor_pids(cluster.state_dir)[:1]
+        killed = executor_pids(cluster.state_dir)[: None if shared else 1]
         assert killed, "no executor to kill"
-        executor_kill(killed[0])
+        for pid in killed:
+            executor_kill(pid)
         for chunk in chunks[1:]:
             produce_lines(bootstrap, source, chunk, 1)
             time.sleep(1)
@@ -854,9 +863,10 @@ def test_continuous_stages_run_on_the_cluster_through_an_executor_kill(
     finally:
         _stop(driver)
     tail = _shipped(log)
-    assert killed[0] not in executor_pids(cluster.state_dir)
+    assert not set(killed) & set(executor_pids(cluster.state_dir))
+    assert ("sharing them with the other stages" in log.read_text()) == shared, tail
     assert seen == expected, (
-        f"continuous, executor {killed[0]} killed: {sum(seen.values())} items read, "
+        f"continuous ({layout}), executors {killed} killed: {sum(seen.values())} items read, "
         f"{sum(expected.values())} expected; missing {sum((expected - seen).values())}, "
         f"extra {sum((seen - expected).values())}\n{tail}"
     )

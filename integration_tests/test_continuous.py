@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -42,12 +43,15 @@ def _app(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:6]}"
 
 
+@pytest.mark.parametrize("layout", ["per-stage", "shared"])
 def test_a_continuous_windowed_count_killed_twice_equals_the_oracle(
-    stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    stack: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
     """The driver (with its Spark JVM and the long-running tasks' Python workers) killed
-    with kill -9 twice mid-run; every window's count once, as the oracle counts it."""
+    with kill -9 twice mid-run; every window's count once, as the oracle counts it. With
+    tasks of their own per stage, and with both stages taking turns in each task."""
     monkeypatch.setenv("FLAMEPIPE_EXECUTION", "continuous")
+    monkeypatch.setenv("FLAMEPIPE_CONTINUOUS_TASKS", layout)
     app = _app("ccrash")
     source, sink = f"{app}-in", f"{app}-out"
     lines = generate_lines(3000, words_per_line=6, vocabulary=80, seed=4)
@@ -61,6 +65,11 @@ def test_a_continuous_windowed_count_killed_twice_equals_the_oracle(
     released = Counter({(word, start): n for word, start, n in items})
     assert len(items) == len(released), "a window was released twice"
     assert released == expected
+    # Each task names the stages it runs in its worker's log: "a+b" when they share it.
+    logs = "".join(p.read_text() for p in (tmp_path / "logs").glob("worker-*.log"))
+    tasks = {m.group(1) for m in re.finditer(rf"{app} (\S+)\[\d\]: began", logs)}
+    assert tasks, "no task's start in the workers' logs"
+    assert all(("+" in t) == (layout == "shared") for t in tasks), tasks
 
 
 def test_a_continuous_join_and_event_time_windows_killed_twice_lose_and_repeat_nothing(
@@ -98,7 +107,7 @@ def test_too_few_task_slots_fail_before_anything_starts(
     logs every time it runs) and so no service started either (they start after it)."""
     caplog.set_level(logging.INFO, logger="framework.runners.spark.shipping")
     slots = int(spark.sparkContext.defaultParallelism)
-    settings = stack.with_(parallelism=slots, execution="continuous")
+    settings = stack.with_(parallelism=slots, execution="continuous", continuous_tasks="per-stage")
     app = _app("cslots")
     source, sink = f"{app}-in", f"{app}-out"
     ensure_topics(stack.kafka_bootstrap, [input_topic_spec(source, 2), TopicSpec(sink, 1)])
@@ -109,19 +118,33 @@ def test_too_few_task_slots_fail_before_anything_starts(
     ):
         pass
     assert not [r for r in caplog.records if r.name == "framework.runners.spark.shipping"]
+    # Shared, the widest stage needs a slot per task: one hash unit more than slots.
+    with (
+        pytest.raises(ConfigError, match=rf"or {slots + 1} if they share tasks"),
+        running(settings.with_(parallelism=slots + 1, continuous_tasks="auto"), spark, pipeline),
+    ):
+        pass
 
 
 def test_local_star_gets_a_slot_per_long_lived_task(stack: Settings) -> None:
     """Three source partitions and two hash units: five tasks, so ``local[*]`` becomes
-    ``local[5]`` on a machine of fewer cores (the source topic is read, not guessed)."""
+    ``local[5]`` on a machine of fewer cores (the source topic is read, not guessed); with
+    stages sharing tasks (``auto`` on fewer cores than tasks), one per task of the widest
+    stage: three."""
     app = _app("clocal")
     source, sink = f"{app}-in", f"{app}-out"
     ensure_topics(stack.kafka_bootstrap, [input_topic_spec(source, 3), TopicSpec(sink, 1)])
     graph = windowed_counts(app, source, sink, window_ms=200).graph()
-    settings = stack.with_(parallelism=2, execution="continuous", spark_master="local[*]")
-    assert tasks_needed(graph, settings) == 5
+    own = stack.with_(
+        parallelism=2, execution="continuous", spark_master="local[*]",
+        continuous_tasks="per-stage",
+    )  # fmt: skip
+    assert tasks_needed(graph, own) == 5
     cores = os.cpu_count() or 1
-    assert local_master(settings, graph) == f"local[{max(cores, 5)}]"
+    assert local_master(own, graph) == f"local[{max(cores, 5)}]"
+    auto = own.with_(continuous_tasks="auto")
+    assert local_master(auto, graph) == f"local[{max(cores, 3) if cores < 5 else cores}]"
+    assert tasks_needed(graph, own.with_(continuous_tasks="shared")) == 3
 
 
 def test_a_continuous_word_count_in_the_shared_session_and_a_switch_refused(

@@ -12,11 +12,13 @@ from typing import Any
 from framework.config.loader import ENV_PREFIX, load_dataclass
 from framework.errors import ConfigError
 
-__all__ = ["EXECUTIONS", "STATE_BACKENDS", "Settings"]
+__all__ = ["EXECUTIONS", "STATE_BACKENDS", "TASK_LAYOUTS", "Settings"]
 
 STATE_BACKENDS = ("memory", "file", "rocksdb")
 EXECUTIONS = ("micro-batch", "continuous")
 """How stages run (`Settings.execution`)."""
+TASK_LAYOUTS = ("auto", "per-stage", "shared")
+"""How continuous stages take Spark's task slots (`Settings.continuous_tasks`)."""
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 """Values of ``state_backend``: where operation state snapshots are kept."""
 
@@ -75,6 +77,10 @@ class Settings:
     a pipeline switches only in a new epoch. ``commit_interval_ms``: the least time
     between two commits of a continuous task (each is a Kafka transaction, whose cost
     falls on the broker); input that arrives meanwhile waits for the next one.
+    ``continuous_tasks``: ``per-stage`` gives every stage's partition a task (and a slot)
+    of its own; ``shared`` runs partition ``i`` of every stage in task ``i``, taking turns
+    in one Python worker (as many slots as the widest stage has partitions); ``auto``
+    (the default) is per-stage when Spark has the slots for it, else shared.
     ``state_backend`` keeps state snapshots in memory, files or RocksDB (see
     ``framework.snapshots.backends``) under ``snapshot_dir`` (default ``<state_dir>/snapshots``);
     ``snapshot_interval_ms`` is how often the acker asks for a snapshot;
@@ -133,6 +139,7 @@ class Settings:
     columnar: bool = True
     execution: str = "micro-batch"
     commit_interval_ms: int = 20
+    continuous_tasks: str = "auto"
     state_backend: str = "file"
     snapshot_dir: Path | None = None
     checkpoint_uri: str | None = None
@@ -254,6 +261,11 @@ class Settings:
             raise ConfigError(
                 f"execution={self.execution!r} is not an execution mode: use one of "
                 f"{', '.join(EXECUTIONS)} (FLAMEPIPE_EXECUTION)"
+            )
+        if self.continuous_tasks not in TASK_LAYOUTS:
+            raise ConfigError(
+                f"continuous_tasks={self.continuous_tasks!r} is not a task layout: use one "
+                f"of {', '.join(TASK_LAYOUTS)} (FLAMEPIPE_CONTINUOUS_TASKS)"
             )
         if self.execution == "continuous" and self.fuse_stages:
             raise ConfigError(

@@ -55,7 +55,15 @@ from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
 from framework.wire.positions import TaskCounts
 
-__all__ = ["CONTINUOUS_SUFFIX", "ContinuousQuery", "check_slots", "local_master", "tasks_needed"]
+__all__ = [
+    "CONTINUOUS_SUFFIX",
+    "ContinuousJob",
+    "ContinuousQuery",
+    "check_slots",
+    "local_master",
+    "stage_tasks",
+    "tasks_needed",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -65,48 +73,173 @@ CONTINUOUS_SUFFIX = "@continuous"
 # How long a task waits for its first record before it looks at min time again: the
 # longest a window's result waits after min time passes its end.
 _POLL_MS = 5
+# How long ``auto`` waits for more executors once it has the slots to share tasks.
+_SETTLE_S = 5.0
 # How often the driver reads the tasks' counts (a committed-offsets request per stage).
 _COUNTS_EVERY_S = 1.0
 
 
-def tasks_needed(graph: Graph, settings: Settings) -> int:
-    """How many long-lived tasks ``graph`` runs in continuous execution: one per partition
-    of each stage's input (a source topic's, made if missing and allowed; an internal
+def stage_tasks(graph: Graph, settings: Settings) -> dict[str, int]:
+    """Per stage of ``graph``, its long-lived tasks in continuous execution: one per
+    partition of its input (a source topic's, made if missing and allowed; an internal
     topic has ``settings.parallelism``)."""
     sources = kafka_sources(graph)
     counts = {s.topic: s.prepare(settings.kafka_bootstrap) for s in sources.values()}
     stages = plan_stages(graph, {node: s.topic for node, s in sources.items()})
-    return sum(counts[s.topic] if s.is_source else settings.parallelism for s in stages)
+    return {s.id: counts[s.topic] if s.is_source else settings.parallelism for s in stages}
+
+
+def tasks_needed(graph: Graph, settings: Settings) -> int:
+    """The task slots ``graph`` takes in continuous execution: every stage's tasks, or the
+    widest stage's when stages share tasks (``continuous_tasks=shared``)."""
+    counts = stage_tasks(graph, settings).values()
+    return max(counts, default=0) if settings.continuous_tasks == "shared" else sum(counts)
 
 
 def local_master(settings: Settings, graph: Graph) -> str:
     """The Spark master to run ``graph`` on: ``local[*]`` in continuous execution gets a
     slot per long-lived task (at least one per core), since every task holds its slot
-    for as long as it runs; any other master is the user's (`check_slots` checks it)."""
+    for as long as it runs; with ``continuous_tasks=auto`` a machine with fewer cores than
+    the stages have tasks gets a slot per task of the widest stage, so the stages share
+    them (measured on 2 cores: two shared tasks moved 1.1-1.25x the words per second of
+    four of their own, docs/latency.md). Any other master is the user's (`check_slots`
+    checks it)."""
     if settings.execution != "continuous" or settings.spark_master != "local[*]":
         return settings.spark_master
-    return f"local[{max(os.cpu_count() or 1, tasks_needed(graph, settings))}]"
+    cores = os.cpu_count() or 1
+    counts = stage_tasks(graph, settings).values()
+    total, widest = sum(counts), max(counts, default=0)
+    if settings.continuous_tasks == "shared" or (
+        settings.continuous_tasks == "auto" and cores < total
+    ):
+        return f"local[{max(cores, widest)}]"
+    return f"local[{max(cores, total)}]"
 
 
-def check_slots(spark: Any, needed: Mapping[str, int], *, wait_s: float = 0.0) -> None:
-    """`ConfigError` unless Spark has a task slot for every long-lived task (stage ->
-    tasks): a task without one would wait for a slot that never frees.
+def check_slots(
+    spark: Any, needed: Mapping[str, int], layout: str = "per-stage", *, wait_s: float = 0.0
+) -> bool:
+    """Whether the stages share their tasks (`Settings.continuous_tasks`): ``per-stage``
+    needs a Spark task slot for every stage's every task (stage -> tasks), ``shared`` one
+    per task of the widest stage, ``auto`` is per-stage when Spark has those slots, else
+    shared. `ConfigError` when Spark has too few for the layout: a task without a slot
+    would wait for one that never frees.
 
     A cluster's executors register a few seconds after its driver starts, and until they
     do Spark counts 2 slots: ``wait_s`` is how long to wait for enough of them (0 for a
     local master, whose slots exist at once)."""
-    total = sum(needed.values())
+    total, widest = sum(needed.values()), max(needed.values(), default=0)
+    want = widest if layout == "shared" else total
     deadline = Deadline(wait_s, "executors to register")
-    while (slots := int(spark.sparkContext.defaultParallelism)) < total and not deadline.expired:
+    seen, settled = -1, time.monotonic()
+    while (slots := int(spark.sparkContext.defaultParallelism)) < want and not deadline.expired:
+        if slots != seen:
+            seen, settled = slots, time.monotonic()
+        elif layout == "auto" and slots >= widest and time.monotonic() - settled > _SETTLE_S:
+            break  # enough to share, and no executor came for a while: share
         time.sleep(deadline.remaining(0.2))
-    if total > slots:
-        per_stage = ", ".join(f"{stage} {count}" for stage, count in needed.items())
-        raise ConfigError(
-            f"continuous execution needs {total} Spark task slots ({per_stage}) and this "
-            f"Spark has {slots}: use local[{total}] or more worker cores (SPARK_WORKER_CORES, "
-            "spark.cores.max; a local stack's FLAMEPIPE_SPARK_WORKER_CORES), fewer "
-            "partitions (FLAMEPIPE_PARALLELISM), or FLAMEPIPE_EXECUTION=micro-batch"
+    if slots >= want:
+        return layout == "shared"
+    if layout == "auto" and slots >= widest:
+        _log.info(
+            "continuous stages share %d tasks: Spark has %d task slots, %d would give "
+            "every stage tasks of its own",
+            widest,
+            slots,
+            total,
         )
+        return True
+    per_stage = ", ".join(f"{stage} {count}" for stage, count in needed.items())
+    least = widest if layout != "per-stage" else total
+    shared = f", or {widest} if they share tasks" if layout == "auto" and widest < total else ""
+    raise ConfigError(
+        f"continuous execution needs {want} Spark task slots ({per_stage}{shared}) and "
+        f"this Spark has {slots}: use local[{least}] or more worker cores "
+        "(SPARK_WORKER_CORES, spark.cores.max; a local stack's "
+        "FLAMEPIPE_SPARK_WORKER_CORES), fewer partitions (FLAMEPIPE_PARALLELISM), "
+        "FLAMEPIPE_CONTINUOUS_TASKS=shared, or FLAMEPIPE_EXECUTION=micro-batch"
+    )
+
+
+class ContinuousJob:
+    """One Spark job of long-running tasks for one or more stages (steps 1-3): task ``i``
+    runs partition ``i`` of every member stage that has one. Members start it together
+    and share its fate: a failure of one task ends the job, and a restart restarts all."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.members: list[ContinuousQuery] = []
+        self.last_error: str | None = None
+        self._ready: dict[str, ContinuousContext] = {}
+        self._group = ""
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._spark: Any = None
+
+    @property
+    def tasks(self) -> int:
+        """Long-lived tasks: as many as the widest member stage has partitions."""
+        return max((m.tasks for m in self.members), default=0)
+
+    def ready(self, spark: Any, member: ContinuousQuery, ctx: ContinuousContext) -> None:
+        """``member`` is ready with ``ctx``; the job starts once all are (step 1)."""
+        self._ready[member.spec.stage.id] = ctx
+        if len(self._ready) < len(self.members):
+            return
+        self._spark = spark
+        self._stopping = False
+        self.last_error = None
+        self._group = f"flamepipe-{self.name}-{uuid.uuid4().hex}"
+        ctxs = tuple(self._ready[m.spec.stage.id] for m in self.members)
+        self._thread = threading.Thread(
+            target=self._job,
+            args=(spark, ctxs),
+            name=f"flamepipe-continuous-{self.name}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _job(self, spark: Any, ctxs: tuple[ContinuousContext, ...]) -> None:
+        """Step 2: the job, on this thread, until it fails or is cancelled."""
+        sc = spark.sparkContext
+        stages = "+".join(m.spec.stage.id for m in self.members)
+        sc.setJobGroup(self._group, f"flamepipe {stages} (continuous)", interruptOnCancel=True)
+        try:
+            rdd = sc.parallelize(range(self.tasks), self.tasks)
+            rdd.mapPartitionsWithIndex(continuous_task(ctxs)).collect()
+            if not self._stopping:
+                self.last_error = "its tasks ended"
+        except Exception as exc:  # py4j's error carries the task's traceback
+            if self._stopping:
+                _log.debug("stages %s: tasks ended by the stop: %s", stages, essence(exc))
+            else:
+                self.last_error = essence(exc)
+                _log.error("stages %s: continuous tasks failed: %s", stages, self.last_error)
+
+    def failure(self) -> str | None:
+        """Why the tasks ended, or None while they run (or before they start)."""
+        thread = self._thread
+        if thread is None or thread.is_alive():
+            return None
+        return self.last_error or "stopped"
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Step 3: cancel the job (every member's tasks), once."""
+        self._stopping = True
+        self._ready.clear()
+        thread, spark = self._thread, self._spark
+        if thread is None or spark is None:
+            return
+        spark.sparkContext.cancelJobGroup(self._group)
+        thread.join(timeout_s)
+        if thread.is_alive():
+            _log.warning("stages of %s: tasks did not stop in %.0f s", self.name, timeout_s)
+
+    def restart(self, spark: Any) -> None:
+        """Cancel every member's tasks and start new ones (they fence the old)."""
+        self.stop()
+        for member in self.members:
+            member.start(spark)
 
 
 class ContinuousQuery:
@@ -122,8 +255,10 @@ class ContinuousQuery:
         settings: Settings,
         *,
         starts: Mapping[int, int] | None = None,
+        job: ContinuousJob | None = None,
     ) -> None:
-        """``starts``: a source stage's start offsets in this epoch (a replay's)."""
+        """``starts``: a source stage's start offsets in this epoch (a replay's); ``job``
+        the job whose tasks run this stage's (default: one of its own)."""
         self.spec = spec
         self.bootstrap = bootstrap
         self.checkpoint = checkpoint
@@ -139,11 +274,8 @@ class ContinuousQuery:
         self._counted_at = -_COUNTS_EVERY_S
         self.lifts: tuple[Lift, ...] = ()
         self.run_id = ""
-        self.last_error: str | None = None
-        self._job_group = ""
-        self._thread: threading.Thread | None = None
-        self._stopping = False
-        self._spark: Any = None
+        self.job = job or ContinuousJob(f"{spec.graph.name}-{spec.stage.id}")
+        self.job.members.append(self)
 
     @property
     def stats(self) -> StageStats:
@@ -195,11 +327,8 @@ class ContinuousQuery:
         return self.spec.partitions[self.topic]
 
     def start(self, spark: Any) -> None:
-        """Step 1."""
-        self._spark = spark
+        """Step 1: this stage's part; its job starts once every member's is ready."""
         self.run_id = read_or_create_run_id(spark, self.checkpoint)
-        name = f"{self.spec.graph.name}-{self.spec.stage.id}"
-        self._job_group = f"flamepipe-{name}-{uuid.uuid4().hex}"
         ctx = ContinuousContext(
             TaskContext(
                 self.spec,
@@ -222,37 +351,16 @@ class ContinuousQuery:
             tuple(sorted(self.starts.items())),
             os.environ.get(failpoints.ENV, ""),
         )
-        self._thread = threading.Thread(
-            target=self._job,
-            args=(spark, ctx),
-            name=f"flamepipe-continuous-{self.spec.stage.id}",
-            daemon=True,
-        )
-        self._thread.start()
+        self.job.ready(spark, self, ctx)
 
-    def _job(self, spark: Any, ctx: ContinuousContext) -> None:
-        """Step 2: the job, on this thread, until it fails or is cancelled."""
-        sc = spark.sparkContext
-        stage = self.spec.stage.id
-        sc.setJobGroup(self._job_group, f"flamepipe {stage} (continuous)", interruptOnCancel=True)
-        try:
-            rdd = sc.parallelize(range(self.tasks), self.tasks)
-            rdd.mapPartitionsWithIndex(continuous_task(ctx)).collect()
-            if not self._stopping:
-                self.last_error = "its tasks ended"
-        except Exception as exc:  # py4j's error carries the task's traceback
-            if self._stopping:
-                _log.debug("stage %s: tasks ended by the stop: %s", stage, essence(exc))
-            else:
-                self.last_error = essence(exc)
-                _log.error("stage %s: continuous tasks failed: %s", stage, self.last_error)
+    @property
+    def last_error(self) -> str | None:
+        """Why its job's tasks failed (None: they did not)."""
+        return self.job.last_error
 
     def failure(self) -> str | None:
         """Why the tasks ended, or None while they run."""
-        thread = self._thread
-        if thread is None or thread.is_alive():
-            return None
-        return self.last_error or "stopped"
+        return self.job.failure()
 
     def batch_age_s(self) -> float | None:
         """None: long-running tasks have no batch to hang in (a task that stops making
@@ -260,24 +368,13 @@ class ContinuousQuery:
         return None
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Step 3."""
-        self._stopping = True
-        thread, spark = self._thread, self._spark
-        if thread is None or spark is None:
-            return
-        spark.sparkContext.cancelJobGroup(self._job_group)
-        thread.join(timeout_s)
-        if thread.is_alive():
-            _log.warning(
-                "stage %s: its tasks did not stop in %.0f s", self.spec.stage.id, timeout_s
-            )
+        """Step 3 (for every stage of its job)."""
+        self.job.stop(timeout_s)
 
     def restart(self, spark: Any) -> None:
-        """Cancel the tasks and start new ones (they fence whatever is left of the old)."""
-        self.stop()
-        self._stopping = False
-        self.last_error = None
-        self.start(spark)
+        """Cancel the tasks and start new ones (they fence whatever is left of the old);
+        a shared job's other stages restart with it."""
+        self.job.restart(spark)
 
     @property
     def group(self) -> str:

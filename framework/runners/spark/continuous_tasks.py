@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -101,27 +101,37 @@ class ContinuousContext:
         """The consumer group whose committed offsets are the partitions' positions."""
         return self.task.group
 
+    @property
+    def tasks(self) -> int:
+        """The stage's long-lived tasks: one per partition of its input."""
+        spec = self.task.spec
+        return spec.partitions[spec.stage.topic]
 
-def continuous_task(ctx: ContinuousContext) -> Callable[[int, Iterator[Any]], Iterator[Any]]:
-    """The function ``mapPartitionsWithIndex`` runs: partition ``index`` of the stage's
-    input, until the task is killed."""
+
+def continuous_task(
+    ctxs: Sequence[ContinuousContext],
+) -> Callable[[int, Iterator[Any]], Iterator[Any]]:
+    """The function ``mapPartitionsWithIndex`` runs: partition ``index`` of each stage's
+    input (of the stages that have one), until the task is killed."""
+    points = next((ctx.failpoints for ctx in ctxs if ctx.failpoints), "")
 
     def run(index: int, _rows: Iterator[Any]) -> Iterator[Any]:
         age_s = process_age_s()
         before = os.environ.get(failpoints.ENV)
-        if ctx.failpoints:  # the task's worker is its own for as long as it runs
-            os.environ[failpoints.ENV] = ctx.failpoints
+        if points:  # the task's worker is its own for as long as it runs
+            os.environ[failpoints.ENV] = points
+        first = ctxs[0].task
         try:
-            with on_worker(ctx.task):
+            with on_worker(first):
                 # What a task's start costs before `run_continuous` (fork, imports, unpickling).
                 _log.info(
                     "%s %s[%d]: began %.2f s after its Python worker started",
-                    ctx.task.spec.graph.name,
-                    ctx.task.spec.stage.id,
+                    first.spec.graph.name,
+                    "+".join(ctx.task.spec.stage.id for ctx in ctxs if index < ctx.tasks),
                     index,
                     -1.0 if age_s is None else age_s,
                 )
-                run_continuous(ctx, index)
+                run_continuous(ctxs, index)
         finally:
             if before is None:
                 os.environ.pop(failpoints.ENV, None)
@@ -186,6 +196,13 @@ class _Loop:
         # windows are due by min time alone, with no new record to run the program for.
         due = self.state.next_due() if isinstance(self.state, WindowAggregator) else None
         self.next_due = -1 if due is None else due
+        # Step 3's own: a source task has nothing to do but read, so it may wait long for
+        # a record (the wait ends when one comes); a keyed task looks at min time between
+        # polls.
+        self.idle_s = (ctx.heartbeat_ms if self.fronts is not None else ctx.poll_ms) / 1000
+        self.pending: list[InRecord] = []
+        self.committed_at = self.beaten = 0.0
+        self.parent = os.getppid()
         # A restart's cost, piece by piece: what a recovery time is made of.
         _log.info(
             "%s %s[%d]: started in %.2f s (producer %.2f s, state %.2f s: %d "
@@ -262,41 +279,42 @@ class _Loop:
         committed = CommittedSlot(self.ctx.zookeeper, self.app)
         return lambda: min(view.min_time(segment), committed())
 
-    def run(self) -> None:
-        """Step 3, until the task is killed or fails."""
+    def step(self, most_wait_s: float | None = None) -> bool:
+        """One pass of step 3, waiting at most ``most_wait_s`` for records (None: as long
+        as this loop alone would); whether it took or committed anything."""
         ctx = self.ctx
-        # A source task has nothing to do but read, so it may wait long for a record
-        # (the wait ends when one comes); a keyed task looks at min time between polls.
-        idle_s = (ctx.heartbeat_ms if self.fronts is not None else ctx.poll_ms) / 1000
-        gap_s, beat_s = ctx.commit_ms / 1000, ctx.heartbeat_ms / 1000
-        pending: list[InRecord] = []
-        committed_at = beaten = 0.0
-        parent = os.getppid()
-        while True:
-            if os.getppid() != parent:
-                # Orphaned: Spark's JVM died (kill -9) and nothing will ever kill this
-                # task; a new driver's tasks would fence it, but none may come.
-                raise TaskOrphaned(f"stage {self.stage}: the Spark worker that ran it is gone")
-            # Step 3a: what arrives before the next commit is due joins it
-            now = time.monotonic()
-            wait_s = max(0.0, gap_s - (now - committed_at)) if pending else idle_s
-            if len(pending) < ctx.max_records:
-                room = ctx.max_records - len(pending)
-                pending.extend(self._records(take(self.consumer, room, wait_s)))
-            # Step 3b
-            min_slot = self.min_slot()
-            # Step 3c
-            now = time.monotonic()
-            full = len(pending) >= ctx.max_records
-            if (pending and (full or now - committed_at >= gap_s)) or self._due(min_slot):
-                self._commit(pending, min_slot)
-                pending, committed_at = [], now
-            # Step 3d
-            if self.fronts is not None and now - beaten >= beat_s:
-                if not pending:
-                    self._past_markers()
-                self.fronts.beat()
-                beaten = now
+        if os.getppid() != self.parent:
+            # Orphaned: Spark's JVM died (kill -9) and nothing will ever kill this
+            # task; a new driver's tasks would fence it, but none may come.
+            raise TaskOrphaned(f"stage {self.stage}: the Spark worker that ran it is gone")
+        # Step 3a: what arrives before the next commit is due joins it
+        now = time.monotonic()
+        gap_s = ctx.commit_ms / 1000
+        wait_s = max(0.0, gap_s - (now - self.committed_at)) if self.pending else self.idle_s
+        if most_wait_s is not None:
+            wait_s = min(wait_s, most_wait_s)
+        took = False
+        if len(self.pending) < ctx.max_records:
+            room = ctx.max_records - len(self.pending)
+            records = self._records(take(self.consumer, room, wait_s))
+            took = bool(records)
+            self.pending.extend(records)
+        # Step 3b
+        min_slot = self.min_slot()
+        # Step 3c
+        now = time.monotonic()
+        full = len(self.pending) >= ctx.max_records
+        due = (self.pending and (full or now - self.committed_at >= gap_s)) or self._due(min_slot)
+        if due:
+            self._commit(self.pending, min_slot)
+            self.pending, self.committed_at = [], now
+        # Step 3d
+        if self.fronts is not None and now - self.beaten >= ctx.heartbeat_ms / 1000:
+            if not self.pending:
+                self._past_markers()
+            self.fronts.beat()
+            self.beaten = now
+        return took or bool(due)
 
     def _past_markers(self) -> None:
         """Step 3d: with nothing taken and not committed, the partition is consumed up to
@@ -406,13 +424,33 @@ def _with_floors(task: TaskContext, floors: dict[int, int]) -> TaskContext:
     return replace(task, floors=tuple(floors.items()))
 
 
-def run_continuous(ctx: ContinuousContext, partition: int) -> None:
-    """Steps 1-3 for ``partition`` of the context's stage; returns only by failing."""
-    loop = _Loop(ctx, partition)
+def run_continuous(ctxs: Sequence[ContinuousContext], index: int) -> None:
+    """Steps 1-3 for partition ``index`` of each stage in ``ctxs`` that has one; returns
+    only by failing.
+
+    Stages that share a task take turns in its one Python worker (one core at most), each
+    loop with its own transactional id, consumer and state, so what each commits is what
+    it would commit in a task of its own. A turn waits for records at most its share of
+    ``poll_ms``, and not at all while the last round found work, so no loop's min time or
+    records wait longer than alone by more than the others' turns.
+    """
+    loops: list[_Loop] = []
     try:
-        loop.run()
+        for ctx in ctxs:
+            if index < ctx.tasks:
+                loops.append(_Loop(ctx, index))
+        if len(loops) == 1:
+            (loop,) = loops
+            while True:
+                loop.step()
+        share_s = min(ctx.poll_ms for ctx in ctxs) / 1000 / max(1, len(loops))
+        busy = True
+        while True:
+            worked = [loop.step(0.0 if busy else share_s) for loop in loops]
+            busy = any(worked)
     except BaseException:
         # The state may be ahead of what committed: a task after this one in the same
         # worker must read it back from the changelog.
-        drop_state(loop.state_key)
+        for loop in loops:
+            drop_state(loop.state_key)
         raise

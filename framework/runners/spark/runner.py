@@ -9,7 +9,8 @@ Start-up protocol of `SparkRunner.start`:
    ``parallelism`` is refused (`framework.runners.rescale`).
 2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
    framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters). In
-   continuous execution, check that Spark has a task slot for every long-lived task
+   continuous execution, check that Spark has a task slot for every long-lived task, or,
+   with stages sharing their tasks, for every task of the widest stage
    (`framework.runners.spark.continuous.check_slots`): too few fail here, before any code
    is shipped or any service starts.
 3. Ship the user's modules to the executors (`framework.runners.spark.shipping`) and, for
@@ -77,6 +78,7 @@ from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.continuous import (
     CONTINUOUS_SUFFIX,
+    ContinuousJob,
     ContinuousQuery,
     check_slots,
     local_master,
@@ -256,6 +258,9 @@ class PipelineRun:
         self.watch: WatchServer | None = None
         self.janitor: TopicJanitor | None = None
         self._lifts: dict[str, tuple[Lift, ...]] = {}
+        # The one job of every continuous stage's tasks when they share them (None: a
+        # job per stage; `Settings.continuous_tasks`).
+        self._shared: ContinuousJob | None = None
         self.supervisor = QuerySupervisor(
             graph.name,
             lambda: self.queries,
@@ -284,7 +289,10 @@ class PipelineRun:
         if self.continuous:
             needed = {stage.id: partitions[stage.topic] for stage in alone}
             local = str(self.spark.sparkContext.master).startswith("local")
-            check_slots(self.spark, needed, wait_s=0.0 if local else _EXECUTORS_S)
+            layout = self.settings.continuous_tasks
+            wait_s = 0.0 if local else _EXECUTORS_S
+            if check_slots(self.spark, needed, layout, wait_s=wait_s):
+                self._shared = ContinuousJob(self.graph.name)
         # Replays move the records earlier epochs lifted, from their first batch on.
         self._lifts = read_lifts(self.bootstrap, self.graph.name)
         # Step 3
@@ -305,6 +313,9 @@ class PipelineRun:
             self._start_stage(stage, sources, partitions)
         for pair in fused:
             self._start_fused(pair, sources, partitions)
+        if self._shared is not None:
+            for member in self._shared.members:  # the job starts with the last
+                member.start(self.spark)
         self.fronts = FrontHeartbeats(
             self.bootstrap,
             self.graph.name,
@@ -465,12 +476,19 @@ class PipelineRun:
             f"{self._checkpoints()}/{query_id}",
             self.settings,
             starts={int(p): o for p, o in (starts or {}).items()},
+            job=self._shared,
         )
         query.lifts = self._lifts.get(stage.topic, ())
-        query.start(self.spark)
         self.queries[stage.id] = query
+        if self._shared is None:
+            query.start(self.spark)
+        shared = "" if self._shared is None else ", sharing them with the other stages"
         _log.info(
-            "%s: stage %s runs as %d continuous tasks", self.graph.name, stage.id, query.tasks
+            "%s: stage %s runs as %d continuous tasks%s",
+            self.graph.name,
+            stage.id,
+            query.tasks,
+            shared,
         )
 
     def _refuse_other_mode(self, query_id: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,11 +18,25 @@ def _spark(slots: int) -> object:
 
 
 def test_too_few_slots_name_the_count_and_the_settings() -> None:
-    check_slots(_spark(4), {"source": 2, "aggregate": 2})
+    assert not check_slots(_spark(4), {"source": 2, "aggregate": 2})
     with pytest.raises(ConfigError, match=r"needs 5 Spark task slots \(source 2, aggregate 3\)"):
         check_slots(_spark(4), {"source": 2, "aggregate": 3})
     with pytest.raises(ConfigError, match=r"use local\[5\] .* FLAMEPIPE_EXECUTION=micro-batch"):
         check_slots(_spark(4), {"source": 2, "aggregate": 3})
+
+
+def test_stages_share_tasks_when_asked_or_when_slots_are_too_few_for_their_own() -> None:
+    needed = {"source": 2, "aggregate": 3}
+    assert check_slots(_spark(3), needed, "shared")
+    assert check_slots(_spark(8), needed, "shared")
+    assert not check_slots(_spark(5), needed, "auto")
+    assert check_slots(_spark(3), needed, "auto")
+    with pytest.raises(ConfigError, match=r"needs 5 .* or 3 if they share tasks.*local\[3\]"):
+        check_slots(_spark(2), needed, "auto")
+    with pytest.raises(ConfigError, match=r"needs 3 Spark task slots .* use local\[3\]"):
+        check_slots(_spark(2), needed, "shared")
+    with pytest.raises(ConfigError, match=r"needs 5 Spark task slots"):
+        check_slots(_spark(3), needed, "per-stage")
 
 
 def test_a_checkpoint_name_tells_its_mode_and_stages() -> None:
@@ -41,6 +56,9 @@ def test_the_execution_setting_is_checked() -> None:
         Settings(execution="continuous", fuse_stages=True)
     with pytest.raises(ConfigError, match="commit_interval_ms=-1 must be >= 0"):
         Settings(commit_interval_ms=-1)
+    assert Settings().continuous_tasks == "auto"
+    with pytest.raises(ConfigError, match="not a task layout: use one of auto, per-stage"):
+        Settings(continuous_tasks="packed")
 
 
 def test_only_local_star_in_continuous_execution_is_sized_by_the_pipeline() -> None:
@@ -70,3 +88,11 @@ def test_a_cluster_gets_time_for_its_executors_to_register() -> None:
     with pytest.raises(ConfigError, match="needs 6 Spark task slots"):
         late = SimpleNamespace(sparkContext=_Registering(cores=8, after_reads=10**6))
         check_slots(late, {"source": 2, "aggregate": 4}, wait_s=0.3)
+
+
+def test_auto_shares_once_a_cluster_has_enough_slots_for_it_and_no_more_come() -> None:
+    context = _Registering(cores=3, after_reads=2)
+    spark = SimpleNamespace(sparkContext=context)
+    started = time.monotonic()
+    assert check_slots(spark, {"source": 2, "aggregate": 3}, "auto", wait_s=60)
+    assert time.monotonic() - started < 10  # not the whole minute
