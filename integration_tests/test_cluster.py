@@ -896,6 +896,7 @@ def test_a_script_or_notebook_calling_pipeline_run_runs_on_the_cluster(
     env = _driver_env(cluster, app, source, sink)
     if how == "script":
         env["FLAMEPIPE_FUSE_STAGES"] = "true"
+        env["FLAMEPIPE_EXECUTION"] = "micro-batch"  # fused stages run micro-batches only
     script = _launch(argv, user_dir, env, log, own_session=how == "notebook")
     try:
         _wait(

@@ -102,8 +102,8 @@ def test_a_continuous_join_and_event_time_windows_killed_twice_lose_and_repeat_n
 def test_too_few_task_slots_fail_before_anything_starts(
     stack: Settings, spark: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Two source partitions and two hash units need four slots; the shared session has
-    ``local[*]`` on this machine's cores. Nothing is shipped to the executors (shipping
+    """Two source partitions and as many hash units as the shared session has slots need
+    two slots more than it has. Nothing is shipped to the executors (shipping
     logs every time it runs) and so no service started either (they start after it)."""
     caplog.set_level(logging.INFO, logger="framework.runners.spark.shipping")
     slots = int(spark.sparkContext.defaultParallelism)
@@ -119,9 +119,12 @@ def test_too_few_task_slots_fail_before_anything_starts(
         pass
     assert not [r for r in caplog.records if r.name == "framework.runners.spark.shipping"]
     # Shared, the widest stage needs a slot per task: one hash unit more than slots.
+    wide = _app("cwide")
+    ensure_topics(stack.kafka_bootstrap, [input_topic_spec(f"{wide}-in", 2)])
+    auto = settings.with_(parallelism=slots + 1, continuous_tasks="auto")
     with (
         pytest.raises(ConfigError, match=rf"or {slots + 1} if they share tasks"),
-        running(settings.with_(parallelism=slots + 1, continuous_tasks="auto"), spark, pipeline),
+        running(auto, spark, windowed_counts(wide, f"{wide}-in", sink, window_ms=200)),
     ):
         pass
 
@@ -176,7 +179,7 @@ def test_a_continuous_word_count_in_the_shared_session_and_a_switch_refused(
     assert 1 <= stats.batches <= len(lines), "a batch is a commit, of one record or more"
     with (
         pytest.raises(ConfigError, match=r"ran continuous in epoch .* switch in a new epoch"),
-        running(stack.with_(parallelism=1), spark, pipeline),
+        running(stack.with_(parallelism=1, execution="micro-batch"), spark, pipeline),
     ):
         pass
 

@@ -98,6 +98,8 @@ def test_poison_record_and_raising_function_go_to_the_dead_letter_topic(
         run.wait_released(until, timeout_s=120)
         items = read_output(bootstrap, sink)
         dead = read_raw(bootstrap, Topics(app).dlq)
+        # Continuous stages' counts are what their tasks committed, read once a second.
+        _wait(lambda: run.stats[f"source-{source}"].dead_letters >= 2, run, 10)
         stats = run.stats[f"source-{source}"]
     assert Counter({w: max(n for x, n in items if x == w) for w, _ in items}) == word_counts(good)
     assert stats.dead_letters == 2

@@ -70,11 +70,11 @@ class Settings:
     the path: docs/decisions/fused-stages.md); a pipeline switches only in a new epoch.
     ``columnar`` runs a source stage's chain of stateless operations on columns of items
     (`framework.plan.columnar`; the same output, less work per item; on by default).
-    ``execution``: ``micro-batch`` runs every stage as a Spark streaming query;
-    ``continuous`` as long-running Spark tasks, one per input partition, each polling
-    Kafka and committing a transaction whenever it has something to commit
-    (`framework.runners.spark.continuous`; one task slot per task, checked at the start);
-    a pipeline switches only in a new epoch. ``commit_interval_ms``: the least time
+    ``execution``: ``continuous`` (the default) runs every stage as long-running Spark
+    tasks, one per input partition, each polling Kafka and committing a transaction
+    whenever it has something to commit (`framework.runners.spark.continuous`; task slots
+    checked at the start); ``micro-batch`` as a Spark streaming query; a pipeline switches
+    only in a new epoch. ``commit_interval_ms``: the least time
     between two commits of a continuous task (each is a Kafka transaction, whose cost
     falls on the broker); input that arrives meanwhile waits for the next one.
     ``continuous_tasks``: ``per-stage`` gives every stage's partition a task (and a slot)
@@ -137,7 +137,7 @@ class Settings:
     fail_fast: bool = False
     fuse_stages: bool = False
     columnar: bool = True
-    execution: str = "micro-batch"
+    execution: str = "continuous"
     commit_interval_ms: int = 20
     continuous_tasks: str = "auto"
     state_backend: str = "file"

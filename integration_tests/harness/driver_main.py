@@ -51,6 +51,14 @@ def main(argv: list[str]) -> None:
         fused = settings.with_(fuse_stages=True, execution="micro-batch")
         pipelines = [(settings, _pipeline(k, *named[k])) for k in STATEFUL]
         pipelines += [(fused, _pipeline(k, *named[f"{k}-fused"])) for k in FUSED]
+    if settings.execution == "continuous" and len(pipelines) > 1:
+        # Several pipelines on two cores: each one's stages share their tasks (unless a
+        # test asks for a layout), so the driver does not run dozens of Python workers.
+        shared = "shared" if settings.continuous_tasks == "auto" else settings.continuous_tasks
+        pipelines = [
+            (s.with_(continuous_tasks=shared) if s.execution == "continuous" else s, p)
+            for s, p in pipelines
+        ]
     if settings.execution == "continuous":
         # A slot per long-running task, and two for any micro-batch pipeline's tasks.
         tasks = sum(

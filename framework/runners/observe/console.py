@@ -97,7 +97,7 @@ def render(f: Figures, previous: Figures | None, width: int = 80) -> Group:
     return Group(_head(f), _table(rows, width), Text(_FOOT, style="dim"))
 
 
-_FOOT = "p50/p99: a stage's micro-batch, a barrier's append-to-output latency"
+_FOOT = "p50/p99: a barrier's append-to-output latency, a micro-batch stage's batch"
 _NAME_MIN = 8
 
 

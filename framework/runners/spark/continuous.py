@@ -60,6 +60,7 @@ __all__ = [
     "ContinuousJob",
     "ContinuousQuery",
     "check_slots",
+    "held_slots",
     "local_master",
     "stage_tasks",
     "tasks_needed",
@@ -132,7 +133,10 @@ def check_slots(
     want = widest if layout == "shared" else total
     deadline = Deadline(wait_s, "executors to register")
     seen, settled = -1, time.monotonic()
-    while (slots := int(spark.sparkContext.defaultParallelism)) < want and not deadline.expired:
+    held = held_slots(spark)  # another pipeline's tasks in this session keep theirs
+    while (
+        slots := int(spark.sparkContext.defaultParallelism) - held
+    ) < want and not deadline.expired:
         if slots != seen:
             seen, settled = slots, time.monotonic()
         elif layout == "auto" and slots >= widest and time.monotonic() - settled > _SETTLE_S:
@@ -152,13 +156,23 @@ def check_slots(
     per_stage = ", ".join(f"{stage} {count}" for stage, count in needed.items())
     least = widest if layout != "per-stage" else total
     shared = f", or {widest} if they share tasks" if layout == "auto" and widest < total else ""
+    others = f" free (of {slots + held}: running pipelines hold {held})" if held else ""
     raise ConfigError(
         f"continuous execution needs {want} Spark task slots ({per_stage}{shared}) and "
-        f"this Spark has {slots}: use local[{least}] or more worker cores "
+        f"this Spark has {slots}{others}: use local[{least}] or more worker cores "
         "(SPARK_WORKER_CORES, spark.cores.max; a local stack's "
         "FLAMEPIPE_SPARK_WORKER_CORES), fewer partitions (FLAMEPIPE_PARALLELISM), "
         "FLAMEPIPE_CONTINUOUS_TASKS=shared, or FLAMEPIPE_EXECUTION=micro-batch"
     )
+
+
+_RUNNING: set[ContinuousJob] = set()
+"""The jobs of this driver whose tasks hold task slots (started and not stopped)."""
+
+
+def held_slots(spark: Any) -> int:
+    """The task slots of ``spark`` that running continuous jobs of this driver hold."""
+    return sum(job.tasks for job in list(_RUNNING) if job.holds(spark))
 
 
 class ContinuousJob:
@@ -197,7 +211,13 @@ class ContinuousJob:
             name=f"flamepipe-continuous-{self.name}",
             daemon=True,
         )
+        _RUNNING.add(self)
         self._thread.start()
+
+    def holds(self, spark: Any) -> bool:
+        """Whether this job's tasks hold task slots of ``spark`` now."""
+        thread = self._thread
+        return self._spark is spark and thread is not None and thread.is_alive()
 
     def _job(self, spark: Any, ctxs: tuple[ContinuousContext, ...]) -> None:
         """Step 2: the job, on this thread, until it fails or is cancelled."""
@@ -227,6 +247,7 @@ class ContinuousJob:
         """Step 3: cancel the job (every member's tasks), once."""
         self._stopping = True
         self._ready.clear()
+        _RUNNING.discard(self)
         thread, spark = self._thread, self._spark
         if thread is None or spark is None:
             return

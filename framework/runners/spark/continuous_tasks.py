@@ -71,7 +71,13 @@ from framework.wire.lifts import Lift
 from framework.wire.positions import TaskCounts
 from framework.wire.records import InRecord, OutRecord
 
-__all__ = ["ContinuousContext", "TaskOrphaned", "continuous_task", "run_continuous"]
+__all__ = [
+    "ContinuousContext",
+    "TaskOrphaned",
+    "continuous_task",
+    "run_continuous",
+    "take_turns",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -439,18 +445,25 @@ def run_continuous(ctxs: Sequence[ContinuousContext], index: int) -> None:
         for ctx in ctxs:
             if index < ctx.tasks:
                 loops.append(_Loop(ctx, index))
-        if len(loops) == 1:
-            (loop,) = loops
-            while True:
-                loop.step()
-        share_s = min(ctx.poll_ms for ctx in ctxs) / 1000 / max(1, len(loops))
-        busy = True
-        while True:
-            worked = [loop.step(0.0 if busy else share_s) for loop in loops]
-            busy = any(worked)
+        take_turns([loop.step for loop in loops], min(ctx.poll_ms for ctx in ctxs) / 1000)
     except BaseException:
         # The state may be ahead of what committed: a task after this one in the same
         # worker must read it back from the changelog.
         for loop in loops:
             drop_state(loop.state_key)
         raise
+
+
+def take_turns(steps: Sequence[Callable[[float | None], bool]], poll_s: float) -> None:
+    """Run each of ``steps`` in turn until one raises: alone, a step waits as long as its
+    loop would; with others, at most its share of ``poll_s``, and not at all after a round
+    in which any step found work (a busy loop's next records are likely there already)."""
+    if len(steps) == 1:
+        (step,) = steps
+        while True:
+            step(None)
+    share_s = poll_s / max(1, len(steps))
+    busy = True
+    while True:
+        worked = [step(0.0 if busy else share_s) for step in steps]
+        busy = any(worked)

@@ -49,11 +49,11 @@ def test_a_checkpoint_name_tells_its_mode_and_stages() -> None:
 
 
 def test_the_execution_setting_is_checked() -> None:
-    assert Settings().execution == "micro-batch"
+    assert Settings().execution == "continuous"
     with pytest.raises(ConfigError, match="not an execution mode: use one of micro-batch"):
         Settings(execution="streaming")
     with pytest.raises(ConfigError, match="fuse_stages runs micro-batches only"):
-        Settings(execution="continuous", fuse_stages=True)
+        Settings(fuse_stages=True)  # continuous by default
     with pytest.raises(ConfigError, match="commit_interval_ms=-1 must be >= 0"):
         Settings(commit_interval_ms=-1)
     assert Settings().continuous_tasks == "auto"
@@ -63,7 +63,8 @@ def test_the_execution_setting_is_checked() -> None:
 
 def test_only_local_star_in_continuous_execution_is_sized_by_the_pipeline() -> None:
     graph = object()  # never looked at: these masters are the user's
-    assert local_master(Settings(), graph) == "local[*]"  # type: ignore[arg-type]
+    micro = Settings(execution="micro-batch")
+    assert local_master(micro, graph) == "local[*]"  # type: ignore[arg-type]
     for master in ("local[3]", "spark://127.0.0.1:7077"):
         settings = Settings(spark_master=master, execution="continuous")
         assert local_master(settings, graph) == master  # type: ignore[arg-type]
