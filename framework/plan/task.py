@@ -234,33 +234,39 @@ class StageProgram:
         source task's, covering what the batch read: they commit with its acks).
         """
         run = _TaskRun(self, state, rng or _ack_value)
-        run.partition = partition
-        run.slots = slots or {}
-        result = run.result
-        records = records if isinstance(records, list) else list(records)
-        result.records_in = len(records)
-        if records:
-            result.last_offset = max(r.offset for r in records)
-            result.max_timestamp_ms = max(r.timestamp_ms for r in records)
-        if records and self.chain is not None and flow_columns(run, *self.chain, records):
-            result.columnar = True
-        else:
-            self._flow_items(run, records, state)
-        if isinstance(state, WindowAggregator):
-            # Step 7
-            replayed = state.replayed
-            run.emit_windows(state, min_slot)
-            result.replayed = state.replayed - replayed
-            due = state.next_due()
-            result.next_due = -1 if due is None else due
-        run.call_services()
-        run.write_frames()
-        # Step 5
-        run.close(node, node_time, heartbeats)
-        # Step 6
-        if state is not None:
-            run.changelog(state, record_partition=run.partition)
-        return result
+        try:
+            run.partition = partition
+            run.slots = slots or {}
+            result = run.result
+            records = records if isinstance(records, list) else list(records)
+            result.records_in = len(records)
+            if records:
+                result.last_offset = max(r.offset for r in records)
+                result.max_timestamp_ms = max(r.timestamp_ms for r in records)
+            if records and self.chain is not None and flow_columns(run, *self.chain, records):
+                result.columnar = True
+            else:
+                self._flow_items(run, records, state)
+            if isinstance(state, WindowAggregator):
+                # Step 7
+                replayed = state.replayed
+                run.emit_windows(state, min_slot)
+                result.replayed = state.replayed - replayed
+                due = state.next_due()
+                result.next_due = -1 if due is None else due
+            run.call_services()
+            run.write_frames()
+            # Step 5
+            run.close(node, node_time, heartbeats)
+            # Step 6
+            if state is not None:
+                run.changelog(state, record_partition=run.partition)
+            return result
+        finally:
+            # The run's closures refer back to it and the cyclic collector is off in a
+            # task (`framework.runners.spark.tasks.on_worker`), for good in a long-running
+            # one: the cycle would keep every batch's run and outputs alive.
+            run.release()
 
 
 def _batch_only(record: Record) -> list[Record]:
@@ -322,6 +328,11 @@ class _TaskRun:
         # (None: a window's result).
         self._origin: tuple[Record, InRecord, int] | None = None
         self._waiting: list[tuple[str, Record, tuple[Record, InRecord, int] | None]] = []
+
+    def release(self) -> None:
+        """Drop the per-node closures (bound to this run): no reference cycle is left."""
+        self._appliers.clear()
+        self._pushers.clear()
 
     def decode(self, record: InRecord, into: list[tuple[Record, InRecord, int]]) -> None:
         """Step 1 for one input record: its items, with their index in a frame, ``into``."""

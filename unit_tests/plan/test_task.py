@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 from collections import defaultdict
@@ -131,6 +132,29 @@ def test_source_stage_computes_global_time_and_partitions_by_key() -> None:
             assert meta.gt.slot in (100, 101) and ack != 0
             keys.append(keyed.key)
     assert sorted(keys) == ["a", "b", "b"]
+
+
+def test_a_run_leaves_no_reference_cycle_for_a_collector_that_never_runs() -> None:
+    """Tasks run with the cyclic collector off, and a long-running task never turns it
+    back on: whatever a run leaves in a cycle (its outputs with it) would stay for good.
+    Both stages, and a run whose user function raises."""
+    first, second = programs(wordcount(fail_on="poison"), fail_fast=True)
+    topics = Topics("wc")
+    grouping = second.new_state()
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(3):
+            one = first.run(lines(b"a b a", b"b c", b"a"), None, node=1, node_time=n)
+            second.run(as_input(one.records, topics.shuffle("group")), grouping, 2, n)
+        with pytest.raises(UserFunctionError):
+            first.run(lines(b"a poison"), None, node=1, node_time=9)
+        del one
+        assert gc.collect() == 0
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_acks_of_both_stages_and_the_barrier_balance_to_zero() -> None:
