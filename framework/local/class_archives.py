@@ -123,12 +123,17 @@ def _alive(pid: int) -> bool:
 def _maps(partial: Path, classpath: str) -> str | None:
     """None if a JVM on ``classpath`` maps ``partial`` with every checksum right, else why
     not."""
+    # A corrupt archive can crash the checking JVM (SIGBUS in its checksum): its crash
+    # report goes beside the archive and is deleted, not into the caller's directory.
+    crash = partial.with_name(f"{partial.name}.crash.log")
     cmd = [java_executable(), f"-XX:SharedArchiveFile={partial}", "-Xshare:on"]
-    cmd += ["-XX:+VerifySharedSpaces", "-cp", classpath, "-version"]
+    cmd += [f"-XX:ErrorFile={crash}", "-XX:+VerifySharedSpaces", "-cp", classpath, "-version"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     except (OSError, subprocess.TimeoutExpired, StackError) as exc:
         return str(exc)
+    finally:
+        crash.unlink(missing_ok=True)
     if done.returncode == 0:
         return None
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip("# ")]

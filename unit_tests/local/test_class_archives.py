@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from framework.local.class_archives import archive_path, dump_flags, publish, use_flags
 from framework.local.tools import java_executable
 
@@ -57,8 +59,12 @@ def test_an_archive_takes_its_name_once_its_jvm_exited_and_a_jvm_maps_it(
     assert use_flags(archive)
 
 
-def test_a_truncated_archive_is_never_published(tmp_path: Path) -> None:
-    # A JVM mapping a truncated archive dies of SIGBUS, -Xshare:auto or not.
+def test_a_truncated_archive_is_never_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A JVM mapping a truncated archive dies of SIGBUS, -Xshare:auto or not; its crash
+    # report is not left behind (it went into the working directory: the repository).
+    monkeypatch.chdir(tmp_path)
     archive = archive_path(tmp_path, "r", ["x"])
     _, partial = dump_flags(archive)
     writer = _java_writing(partial, str(tmp_path))
@@ -68,6 +74,7 @@ def test_a_truncated_archive_is_never_published(tmp_path: Path) -> None:
     partial.write_bytes(whole[: len(whole) // 2])
     assert not publish(partial, archive, writer.pid, str(tmp_path), timeout_s=60)
     assert not archive.exists() and not partial.exists()
+    assert not [p.name for p in tmp_path.rglob("*") if "hs_err" in p.name or "crash" in p.name]
 
 
 def test_nothing_is_published_when_the_writer_wrote_nothing(tmp_path: Path) -> None:

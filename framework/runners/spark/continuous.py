@@ -311,6 +311,10 @@ class ContinuousQuery:
                 _log.debug("stage %s: counts not read now: %s", self.spec.stage.id, exc)
         return self._stats
 
+    def recount(self) -> None:
+        """Read the committed counts anew on the next `stats`."""
+        self._counted_at = -_COUNTS_EVERY_S
+
     def _committed_counts(self) -> StageStats:
         stats = StageStats()
         for tp, text in self._committed():

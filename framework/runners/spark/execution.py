@@ -34,6 +34,11 @@ class StageExecution(Protocol):
         """Its counts so far."""
         ...
 
+    def recount(self) -> None:
+        """Read the counts anew on the next `stats` (those read back from Kafka are
+        cached for a while)."""
+        ...
+
     def start(self, spark: Any) -> None:
         """Start running on ``spark``; returns at once."""
         ...

@@ -314,6 +314,9 @@ class StageQuery:
         finally:
             self._batch_started = None
 
+    def recount(self) -> None:
+        """Nothing to do: a micro-batch's counts arrive with its summary rows."""
+
     def batch_age_s(self) -> float | None:
         """How long the micro-batch in flight has run (None: none is)."""
         started = self._batch_started

@@ -590,7 +590,8 @@ class PipelineRun:
         return all(b.released_through() > slot for b in self.barriers())
 
     def wait_released(self, until_ms: int, timeout_s: float) -> None:
-        """Block until `released` (``until_ms``); `DeadlineExceeded` after ``timeout_s``."""
+        """Block until `released` (``until_ms``); `DeadlineExceeded` after ``timeout_s``.
+        `stats` read after it returns count at least what was released."""
         deadline = Deadline(timeout_s)
         while not self.released(until_ms):
             if deadline.expired:
@@ -598,6 +599,8 @@ class PipelineRun:
                     f"input appended before {until_ms} not released within {timeout_s:.0f} s"
                 )
             time.sleep(0.05)
+        for query in self.queries.values():
+            query.recount()
 
     def barriers(self) -> list[BarrierService]:
         """The barrier services of the sinks (none with external services)."""

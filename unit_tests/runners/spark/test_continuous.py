@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from framework.config import Settings
 from framework.errors import ConfigError
-from framework.runners.spark.continuous import check_slots, local_master
+from framework.runners.spark.continuous import ContinuousQuery, check_slots, local_master
+from framework.runners.spark.queries import StageStats
 from framework.runners.spark.runner import _mode, _overlaps
+from unit_tests.plan.test_task import programs, wordcount
 
 
 def _spark(slots: int) -> object:
@@ -97,3 +100,20 @@ def test_auto_shares_once_a_cluster_has_enough_slots_for_it_and_no_more_come() -
     started = time.monotonic()
     assert check_slots(spark, {"source": 2, "aggregate": 3}, "auto", wait_s=60)
     assert time.monotonic() - started < 10  # not the whole minute
+
+
+def test_counts_read_back_from_kafka_are_cached_until_a_recount(tmp_path: Path) -> None:
+    spec = programs(wordcount())[0].spec
+    query = ContinuousQuery(spec, "127.0.0.1:1", "cp", Settings(state_dir=tmp_path))
+    reads: list[int] = []
+
+    def counts() -> StageStats:
+        reads.append(1)
+        return StageStats(dead_letters=len(reads))
+
+    query._committed_counts = counts  # type: ignore[method-assign]
+    query.run_id = "running"
+    assert query.stats.dead_letters == 1
+    assert query.stats.dead_letters == 1  # within a second: the cached counts
+    query.recount()  # after a release was waited for: what committed before it counts
+    assert query.stats.dead_letters == 2
