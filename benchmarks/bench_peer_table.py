@@ -50,7 +50,11 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, Topic
 from connectors import KafkaSink, KafkaSource
 from framework import Pipeline
 from framework.config import Settings
-from framework.demos.wordcount import rolling_counts, windowed_counts
+from framework.demos.wordcount import (
+    rolling_counts,
+    windowed_counts,
+    windowed_counts_on_columns,
+)
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
@@ -241,7 +245,8 @@ def throughput_and_window(settings: Settings, text: Text, args: Any) -> dict[str
     cpu0 = cpu_seconds()
     launched = time.monotonic()
     spark = spark_session(settings, f"bench-{tag}", {"spark.master": settings.spark_master})
-    pipeline = windowed_counts(tag, source, sink, window_ms=WINDOW_MS)
+    build = windowed_counts_on_columns if args.pipeline == "columns" else windowed_counts
+    pipeline = build(tag, source, sink, window_ms=WINDOW_MS)
     run = SparkRunner(settings, spark).start(pipeline.graph())
     ready = time.monotonic()
     try:
@@ -433,6 +438,13 @@ def main() -> None:
         "compare on a warm JVM (the first Spark session pays its start and JIT)",
     )
     ap.add_argument(
+        "--pipeline",
+        choices=("items", "columns"),
+        default="items",
+        help="the windowed count with per-item operators (the peers' shape) or with batch "
+        "operators and the built-in Sum (`windowed_counts_on_columns`)",
+    )
+    ap.add_argument(
         "--fuse", action="store_true", help="fuse_stages: source and keyed stage in one query"
     )
     ap.add_argument(
@@ -444,14 +456,15 @@ def main() -> None:
     ap.add_argument(
         "--execution",
         choices=("micro-batch", "continuous"),
-        default="micro-batch",
-        help="how stages run; continuous needs a task slot per task: local[4] here",
+        default="continuous",
+        help="how stages run (default: the settings' default)",
     )
     ap.add_argument(
         "--continuous-tasks",
         choices=("per-stage", "shared"),
-        default="per-stage",
-        help="continuous stages' tasks: per stage (local[4]) or shared (local[2])",
+        default="shared",
+        help="continuous stages' tasks: shared (local[2], as in the peer harness) or per "
+        "stage (local[4])",
     )
     args = ap.parse_args()
     text = Text()

@@ -3,6 +3,7 @@
 from framework.core import GlobalTime, Meta, Record
 from framework.core.context import Message
 from framework.core.joins import Joined
+from framework.core.reducers import Max, Min, Sum
 from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import (
@@ -23,7 +24,9 @@ __all__ += [
     "Joined",
     "KeyValue",
     "KeyedStream",
+    "Max",
     "Message",
+    "Min",
     "Pipeline",
     "PipelineError",
     "Session",
@@ -31,6 +34,7 @@ __all__ += [
     "Sliding",
     "Source",
     "Stream",
+    "Sum",
     "Tumbling",
     "WindowResult",
 ]

@@ -62,6 +62,27 @@ def window_row(result):
     return [result.key, result.start_ms, result.value[1]]
 
 
+def ones_column(lines):  # a batch of lines -> per line, its (word, 1) rows, on Arrow
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    words = pc.list_slice(pc.utf8_split_whitespace(lines), 1)  # the line id dropped
+    flat = pc.list_flatten(words)
+    rows = pa.StructArray.from_arrays([flat, pa.array([1] * len(flat))], names=["w", "n"])
+    offsets = pc.subtract(words.offsets, words.offsets[0])
+    return pa.ListArray.from_arrays(offsets, rows)
+
+
+def word_column(rows):
+    import pyarrow.compute as pc
+
+    return pc.struct_field(rows, "w")
+
+
+def column_row(result):
+    return [result.key, result.start_ms, result.value["n"]]
+
+
 def tagged(line):
     line_id, *words = line.split()
     return [[word, line_id] for word in words]
@@ -202,7 +223,7 @@ JOBS = '''
 import os
 
 from connectors import ConfluentAvro, ConfluentJson, KafkaSink, KafkaSource
-from framework import Pipeline, Session, Tumbling
+from framework import Pipeline, Session, Sum, Tumbling
 
 import wordtools as t
 
@@ -250,10 +271,11 @@ def operators(app, source, sink):
 
 
 def words(app, source, sink):
-    """The five word-count variants above over one source, merged into one sink: one
-    driver and one set of executors for five stateful pipelines."""
+    """The word-count variants above (the windowed one twice: per item and on columns)
+    over one source, merged into one sink: one driver and one set of executors for six
+    stateful pipelines."""
     p = Pipeline(app)
-    a, b, c, d, e = p.source(source).broadcast(5)
+    a, b, c, d, e, f = p.source(source).broadcast(6)
     windowed_rows = (
         a.flat_map(t.ones)
         .key_by(t.word)
@@ -284,7 +306,16 @@ def words(app, source, sink):
         .map(t.letter_window)
         .map(t.tag("two_groupings"))
     )
-    windowed_rows.merge(running_rows, rolling_rows, joined_rows, grouped_rows).sink(sink)
+    columns_rows = (  # the windowed count again, on columns with the built-in Sum
+        f.flat_map_batches(t.ones_column)
+        .key_by_batches(t.word_column)
+        .aggregate(Tumbling(1000), reduce=Sum("n"), combinable=True)
+        .map(t.column_row)
+        .map(t.tag("columns"))
+    )
+    windowed_rows.merge(
+        running_rows, rolling_rows, joined_rows, grouped_rows, columns_rows
+    ).sink(sink)
     return p
 
 

@@ -34,7 +34,8 @@ import numpy as np
 
 from framework.core.columns import Columns, apply
 from framework.core.meta import Meta
-from framework.core.ops import Keyed, Operation
+from framework.core.ops import Operation
+from framework.core.reducers import Reducer, combine_runs
 from framework.errors import DecodeError, EncodeError, UserFunctionError
 from framework.wire.records import InRecord
 
@@ -80,7 +81,7 @@ def flow_columns(
         front = run.front_of(first.topic, first.partition)
         partials = sent = None
         if route.aggregation is not None:
-            partials = _combine(route, cols, slots, offsets, front)
+            partials = _combine(route, cols, slots)
         elif route.encode is None:
             if route.shuffle and cols.keys is None:
                 return False  # unkeyed into a grouping: the per-item path says so per record
@@ -96,8 +97,8 @@ def flow_columns(
     run.partition = first.partition
     run.result.items_in = len(records)
     if partials is not None:
-        for pane, meta, keyed in partials:
-            run.add_partial(route, pane, meta, keyed)
+        parents = partials.parents
+        _send_columns(run, route, partials, slots[parents], offsets[parents], front=front)
     elif sent is not None:
         for meta, value in sent:
             run.send(route, meta, value)
@@ -116,11 +117,13 @@ def _send_columns(
         return
     acks = run.ack_values(count)
     if route.acked:
-        # Items are in meta order: each slot's items are one run, acked as their XOR.
-        starts = np.flatnonzero(np.diff(slots, prepend=slots[0] - 1))
-        xors = np.bitwise_xor.reduceat(np.asarray(acks, np.uint64), starts)
-        for slot, value in zip(slots[starts].tolist(), xors.tolist(), strict=True):
-            run.acker.ack(route.segment, slot, value)
+        # Each slot acked once, as the XOR of its items' values, in the order the per-item
+        # path first acks it (items are in meta order; partials in first-seen order).
+        found, firsts, inverse = np.unique(slots, return_index=True, return_inverse=True)
+        xors = np.zeros(len(found), np.uint64)
+        np.bitwise_xor.at(xors, inverse, np.asarray(acks, np.uint64))
+        for k in np.argsort(firsts, kind="stable").tolist():
+            run.acker.ack(route.segment, int(found[k]), int(xors[k]))
     if route.shuffle:
         assert cols.keys is not None and cols.hashes is not None
         payload = [cols.keys, cols.hashes, cols.pylist()]
@@ -153,9 +156,7 @@ def _outputs(route: _ExitRoute, cols: Columns, metas: list[Meta]) -> list[tuple[
     return list(zip(metas, values, strict=True))
 
 
-def _combine(
-    route: _ExitRoute, cols: Columns, slots: Any, offsets: Any, front: int
-) -> list[tuple[int, Meta, Keyed]] | None:
+def _combine(route: _ExitRoute, cols: Columns, slots: Any) -> Columns | None:
     """Step 3 into a combinable aggregate: one partial per key and pane, reduced in item
     order, with the meta of its last item (the largest: items are in meta order)."""
     if cols.keys is None or cols.hashes is None:
@@ -164,6 +165,13 @@ def _combine(
     assert aggregation is not None and aggregation.reduce is not None
     reduce = aggregation.reduce
     panes = slots[cols.parents] // route.pane
+    if isinstance(reduce, Reducer):
+        try:
+            runs_of = combine_runs(reduce, panes, cols.keys, cols.values)
+        except Exception as exc:  # a field the payloads lack, say: the per-item path names it
+            raise UserFunctionError(f"reduce of {route.target} failed") from exc
+        if runs_of is not None:
+            return _partials(cols, runs_of)
     keys, values = cols.keys, cols.pylist()
     # Items are in meta order, so panes never decrease: one dictionary per run of a pane,
     # whose keys are first seen in the order the per-item path's would be.
@@ -177,7 +185,7 @@ def _combine(
                 key, value = keys[i], values[i]
                 pending = get(key)
                 if pending is None:
-                    partials[key] = [i, value]
+                    partials[key] = [i, value, i]
                 else:
                     pending[1] = reduce(pending[1], value)
                     pending[0] = i
@@ -185,12 +193,23 @@ def _combine(
                 runs.append((int(panes[start]), partials))
     except Exception as exc:
         raise UserFunctionError(f"reduce of {route.target} failed") from exc
-    entries = [(pane, key, p) for pane, partials in runs for key, p in partials.items()]
-    last = np.fromiter((p[0] for _, _, p in entries), np.int64, len(entries))
-    lasts = Columns([], cols.parents[last], tuple(c[last] for c in cols.children), cols.trace)
-    metas = lasts.metas(slots, offsets, front)
-    hashes = cols.hashes
-    return [
-        (pane, meta, Keyed(key, hashes[i], value))
-        for (pane, key, (i, value)), meta in zip(entries, metas, strict=True)
-    ]
+    entries = [(pane, p[2], p[0], p[1]) for pane, partials in runs for p in partials.values()]
+    return _partials(cols, entries)
+
+
+def _partials(cols: Columns, entries: list[tuple[int, int, int, Any]]) -> Columns:
+    """Per ``(pane, first item, last item, value)``, in that order: the partial as an item
+    with its first item's key (the one a dictionary of keys keeps) and hash, and its last
+    item's meta (parent and child ids)."""
+    last = np.fromiter((e[2] for e in entries), np.int64, len(entries))
+    firsts = [e[1] for e in entries]
+    keys, hashes = cols.keys, cols.hashes
+    assert keys is not None and hashes is not None
+    return Columns(
+        [e[3] for e in entries],
+        cols.parents[last],
+        tuple(c[last] for c in cols.children),
+        cols.trace,
+        [keys[i] for i in firsts],
+        [hashes[i] for i in firsts],
+    )

@@ -556,11 +556,6 @@ class _TaskRun:
             raise UserFunctionError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
         pending[0] = max(pending[0], meta)
 
-    def add_partial(self, route: _ExitRoute, pane: int, meta: Meta, keyed: Keyed) -> None:
-        """Step 3 for a combinable aggregate: a key's pane partial reduced elsewhere
-        (`framework.plan.columnar`), which has it alone."""
-        self._partials[(route.target, keyed.key, pane)] = [meta, keyed.hash, keyed.value, route]
-
     def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
         meta = record.meta

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors import KafkaSink, KafkaSource
-from framework import Pipeline, Tumbling
+from framework import Max, Min, Pipeline, Sum, Tumbling
 from framework.core.graph import Graph, Kind
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec, TaskResult
@@ -46,13 +46,43 @@ OPS: dict[str, Callable[[Any, str], Any]] = {
 }
 
 
+def _structs(words: pa.Array) -> pa.Array:
+    lengths = pc.utf8_length(words)
+    return pa.StructArray.from_arrays([words, lengths], names=["w", "n"])
+
+
+REDUCED: dict[str, Callable[[Any], Any]] = {
+    # Built-in reducers, which run vectorized: a field of tuples, plain ints, Arrow structs.
+    "sum_field": lambda s: (
+        s.map(lambda w: (w[:1], len(w)))
+        .key_by(lambda t: t[0])
+        .aggregate(Tumbling(50), reduce=Sum(1), combinable=True)
+    ),
+    "max_int": lambda s: (
+        s.map(len).key_by(lambda n: n % 3).aggregate(Tumbling(50), reduce=Max(), combinable=True)
+    ),
+    "min_struct": lambda s: (
+        s.map_batches(_structs)
+        .key_by_batches(lambda rows: pc.struct_field(rows, "n"))
+        .aggregate(Tumbling(100), reduce=Min("n"), combinable=True)
+    ),
+    "sum_big": lambda s: (
+        s.map(lambda w: 2**62 + len(w))  # may leave 64 bits: item by item
+        .key_by(lambda n: "k")
+        .aggregate(Tumbling(50), reduce=Sum(), combinable=True)
+    ),
+}
+
+
 def graph_of(chain: list[str], exit_: str, batch_key: bool = False) -> Graph:
     p = Pipeline("cols")
     stream = p.source(ListSource([], topic="lines"))
     for i, op in enumerate(chain):
         stream = OPS[op](stream, f"{op}{i}")
         stream = stream.map(lambda s: s, name=f"id{i}") if i % 3 == 2 else stream
-    if exit_ == "sink":
+    if exit_ in REDUCED:
+        REDUCED[exit_](stream).sink(ListSink())
+    elif exit_ == "sink":
         stream.sink(ListSink())
     elif exit_ == "kafka":
         stream.sink(KafkaSink("out"))
@@ -99,10 +129,10 @@ def batch(texts: list[bytes], stamps: list[int]) -> list[InRecord]:
 lines = st.lists(st.sampled_from(WORDS), max_size=4).map(lambda ws: " ".join(ws).encode())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     chain=st.lists(st.sampled_from(sorted(OPS)), max_size=4),
-    exit_=st.sampled_from(["sink", "kafka", "group", "aggregate"]),
+    exit_=st.sampled_from(["sink", "kafka", "group", "aggregate", *REDUCED]),
     texts=st.lists(lines, min_size=1, max_size=12),
     batch_key=st.booleans(),
     data=st.data(),

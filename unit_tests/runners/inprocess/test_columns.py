@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framework import Pipeline, Tumbling
+from framework import Pipeline, Sum, Tumbling
 from framework.core.graph import Graph
 from framework.runners.inprocess.delivery import InOrder, Shuffled
 from framework.runners.inprocess.routes import Plan
@@ -33,6 +33,11 @@ def graph(lines: list[str], shape: str) -> Graph:
         ones.aggregate(Tumbling(20), reduce=lambda a, b: (a[0], a[1] + b[1]), combinable=True).map(
             lambda r: (r.key, r.start_ms, r.value[1])
         ).sink(ListSink())
+    elif shape == "sum":  # the built-in reducer: the same windows as the lambda's
+        ones = words.map(lambda w: (w, 1)).key_by(lambda pair: pair[0])
+        ones.aggregate(Tumbling(20), reduce=Sum(1), combinable=True).map(
+            lambda r: (r.key, r.start_ms, r.value[1])
+        ).sink(ListSink())
     else:
         words.filter(lambda w: len(w) > 1).sink(ListSink())
     return p.graph()
@@ -53,7 +58,7 @@ def letters(result: RunResult) -> list[Any]:
         min_size=1,
         max_size=20,
     ),
-    shape=st.sampled_from(["group", "aggregate", "stateless"]),
+    shape=st.sampled_from(["group", "aggregate", "sum", "stateless"]),
     seed=st.integers(0, 1000),
 )
 def test_columns_release_what_items_release(lines: list[str], shape: str, seed: int) -> None:
