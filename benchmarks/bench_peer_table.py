@@ -188,6 +188,15 @@ def pct(values: list[float], q: float) -> float:
 
 def stage_report(run: Any, skip: dict[str, int]) -> None:
     for stage, query in run.queries.items():
+        if query.query is None:  # continuous: what its tasks committed
+            query.recount()
+            st = query.stats
+            per = st.records_in / st.batches if st.batches else 0
+            print(
+                f"    stage {stage}: {st.batches} commits, {per:.0f} records each; items "
+                f"in {st.items_in} out {st.items_out}"
+            )
+            continue
         progress = [
             p
             for p in getattr(query.query, "recentProgress", [])[skip.get(stage, 0) :]

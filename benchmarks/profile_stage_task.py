@@ -8,6 +8,8 @@ items per CPU second (process time, so other load on the machine counts less); w
 
 ``--windowed``: the peer benchmark's windowed count (`windowed_counts`: a combinable
 ``aggregate`` whose windows all complete at the end of the batch) instead of word_pairs.
+``--columns``: with ``--windowed``, the same count on columns
+(`windowed_counts_on_columns`: batch operators and the built-in ``Sum``).
 ``--group-only``: profile the second stage only; ``--cumulative``, ``--callers``: how
 cProfile's table is sorted, and its callers.
 
@@ -32,7 +34,7 @@ import pyarrow as pa
 
 from framework.core.graph import Kind
 from framework.demos.text import generate_lines
-from framework.demos.wordcount import windowed_counts, word_pairs
+from framework.demos.wordcount import windowed_counts, windowed_counts_on_columns, word_pairs
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.state import apply_changelog
@@ -92,6 +94,8 @@ def timed(what: Callable[[], Any]) -> tuple[Any, float]:
 
 def _programs(windowed: bool) -> tuple[Any, StageProgram, StageProgram, Any]:
     build = windowed_counts if windowed else word_pairs
+    if windowed and "--columns" in sys.argv:
+        build = windowed_counts_on_columns
     graph = build("prof", "lines", "out", partitions=PARTITIONS).graph()
     sources = {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)}
     first, second = plan_stages(graph, sources)
