@@ -86,6 +86,10 @@ class Max(Reducer):
         return b if b > a else a
 
 
+_UFUNCS: dict[type[Reducer], np.ufunc] = {Sum: np.add, Min: np.minimum, Max: np.maximum}
+"""The built-in reducers' NumPy twins (exact types: a subclass may reduce otherwise)."""
+
+
 def _with(row: Any, field: int | str, value: Any) -> Any:
     """``row`` with ``field`` set to ``value`` (a new row of the same kind)."""
     if isinstance(row, dict):
@@ -104,7 +108,8 @@ def combine_runs(
     order first seen, ``(pane, first item, last item, reduced value)``; None when the
     values or keys do not fit the vectorized path (the caller reduces item by item)."""
     count = len(panes)
-    if not count or type(reducer) not in (Sum, Min, Max):
+    ufunc = _UFUNCS.get(type(reducer))
+    if not count or ufunc is None:
         return None
     numbers = _numbers(values, reducer.field)
     codes = _codes(keys)
@@ -118,7 +123,6 @@ def combine_runs(
     _, firsts, inverse = np.unique(groups, return_index=True, return_inverse=True)
     by_group = np.argsort(inverse, kind="stable")  # each group's items, in item order
     starts = np.concatenate(([0], np.flatnonzero(np.diff(inverse[by_group])) + 1))
-    ufunc = {Sum: np.add, Min: np.minimum, Max: np.maximum}[type(reducer)]
     reduced = ufunc.reduceat(numbers[by_group], starts)
     lasts = by_group[np.concatenate((starts[1:], [count])) - 1]
     order = np.argsort(firsts, kind="stable")  # runs in order, keys first-seen in each

@@ -117,13 +117,8 @@ def _send_columns(
         return
     acks = run.ack_values(count)
     if route.acked:
-        # Each slot acked once, as the XOR of its items' values, in the order the per-item
-        # path first acks it (items are in meta order; partials in first-seen order).
-        found, firsts, inverse = np.unique(slots, return_index=True, return_inverse=True)
-        xors = np.zeros(len(found), np.uint64)
-        np.bitwise_xor.at(xors, inverse, np.asarray(acks, np.uint64))
-        for k in np.argsort(firsts, kind="stable").tolist():
-            run.acker.ack(route.segment, int(found[k]), int(xors[k]))
+        for slot, value in _slot_xors(slots, np.asarray(acks, np.uint64)):
+            run.acker.ack(route.segment, slot, value)
     if route.shuffle:
         assert cols.keys is not None and cols.hashes is not None
         payload = [cols.keys, cols.hashes, cols.pylist()]
@@ -145,6 +140,21 @@ def _send_columns(
             slot_l, offset_l, paths, ack_l, payload_l, front=front, trace=cols.trace
         )
     run.result.items_out += count
+
+
+def _slot_xors(slots: Any, acks: Any) -> list[tuple[int, int]]:
+    """Each slot once, with the XOR of its items' ack values, in the order the per-item
+    path first acks it. Items in meta order make each slot one run (O(n)); partials are in
+    first-seen order, so their slots are grouped by sorting."""
+    if np.all(slots[1:] >= slots[:-1]):
+        starts = np.flatnonzero(np.diff(slots, prepend=slots[0] - 1))
+        xors = np.bitwise_xor.reduceat(acks, starts)
+        return list(zip(slots[starts].tolist(), xors.tolist(), strict=True))
+    found, firsts, inverse = np.unique(slots, return_index=True, return_inverse=True)
+    grouped = np.zeros(len(found), np.uint64)
+    np.bitwise_xor.at(grouped, inverse, acks)
+    order = np.argsort(firsts, kind="stable")
+    return list(zip(found[order].tolist(), grouped[order].tolist(), strict=True))
 
 
 def _outputs(route: _ExitRoute, cols: Columns, metas: list[Meta]) -> list[tuple[Meta, Any]]:
