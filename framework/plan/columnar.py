@@ -42,7 +42,7 @@ from framework.wire.records import InRecord
 if TYPE_CHECKING:
     from framework.plan.task import _ExitRoute, _TaskRun
 
-__all__ = ["flow_columns"]
+__all__ = ["flow_columns", "slot_xors"]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def _send_columns(
         return
     acks = run.ack_values(count)
     if route.acked:
-        for slot, value in _slot_xors(slots, np.asarray(acks, np.uint64)):
+        for slot, value in slot_xors(slots, np.asarray(acks, np.uint64)):
             run.acker.ack(route.segment, slot, value)
     if route.shuffle:
         assert cols.keys is not None and cols.hashes is not None
@@ -142,7 +142,7 @@ def _send_columns(
     run.result.items_out += count
 
 
-def _slot_xors(slots: Any, acks: Any) -> list[tuple[int, int]]:
+def slot_xors(slots: Any, acks: Any) -> list[tuple[int, int]]:
     """Each slot once, with the XOR of its items' ack values, in the order the per-item
     path first acks it. Items in meta order make each slot one run (O(n)); partials are in
     first-seen order, so their slots are grouped by sorting."""

@@ -56,6 +56,7 @@ from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack, Heartbeat
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
+from framework.core.panes import PaneAggregator
 from framework.core.physical import stateless_operation
 from framework.core.time import GlobalTime, front_id, slot_of
 from framework.core.windows import Aggregation, WindowAggregator
@@ -68,6 +69,7 @@ from framework.errors import (
     UserFunctionError,
 )
 from framework.plan.columnar import flow_columns
+from framework.plan.pane_intake import take_frames
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.stages import ExitKind
 from framework.plan.state import (
@@ -195,6 +197,16 @@ class StageProgram:
             return aggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
         return None
 
+    def _in_bulk(self, run: _TaskRun, records: list[InRecord], state: StageState | None) -> bool:
+        """Steps 1-3 without a record per item, if the batch allows: a source stage's
+        chain on columns (`framework.plan.columnar`), or frames into the cells of a
+        combinable window (`framework.plan.pane_intake`). False: nothing was done."""
+        if self.chain is not None:
+            return flow_columns(run, *self.chain, records)
+        if self.spec.columnar and isinstance(state, PaneAggregator):
+            return take_frames(run, state, records)
+        return False
+
     def _flow_items(self, run: _TaskRun, records: list[InRecord], state: StageState | None) -> None:
         """Steps 1-4 item by item."""
         decoded: list[tuple[Record, InRecord, int]] = []
@@ -243,7 +255,7 @@ class StageProgram:
             if records:
                 result.last_offset = max(r.offset for r in records)
                 result.max_timestamp_ms = max(r.timestamp_ms for r in records)
-            if records and self.chain is not None and flow_columns(run, *self.chain, records):
+            if records and self._in_bulk(run, records, state):
                 result.columnar = True
             else:
                 self._flow_items(run, records, state)
@@ -309,7 +321,7 @@ class _TaskRun:
         # Combining: (exit, key, pane) -> [largest meta, key hash, reduced value]
         self._partials: dict[tuple[str, object, int], list[Any]] = {}
         entry = self.spec.stage.entry
-        self._entry_segment = program._segment[entry]
+        self.entry_segment = program._segment[entry]
         self._appliers: dict[str, Callable[[Record], list[Record]]] = {}
         self._pushers: dict[str, Callable[[Record], None]] = {}
         for node_id in self.spec.stage.nodes:
@@ -351,7 +363,7 @@ class _TaskRun:
         try:
             self._flow(self.spec.stage.entry, item)
         except RECORD_ERRORS as exc:
-            self._failed(exc, item, record, index)
+            self.failed(exc, item, record, index)
         finally:
             self._origin = None
 
@@ -380,7 +392,7 @@ class _TaskRun:
                         letter = _item_record(self._result_record(), record)
                         self._dead(letter, f"{exc} (a window's result)", exc.__cause__ or exc)
                     else:
-                        self._failed(exc, *origin)
+                        self.failed(exc, *origin)
                 finally:
                     self._origin = None
 
@@ -399,7 +411,7 @@ class _TaskRun:
             try:
                 keyed_of(one[0])
             except RECORD_ERRORS as exc:
-                self._failed(exc, *one)
+                self.failed(exc, *one)
             else:
                 batch.append(one)
         outputs = grouping.push_batch([item for item, _, _ in batch])
@@ -408,9 +420,9 @@ class _TaskRun:
             try:
                 self._forward(entry, [out])
             except RECORD_ERRORS as exc:
-                self._failed(exc, *batch[cause])
+                self.failed(exc, *batch[cause])
 
-    def _failed(self, exc: FlamepipeError, item: Record, record: InRecord, index: int) -> None:
+    def failed(self, exc: FlamepipeError, item: Record, record: InRecord, index: int) -> None:
         """Step 4: the input of a failed item becomes a dead letter (or fails the task)."""
         if index < 0:
             self._dead(record, str(exc), exc.__cause__ or exc)
@@ -453,7 +465,7 @@ class _TaskRun:
             for index, (meta, _, payload) in enumerate(items):
                 append((Record(meta, payload), record, index))
             return
-        segment = self._entry_segment
+        segment = self.entry_segment
         ack = self.acker.ack
         for index, (meta, value, payload) in enumerate(items):
             ack(segment, meta[0][0], value)

@@ -45,6 +45,7 @@ __all__ = [
     "FrameBuilder",
     "FrameItem",
     "decode_frame",
+    "frame_rows",
     "read_items",
     "tick_frame",
 ]
@@ -161,15 +162,9 @@ class FrameBuilder:
 
 def decode_frame(version: bytes, value: bytes, where: str) -> list[FrameItem]:
     """The items of the frame ``value`` with header value ``version``, read at ``where``."""
-    if version != FRAME_HEADERS[0][1]:
-        raise ProtocolViolation(
-            f"{where}: frame version {bytes(version)!r} is unknown to this flamepipe (it "
-            f"reads version {FRAME_VERSION}); upgrade every reader before any writer"
-        )
+    _check_version(version, where)
     try:
-        keyed, rows = pickle.loads(value)
-        if not rows and keyed is not True:
-            raise ValueError("no items")  # only a tick (keyed) is an empty frame
+        keyed, rows = _loads(value)
         if keyed is True:
             return [
                 (_new(Meta, (_new(GlobalTime, (s, f, o)), c, t, b)), a, _new(Keyed, (k, h, v)))
@@ -188,8 +183,30 @@ def decode_frame(version: bytes, value: bytes, where: str) -> list[FrameItem]:
         ) from exc
 
 
-def read_items(headers: Headers | None, value: bytes | None, where: str) -> list[FrameItem]:
-    """The items of a record on an internal topic (a frame)."""
+def _loads(value: bytes) -> tuple[Any, list[Any]]:
+    keyed, rows = pickle.loads(value)
+    if not rows and keyed is not True:
+        raise ValueError("no items")  # only a tick (keyed) is an empty frame
+    return keyed, rows
+
+
+def frame_rows(
+    headers: Headers | None, value: bytes | None, where: str
+) -> tuple[bool, list[tuple[Any, ...]]]:
+    """A frame's keyed flag and its rows as written (see the format above), unchecked: for
+    a reader that checks what it uses. `ProtocolViolation` if it is no frame."""
+    _check_version(_version(headers, value, where), where)
+    assert value is not None  # _version
+    try:
+        keyed, rows = _loads(value)
+    except Exception as exc:
+        raise ProtocolViolation(f"{where}: malformed frame ({type(exc).__name__}: {exc})") from exc
+    if keyed not in (True, False) or not isinstance(rows, list):
+        raise ProtocolViolation(f"{where}: malformed frame (keyed flag {keyed!r})")
+    return keyed, rows
+
+
+def _version(headers: Headers | None, value: bytes | None, where: str) -> bytes:
     version = None
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     for name, raw in pairs:
@@ -200,7 +217,20 @@ def read_items(headers: Headers | None, value: bytes | None, where: str) -> list
             f"{where}: no {FRAME_HEADER} header or no value: only flamepipe may write to its "
             "internal topics"
         )
-    return decode_frame(_bytes(version), value, where)
+    return _bytes(version)
+
+
+def read_items(headers: Headers | None, value: bytes | None, where: str) -> list[FrameItem]:
+    """The items of a record on an internal topic (a frame)."""
+    return decode_frame(_version(headers, value, where), value or b"", where)
+
+
+def _check_version(version: bytes, where: str) -> None:
+    if version != FRAME_HEADERS[0][1]:
+        raise ProtocolViolation(
+            f"{where}: frame version {bytes(version)!r} is unknown to this flamepipe (it "
+            f"reads version {FRAME_VERSION}); upgrade every reader before any writer"
+        )
 
 
 def _bytes(raw: bytes | str | None) -> bytes:

@@ -1,0 +1,234 @@
+"""A combinable time-window aggregate as one reduced value per key and pane.
+
+A ``combinable`` aggregate (`Aggregation`: ``reduce`` associative and commutative) over
+`Tumbling` or `Sliding` windows need not keep its items: every window is a run of whole
+panes (a pane: a run of slots that lies in the same set of windows), so the aggregate
+keeps, per key and pane, the reduced value of the pane's items and the largest of their
+metas (a *cell*), reduces each item into its cell on arrival, and folds a window's cells
+at its end. Its results are `WindowAggregator`'s exactly: the value is the same reduction
+in another order (which ``combinable`` declares immaterial), the meta is the window's
+largest item's with the window's index appended. No tombstone can reach it: a combinable
+aggregate has no grouping upstream (`framework.core.graph`).
+
+Why: buffering every item (a bisected insert, a hold, a window's due entry each) and
+folding at the window's end was as much of a backlog's worker time as the whole source
+stage (``docs/latency.md``, "Built-in reducers on columns").
+
+Holds: a cell holds the slot of its largest meta (moved when a larger one arrives). A
+window's result takes the largest meta of its cells, so its slot is held until it is
+emitted, which is what holds are for; the cell's earlier slots need none.
+
+The changelog and snapshots keep a cell as an item (its largest meta, its value): the
+layout of `WindowAggregator`'s buckets, so either reads what the other wrote (a window over
+cells reduces to the same value as over their items).
+
+Protocol on a min time ``m`` of its segment:
+
+1. Pop every window with ``end <= m``.
+2. Emit its result: its key's cells in the window's panes, reduced in pane order, with
+   the largest of their metas; nothing if it has no cell. One end's results go in meta
+   order.
+3. Drop the cells no future window needs, releasing their holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from framework.core.grouping import meta_from_plain
+from framework.core.meta import Meta, Record
+from framework.core.ops import Keyed
+from framework.core.windows import Aggregation, Sliding, Tumbling, WindowAggregator
+from framework.errors import PipelineError, UserFunctionError
+
+__all__ = ["PaneAggregator", "reduces_per_pane"]
+
+
+def reduces_per_pane(aggregation: Aggregation) -> bool:
+    """Whether ``aggregation`` runs as a `PaneAggregator`: combinable, over `Tumbling` or
+    `Sliding` processing-time windows, not rolling."""
+    return (
+        aggregation.combinable
+        and aggregation.reduce is not None
+        and not aggregation.rolling
+        and aggregation.event_time is None
+        and isinstance(aggregation.window, Tumbling | Sliding)
+    )
+
+
+def _by_meta(record: Record) -> Meta:
+    return record.meta
+
+
+class PaneAggregator(WindowAggregator):
+    """The physical ``aggregate`` operation of a combinable time window: see the module."""
+
+    def __init__(self, op_id: int, aggregation: Aggregation, delta_ms: int) -> None:
+        if not reduces_per_pane(aggregation):
+            raise PipelineError(f"{aggregation} is not a combinable Tumbling or Sliding window")
+        super().__init__(op_id, aggregation, delta_ms)
+        reduce = aggregation.reduce
+        assert reduce is not None  # reduces_per_pane
+        self._reduce = reduce
+        self._pane = aggregation.pane_slots(delta_ms)
+        # key -> pane -> [largest meta, reduced value]; panes in arrival order.
+        self._cells: dict[object, dict[int, list[Any]]] = {}
+
+    def push(self, record: Record) -> list[Record]:
+        """Reduce an item into its key's cell; results come only on min time."""
+        keyed = record.value
+        if not isinstance(keyed, Keyed):
+            raise UserFunctionError(f"aggregate expects key_by output, got {type(keyed).__name__}")
+        meta = record.meta
+        if meta.tombstone:  # ruled out by the graph's validation; never reduced away silently
+            raise PipelineError("a tombstone reached a combinable aggregate")
+        self.add(keyed.key, meta, keyed.value)
+        return []
+
+    def add(self, key: object, meta: Meta, value: Any) -> None:
+        """Reduce ``value`` with ``meta`` into ``key``'s cell of its pane."""
+        slot = meta[0][0]
+        cells = self._cells.get(key)
+        if cells is None:
+            cells = self._cells[key] = {}
+        self._changed[key] = None
+        pane = slot // self._pane
+        cell = cells.get(pane)
+        if cell is None:
+            cells[pane] = [meta, value]
+            self._hold(slot)
+            self._due_item(key, slot)
+            return
+        try:
+            cell[1] = self._reduce(cell[1], value)
+        except Exception as exc:
+            raise UserFunctionError(f"reduce failed on {value!r}") from exc
+        if meta > cell[0]:
+            old = cell[0][0][0]
+            cell[0] = meta
+            if slot != old:
+                self._hold(slot)
+                self._unhold(old)
+
+    def on_min_time(self, slot: int) -> list[Record]:
+        """Results of every window that min time ``slot`` completes, in window-end order."""
+        self._min_time = max(self._min_time, slot)
+        out: list[Record] = []
+        touched: dict[object, None] = {}
+        # Step 1
+        while self._ends and self._ends[0] <= slot:
+            end = heapq.heappop(self._ends)
+            results = []
+            for key in self._due.pop(end):
+                touched[key] = None
+                # Step 2
+                result = self._time_result(key, end)
+                if result is not None:
+                    results.append(result)
+            # In meta order: the order the keys' cells were made in depends on how the
+            # items were batched (`framework.plan.pane_intake` takes them unsorted).
+            results.sort(key=_by_meta)
+            out += results
+        # Step 3
+        cutoff = ((slot - self._size) // self._step + 1) * self._step
+        for key in touched:
+            self._drop_below(key, cutoff)
+        return out
+
+    def _time_result(self, key: object, end: int) -> Record | None:
+        cells = self._cells.get(key)
+        if cells is None:
+            return None
+        start = end - self._size
+        first, last = start // self._pane, end // self._pane
+        if last - first == 1:  # a tumbling window is one pane
+            inside = [first] if first in cells else []
+        else:
+            inside = sorted(p for p in cells if first <= p < last)
+        if not inside:
+            return None
+        meta, value = cells[inside[0]]
+        reduce = self._reduce
+        try:
+            for pane in inside[1:]:
+                cell = cells[pane]
+                value = reduce(value, cell[1])
+                meta = max(meta, cell[0])
+        except Exception as exc:
+            raise UserFunctionError(f"reduce failed in a window of {key!r}") from exc
+        meta = meta.child(self.op_id, start // self._step)
+        return Record(meta, self._window_payload(key, start, end, [value]))
+
+    def _drop_below(self, key: object, cutoff: int) -> None:
+        """Step 3: drop ``key``'s cells of panes before slot ``cutoff``."""
+        cells = self._cells.get(key)
+        if cells is None:
+            return
+        below = cutoff // self._pane
+        gone = [pane for pane in cells if pane < below]
+        if not gone:
+            return
+        self._changed[key] = None
+        for pane in gone:
+            self._unhold(cells.pop(pane)[0][0][0])
+        if not cells:
+            del self._cells[key]
+
+    def next_due(self) -> int | None:
+        """The earliest pending window end (None: no window can complete yet)."""
+        return self._ends[0] if self._ends else None
+
+    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+        """One key's cells as a bucket's plain lists (metas, values, no early tombstones),
+        in meta order, or None."""
+        cells = self._cells.get(key)
+        if not cells:
+            return None
+        ordered = sorted(cells.values(), key=lambda cell: cell[0])
+        return ([cell[0] for cell in ordered], [cell[1] for cell in ordered], [])
+
+    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+        """Replace ``key``'s cells by a changelog state (a `WindowAggregator`'s items, too,
+        reduced per pane). Holds change silently: the state was written with their acks."""
+        for cell in self._cells.pop(key, {}).values():
+            self._unhold(cell[0][0][0], silent=True)
+        if state is None:
+            return
+        metas, values, early = state[:3]
+        if early:
+            raise PipelineError(f"a combinable aggregate's state for {key!r} has tombstones")
+        for plain, value in zip(metas, values, strict=True):
+            self._put_item(key, meta_from_plain(plain), value)
+
+    def _put_item(self, key: object, meta: Meta, value: Any) -> None:
+        cells = self._cells.setdefault(key, {})
+        pane = meta[0][0] // self._pane
+        cell = cells.get(pane)
+        if cell is None:
+            cells[pane] = [meta, value]
+            self._hold(meta[0][0], silent=True)
+            self._due_item(key, meta[0][0])
+            return
+        cell[1] = self._reduce(cell[1], value)
+        if meta > cell[0]:
+            self._unhold(cell[0][0][0], silent=True)
+            self._hold(meta[0][0], silent=True)
+            cell[0] = meta
+
+    def put_min_time(self, slot: int) -> None:
+        """Set the min time a changelog recorded: windows ending by then were emitted."""
+        if slot <= self._min_time:
+            return
+        self._min_time = slot
+        while self._ends and self._ends[0] <= slot:
+            del self._due[heapq.heappop(self._ends)]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state as plain data: each key's cells as items, and the last min time."""
+        buckets: list[tuple[object, list[tuple[Meta, Any]], list[Any]]] = []
+        for key in self._cells:
+            state = self.bucket_state(key)
+            assert state is not None
+            buckets.append((key, list(zip(state[0], state[1], strict=True)), []))
+        return {"min_time": self._min_time, "buckets": buckets}

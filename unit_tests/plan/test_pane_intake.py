@@ -1,0 +1,124 @@
+"""An aggregate stage that reduces per pane takes its frames in bulk: what the per-item path
+does, to the same outputs, acks, changelog and dead letters."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from framework import Pipeline, Sliding, Tumbling
+from framework.core.graph import Graph
+from framework.core.panes import PaneAggregator
+from framework.plan.records import TaskResult
+from framework.plan.task import StageProgram
+from framework.testing import ListSink, ListSource
+from framework.wire.frames import FRAME_HEADERS
+from framework.wire.records import InRecord, OutRecord
+from unit_tests.plan.test_aggregate_task import add, programs
+from unit_tests.plan.test_task import as_input, items_of, lines, one_per_frame, xor_table
+
+
+def _picky_add(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
+    if b == ("d", 2):
+        raise ValueError("no pair of d")
+    return add(a, b)
+
+
+def _graph(window: Any, reduce: Any) -> Graph:
+    p = Pipeline("wa")
+    (
+        p.source(ListSource([], topic="lines"))
+        .flat_map(lambda line: [(w, 1) for w in line.split()])
+        .key_by(lambda pair: pair[0])
+        .aggregate(window, reduce=reduce, combinable=True)
+        .map(lambda r: (r.key, r.start_ms, r.value[1]))
+        .sink(ListSink())
+    )
+    return p.graph()
+
+
+def _stages(window: Any, reduce: Any = add) -> tuple[StageProgram, StageProgram, StageProgram]:
+    first, second = programs(_graph(window, reduce))
+    return first, second, StageProgram(replace(second.spec, columnar=False))
+
+
+def _split(records: list[OutRecord], topic: str, rng: random.Random) -> list[list[InRecord]]:
+    """The shuffle's items, one per frame, shuffled into three batches."""
+    mine = one_per_frame(records, topic)
+    rng.shuffle(mine)
+    cut = sorted(rng.sample(range(len(mine) + 1), 2))
+    return [mine[: cut[0]], mine[cut[0] : cut[1]], mine[cut[1] :]]
+
+
+def _same(bulk: TaskResult, items: TaskResult, acks: str, state_topic: str) -> None:
+    assert bulk.columnar and not items.columnar
+    assert xor_table(bulk.records, acks) == xor_table(items.records, acks)
+    assert _changelog(bulk.records, state_topic) == _changelog(items.records, state_topic)
+    rest = [r for r in bulk.records if r.topic not in (acks, state_topic)]
+    assert rest == [r for r in items.records if r.topic not in (acks, state_topic)]
+    assert replace(bulk, records=[], columnar=False) == replace(items, records=[])
+
+
+def _draws(seed: int) -> Callable[[], int]:
+    rng = random.Random(seed)
+    return lambda: rng.getrandbits(64) | 1
+
+
+def _changelog(records: Iterable[OutRecord], topic: str) -> dict[bytes | None, bytes | None]:
+    return {r.key: r.value for r in records if r.topic == topic}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    window=st.sampled_from([Tumbling(100), Sliding(200, 100), Tumbling(50)]),
+    words=st.lists(st.sampled_from(["a b", "d", "c d a", "e"]), min_size=1, max_size=20),
+    seed=st.integers(0, 1000),
+)
+def test_frames_in_bulk_give_the_per_item_result(window: Any, words: list[str], seed: int) -> None:
+    first, bulk, items = _stages(window)
+    source = first.run(lines(*(w.encode() for w in words)), None, node=1, node_time=1)
+    topic = bulk.spec.stage.topic
+    acks, state_topic = bulk.spec.topics.acks, bulk.spec.topics.state(bulk.spec.stage.entry)
+    states = {"bulk": bulk.new_state(), "items": items.new_state()}
+    assert isinstance(states["bulk"], PaneAggregator)
+    batches = _split(source.records, topic, random.Random(seed))
+    for step, batch in enumerate(batches):
+        # Min time never passes an item still to come.
+        later = [m.gt.slot for b in batches[step + 1 :] for r in b for m, _, _ in items_of(r)]
+        min_slot = min(later, default=10_000)
+        fast = bulk.run(batch, states["bulk"], 2, 1, _draws(seed), min_slot=min_slot, partition=0)
+        slow = items.run(batch, states["items"], 2, 1, _draws(seed), min_slot=min_slot, partition=0)
+        if batch:
+            _same(fast, slow, acks, state_topic)
+        else:
+            assert fast == slow
+    assert not states["bulk"].held and not states["items"].held
+
+
+def test_an_item_whose_reduction_raises_is_the_same_dead_letter() -> None:
+    first, bulk, items = _stages(Tumbling(100), _picky_add)
+    # Two source batches into one pane: ("d", 1), then ("d", 2), whose reduction raises.
+    one = first.run(lines(b"d"), None, node=1, node_time=1)
+    two = first.run(lines(b"d d"), None, node=1, node_time=1)
+    topic = bulk.spec.stage.topic
+    batch = as_input(one.records + two.records, topic)
+    batch = [r._replace(partition=0) for r in batch]
+    fast = bulk.run(batch, bulk.new_state(), 2, 1, min_slot=10_000, partition=0)
+    slow = items.run(batch, items.new_state(), 2, 1, min_slot=10_000, partition=0)
+    assert fast.columnar and fast.dead_letters == slow.dead_letters == 1
+    dlq = bulk.spec.topics.dlq
+    letters = [r for r in fast.records if r.topic == dlq]
+    assert letters == [r for r in slow.records if r.topic == dlq]
+
+
+def test_a_frame_that_is_not_authentic_goes_the_per_item_way() -> None:
+    _, bulk, items = _stages(Tumbling(100))
+    forged = InRecord(bulk.spec.stage.topic, 0, 5, 0, None, bytes(1), FRAME_HEADERS)
+    one = bulk.run([forged], bulk.new_state(), 2, 1, partition=0)
+    assert not one.columnar and one.dead_letters == 1
+    assert one == items.run([forged], items.new_state(), 2, 1, partition=0)
