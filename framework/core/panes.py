@@ -20,7 +20,9 @@ emitted, which is what holds are for; the cell's earlier slots need none.
 
 The changelog and snapshots keep a cell as an item (its largest meta, its value): the
 layout of `WindowAggregator`'s buckets, so either reads what the other wrote (a window over
-cells reduces to the same value as over their items).
+cells reduces to the same value as over their items). A state the buffering aggregate
+wrote, with several items in a pane that each hold their slot in the acker, stays buffered
+in that pane until the pane is dropped (`PaneAggregator._put_item`).
 
 Protocol on a min time ``m`` of its segment:
 
@@ -64,8 +66,8 @@ def reduces_per_pane(aggregation: Aggregation) -> bool:
     )
 
 
-def _largest_meta(cell: list[Any]) -> Meta:
-    return cell[0]  # type: ignore[no-any-return]
+def _first(item: Any) -> Meta:
+    return item[0]  # type: ignore[no-any-return]
 
 
 class PaneAggregator(WindowAggregator):
@@ -79,7 +81,8 @@ class PaneAggregator(WindowAggregator):
         assert reduce is not None  # reduces_per_pane
         self._reduce = reduce
         self._pane = aggregation.pane_slots(delta_ms)
-        # key -> pane -> [largest meta, reduced value]; panes in arrival order.
+        # key -> pane -> [largest meta, reduced value] (a buffered cell, `_put_item`: and
+        # its items); panes in arrival order.
         self._cells: dict[object, dict[int, list[Any]]] = {}
 
     def push(self, record: Record) -> list[Record]:
@@ -111,7 +114,11 @@ class PaneAggregator(WindowAggregator):
             cell[1] = self._reduce(cell[1], value)
         except Exception as exc:
             raise UserFunctionError(f"reduce failed on {value!r}") from exc
-        if meta > cell[0]:
+        if len(cell) > 2:  # a buffered cell (`_put_item`): the item holds its own slot
+            cell[2].append((meta, value))
+            self._hold(slot)
+            cell[0] = max(cell[0], meta)
+        elif meta > cell[0]:
             old = cell[0][0][0]
             cell[0] = meta
             if slot != old:
@@ -165,7 +172,10 @@ class PaneAggregator(WindowAggregator):
                 append(_new(Record, (meta, _new(WindowResult, (key, start_ms, end_ms, cell[1])))))
                 # Step 3
                 changed[key] = None
-                unhold(gt[0])
+                if len(cell) > 2:
+                    self._unhold_cell(cell)
+                else:
+                    unhold(gt[0])
                 if not cells:
                     del cells_of[key]
                 elif min(cells) < pane:  # restored below min time (put_bucket)
@@ -207,9 +217,18 @@ class PaneAggregator(WindowAggregator):
             return
         self._changed[key] = None
         for pane in gone:
-            self._unhold(cells.pop(pane)[0][0][0])
+            self._unhold_cell(cells.pop(pane))
         if not cells:
             del self._cells[key]
+
+    def _unhold_cell(self, cell: list[Any], *, silent: bool = False) -> None:
+        """Release what ``cell`` holds: its largest meta's slot, or a buffered cell's
+        slot of each item."""
+        if len(cell) > 2:
+            for meta, _ in cell[2]:
+                self._unhold(meta[0][0], silent=silent)
+        else:
+            self._unhold(cell[0][0][0], silent=silent)
 
     def next_due(self) -> int | None:
         """The earliest pending window end (None: no window can complete yet)."""
@@ -221,16 +240,16 @@ class PaneAggregator(WindowAggregator):
         cells = self._cells.get(key)
         if not cells:
             return None
-        ordered = list(cells.values())
-        if len(ordered) > 1:
-            ordered.sort(key=_largest_meta)
-        return ([cell[0] for cell in ordered], [cell[1] for cell in ordered], [])
+        items = [pair for cell in cells.values() for pair in (cell[2] if len(cell) > 2 else [cell])]
+        if len(items) > 1:
+            items.sort(key=_first)
+        return ([item[0] for item in items], [item[1] for item in items], [])
 
     def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
         """Replace ``key``'s cells by a changelog state (a `WindowAggregator`'s items, too,
         reduced per pane). Holds change silently: the state was written with their acks."""
         for cell in self._cells.pop(key, {}).values():
-            self._unhold(cell[0][0][0], silent=True)
+            self._unhold_cell(cell, silent=True)
         if state is None:
             return
         metas, values, early = state[:3]
@@ -240,19 +259,33 @@ class PaneAggregator(WindowAggregator):
             self._put_item(key, meta_from_plain(plain), value)
 
     def _put_item(self, key: object, meta: Meta, value: Any) -> None:
+        """One item of a changelog state into its cell, holding its slot silently.
+
+        A state this aggregate wrote has one item per pane. More than one came from the
+        buffering aggregate (an earlier flamepipe), whose every item holds its slot in the
+        acker: the cell then stays *buffered* (its items kept, each holding its own slot,
+        and written back as they are) until it is dropped, so every hold is released
+        exactly once whenever the state is replayed again.
+        """
         cells = self._cells.setdefault(key, {})
-        pane = meta[0][0] // self._pane
+        slot = meta[0][0]
+        pane = slot // self._pane
         cell = cells.get(pane)
         if cell is None:
             cells[pane] = [meta, value]
-            self._hold(meta[0][0], silent=True)
-            self._due_item(key, meta[0][0])
+            self._hold(slot, silent=True)
+            self._due_item(key, slot)
             return
-        cell[1] = self._reduce(cell[1], value)
-        if meta > cell[0]:
-            self._unhold(cell[0][0][0], silent=True)
-            self._hold(meta[0][0], silent=True)
-            cell[0] = meta
+        try:
+            reduced = self._reduce(cell[1], value)
+        except Exception as exc:
+            raise UserFunctionError(f"reduce failed on {value!r} replaying {key!r}") from exc
+        if len(cell) == 2:
+            cell.append([(cell[0], cell[1])])
+        cell[1] = reduced
+        cell[2].append((meta, value))
+        cell[0] = max(cell[0], meta)
+        self._hold(slot, silent=True)
 
     def put_min_time(self, slot: int) -> None:
         """Set the min time a changelog recorded: windows ending by then were emitted."""

@@ -6,7 +6,8 @@ largest meta is the largest in any order). So the batch needs no record per item
 by meta and no walk through the stage's nodes: each frame's rows are read as they were
 written, its receipts are acked per slot in one pass (`framework.plan.columnar`), and each
 row is reduced into its cell. What the per-item path would do, to the same state,
-changelog, holds and acks; a unit test compares the two.
+changelog, holds and acks (results may leave in another order); a unit test compares the
+two.
 
 Protocol of `take_frames`:
 
@@ -14,7 +15,10 @@ Protocol of `take_frames`:
    the whole batch to the per-item path (nothing is changed before).
 2. Ack every item's receipt into the stage's segment: one XOR per slot.
 3. Reduce each item into its cell; an item whose reduction raises becomes a dead letter
-   (or fails the task), exactly as on the per-item path.
+   (or fails the task), as on the per-item path. Which item of a cell that is depends on
+   the order the items reach it (here the frames', there meta order within a batch), as it
+   does across batches on either path: a ``combinable`` reduce that raises is not
+   commutative after all.
 """
 
 from __future__ import annotations

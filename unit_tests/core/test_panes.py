@@ -85,18 +85,21 @@ def test_a_state_rebuilt_from_its_changelog_or_the_buffering_ones_goes_on_alike(
     window: Tumbling | Sliding, steps: list[tuple[str, str, int, int]], cut: int, foreign: bool
 ) -> None:
     """Replaying bucket states (a pane aggregate's own, or a buffering aggregate's written
-    before an upgrade) and the min time gives a state whose results are the same."""
+    by an earlier flamepipe) and the min time gives a state whose results are the same and
+    which holds what the state's writer held, releasing each hold once, however often it
+    is replayed."""
     buffering, panes = _pair(window)
-    min_time, offset = 0, 0
+    min_time, offset, held = 0, 0, set[int]()
     for index, (kind, key, amount, front) in enumerate(steps):
         if index == cut:
             source = buffering if foreign else panes
-            rebuilt = aggregator(OP, panes.aggregation, DELTA)
-            rebuilt.put_min_time(source.min_time)
-            for key_ in "abc":
-                rebuilt.put_bucket(key_, source.bucket_state(key_))
-            assert rebuilt.held == panes.held
-            panes = rebuilt
+            _held_after(panes, held)
+            rebuilt = _rebuilt(source)
+            assert rebuilt.hold_counts == source.hold_counts
+            again = _rebuilt(rebuilt)  # a restart after the first one, before any change
+            assert again.hold_counts == source.hold_counts
+            assert again.take_holds() == ([], [])  # replayed holds are silent
+            panes, held = again, set(source.held)
         if kind == "push":
             offset += 1
             record = item(min_time + amount, offset, key, front, offset)
@@ -105,8 +108,18 @@ def test_a_state_rebuilt_from_its_changelog_or_the_buffering_ones_goes_on_alike(
         else:
             min_time += amount
             assert _sorted(panes.on_min_time(min_time)) == _sorted(buffering.on_min_time(min_time))
+        held = _held_after(panes, held)
     final = min_time + 1000
     assert _sorted(panes.on_min_time(final)) == _sorted(buffering.on_min_time(final))
+    assert _held_after(panes, held) == set() == set(panes.held)
+
+
+def _rebuilt(source: WindowAggregator) -> WindowAggregator:
+    rebuilt = aggregator(OP, source.aggregation, DELTA)
+    rebuilt.put_min_time(source.min_time)
+    for key in "abc":
+        rebuilt.put_bucket(key, source.bucket_state(key))
+    return rebuilt
 
 
 def test_a_cell_holds_the_slot_of_its_largest_meta_only() -> None:
