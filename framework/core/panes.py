@@ -126,26 +126,12 @@ class PaneAggregator(WindowAggregator):
                 self._unhold(old)
 
     def on_min_time(self, slot: int) -> list[Record]:
-        """Results of every window that min time ``slot`` completes, in window-end order."""
+        """Results of every window that min time ``slot`` completes, in window-end order
+        (steps 1-3 of `WindowAggregator`, over cells)."""
+        if self._size != self._pane:
+            return super().on_min_time(slot)
         self._min_time = max(self._min_time, slot)
-        if self._size == self._pane:
-            return self._tumbling(slot)
-        out: list[Record] = []
-        touched: dict[object, None] = {}
-        # Step 1
-        while self._ends and self._ends[0] <= slot:
-            end = heapq.heappop(self._ends)
-            for key in self._due.pop(end):
-                touched[key] = None
-                # Step 2
-                result = self._time_result(key, end)
-                if result is not None:
-                    out.append(result)
-        # Step 3
-        cutoff = ((slot - self._size) // self._step + 1) * self._step
-        for key in touched:
-            self._drop_below(key, cutoff)
-        return out
+        return self._tumbling(slot)
 
     def _tumbling(self, slot: int) -> list[Record]:
         """Steps 1-3 when a window is one pane: its cell is the result, and is dropped as
@@ -194,7 +180,8 @@ class PaneAggregator(WindowAggregator):
             inside = sorted(p for p in cells if first <= p < last)
         if not inside:
             return None
-        meta, value = cells[inside[0]]
+        first_cell = cells[inside[0]]
+        meta, value = first_cell[0], first_cell[1]  # a buffered cell has its items too
         reduce = self._reduce
         try:
             for pane in inside[1:]:
@@ -229,10 +216,6 @@ class PaneAggregator(WindowAggregator):
                 self._unhold(meta[0][0], silent=silent)
         else:
             self._unhold(cell[0][0][0], silent=silent)
-
-    def next_due(self) -> int | None:
-        """The earliest pending window end (None: no window can complete yet)."""
-        return self._ends[0] if self._ends else None
 
     def bucket_state(self, key: object) -> tuple[Any, ...] | None:
         """One key's cells as a bucket's plain lists (metas, values, no early tombstones),
@@ -286,14 +269,6 @@ class PaneAggregator(WindowAggregator):
         cell[2].append((meta, value))
         cell[0] = max(cell[0], meta)
         self._hold(slot, silent=True)
-
-    def put_min_time(self, slot: int) -> None:
-        """Set the min time a changelog recorded: windows ending by then were emitted."""
-        if slot <= self._min_time:
-            return
-        self._min_time = slot
-        while self._ends and self._ends[0] <= slot:
-            del self._due[heapq.heappop(self._ends)]
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain data: each key's cells as items, and the last min time."""

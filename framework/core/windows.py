@@ -314,10 +314,14 @@ class WindowAggregator:
         # Step 3
         cutoff = ((slot - self._size) // self._step + 1) * self._step
         for key in touched:
-            bucket = self._buckets.get(key)
-            if bucket is not None:
-                self._prune(key, bucket.below(cutoff))
+            self._drop_below(key, cutoff)
         return out
+
+    def _drop_below(self, key: object, cutoff: int) -> None:
+        """Step 3: drop ``key``'s items before slot ``cutoff``, releasing their holds."""
+        bucket = self._buckets.get(key)
+        if bucket is not None:
+            self._prune(key, bucket.below(cutoff))
 
     def advance(self, slot: int) -> list[Record]:
         """`on_min_time`, without the results below the restore floor (`put_floor`)."""

@@ -79,7 +79,7 @@ def test_results_and_their_metas_equal_the_buffering_aggregates(
     assert _held_after(panes, held) == set() == set(panes.held)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(_WINDOWS, _STEPS, st.integers(0, 60), st.booleans())
 def test_a_state_rebuilt_from_its_changelog_or_the_buffering_ones_goes_on_alike(
     window: Tumbling | Sliding, steps: list[tuple[str, str, int, int]], cut: int, foreign: bool
