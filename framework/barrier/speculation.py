@@ -102,6 +102,9 @@ class Speculation:
     paused: int = field(default=0, init=False)
     frontier: int = field(default=-1, init=False)
     skipped: bool = field(default=False, init=False)  # items left out below min_pending
+    # Admitted but not written yet: the service writes a frame's admitted items at once,
+    # and until then the transaction is already writing ahead (not catching up).
+    owed: int = field(default=0, init=False)
 
     def fresh(self) -> Speculation:
         """The same settings, nothing held."""
@@ -127,6 +130,7 @@ class Speculation:
         """``records`` were written into the transaction."""
         if not records:
             return
+        self.owed = max(self.owed - len(records), 0)
         held = self.held
         get = held.get
         for record in records:
@@ -148,14 +152,18 @@ class Speculation:
         slot = meta.gt.slot
         if change < 0 and self.size:
             self.cancelled(Record(Meta(meta.gt, meta.child_ids, meta.trace, False), record.value))
-        if not self.size and (self.skipped or barrier.pending < self.min_pending):
-            return self._catch_up(slot, change, barrier)
+        if not (self.size or self.owed) and (self.skipped or barrier.pending < self.min_pending):
+            return self._owe(self._catch_up(slot, change, barrier))
         if slot > self.frontier:
             old, self.frontier = self.frontier, slot
-            return barrier.live(old, old + 1) if old >= 0 and self.admits(old) else []
+            return self._owe(barrier.live(old, old + 1) if old >= 0 and self.admits(old) else [])
         if change > 0 and slot < self.frontier and self.admits(slot):
-            return [record]
+            return self._owe([record])
         return []
+
+    def _owe(self, admitted: list[Record]) -> list[Record]:
+        self.owed += len(admitted)
+        return admitted
 
     def _catch_up(self, slot: int, change: int, barrier: Barrier) -> list[Record]:
         """`admit` while nothing is written ahead and items may have been left out: none
@@ -228,6 +236,7 @@ class Speculation:
         """The transaction committed or aborted; ``pause`` speculation for a while."""
         self.held = {}
         self.size = 0
+        self.owed = 0
         self.max_slot = -1
         self.opened_at = self.sealed_at = None
         self.poisoned = False
