@@ -14,7 +14,7 @@ from its inputs). Every other node joins the segment of its single input.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -65,6 +65,11 @@ class Sink(ABC):
         default; a sink whose records carry the item's meta and tag makes them here, where
         the work scales with the stage's tasks rather than in its one barrier."""
         return self.encode(payload)
+
+    def encode_items(self, metas: Sequence[Meta], payloads: Sequence[Any]) -> list[Any]:
+        """`encode_item` of each item, in bulk (a sink may share work across them); raises
+        as `encode_item` would for any one of them."""
+        return [self.encode_item(m, p) for m, p in zip(metas, payloads, strict=True)]
 
 
 class Kind(StrEnum):

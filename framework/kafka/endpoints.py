@@ -8,7 +8,7 @@ creates a missing topic that way, or rejects an existing ``CreateTime`` topic wi
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from framework.kafka.admin import (
     partition_count,
     require_log_append_time,
 )
-from framework.wire.bundles import bundles_topic, signed_item
+from framework.wire.bundles import bundles_topic, signed_item, signed_items
 from framework.wire.records import InRecord
 from framework.wire.serde import Json, Serde, TopicSerde, Utf8, bind_serde
 
@@ -277,6 +277,15 @@ class KafkaSink(Sink):
         the barrier writes it as it is."""
         key, value = self.encode(payload)
         return signed_item(meta, key, value, self.topic)
+
+    def encode_items(
+        self, metas: Sequence[Meta], payloads: Sequence[Any]
+    ) -> list[tuple[bytes | None, bytes, bytes, bytes]]:
+        """`encode_item` of each item, signed in bulk (`framework.wire.bundles.signed_items`)."""
+        encoded = [self.encode(payload) for payload in payloads]
+        keys = [key for key, _ in encoded]
+        values = [value for _, value in encoded]
+        return signed_items(metas, keys, values, self.topic)
 
     def __repr__(self) -> str:
         shown = f", barriers={self.barriers}" if self.barriers > 1 else ""

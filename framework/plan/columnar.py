@@ -159,11 +159,9 @@ def slot_xors(slots: Any, acks: Any) -> list[tuple[int, int]]:
 
 def _outputs(route: _ExitRoute, cols: Columns, metas: list[Meta]) -> list[tuple[Meta, Any]]:
     """Step 3 into a sink: every item's meta and its output record."""
-    values = cols.pylist()
-    encode = route.encode
+    encode = route.encode_many
     assert encode is not None
-    values = [encode(m, v) for m, v in zip(metas, values, strict=True)]
-    return list(zip(metas, values, strict=True))
+    return list(zip(metas, encode(metas, cols.pylist()), strict=True))
 
 
 def _combine(route: _ExitRoute, cols: Columns, slots: Any) -> Columns | None:

@@ -105,6 +105,7 @@ class _ExitRoute(NamedTuple):
     aggregation: Aggregation | None  # the target's, if it may be pre-reduced
     pane: int  # slots of the target's window panes (combining)
     encode: Callable[[Meta, Any], Any] | None  # a sink's: the item as its output record
+    encode_many: Callable[[list[Meta], list[Any]], list[Any]] | None  # the same, in bulk
     sink_partitions: int  # a sink's with several barriers: its topic's partition count
     acked: bool  # False across a fused query's shuffle: the items never leave the batch
 
@@ -177,6 +178,7 @@ class StageProgram:
             aggregation if combining else None,
             aggregation.pane_slots(self.spec.graph.delta_ms) if combining and aggregation else 0,
             target.endpoint.encode_item if isinstance(target.endpoint, Sink) else None,
+            target.endpoint.encode_items if isinstance(target.endpoint, Sink) else None,
             sink_partitions,
             exit_.target != self.spec.fused_exit,
         )
@@ -340,6 +342,9 @@ class _TaskRun:
         # (None: a window's result).
         self._origin: tuple[Record, InRecord, int] | None = None
         self._waiting: list[tuple[str, Record, tuple[Record, InRecord, int] | None]] = []
+        # Window results for sinks, made into output records in bulk once all are out
+        # (`emit_windows`); None while input items flow (an item's error is its own).
+        self._for_sinks: list[tuple[_ExitRoute, Meta, Any]] | None = None
 
     def release(self) -> None:
         """Drop the per-node closures (bound to this run): no reference cycle is left."""
@@ -539,11 +544,15 @@ class _TaskRun:
         """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
         entry = self.spec.stage.entry
         results = state.advance(min_slot)
+        self._for_sinks = []
         try:
             self._forward(entry, results)
+            self._send_for_sinks(self._for_sinks)
         except RECORD_ERRORS as exc:
             # A window's result is no input record: nothing to send to the dead letters.
             raise UserFunctionError(f"after {entry}: {exc}") from exc
+        finally:
+            self._for_sinks = None
         acquired, released = state.take_holds()
         segment, ack = self.program.hold_segment, self.acker.ack
         for slot in acquired + released:
@@ -568,9 +577,28 @@ class _TaskRun:
             raise UserFunctionError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
         pending[0] = max(pending[0], meta)
 
+    def _send_for_sinks(self, items: list[tuple[_ExitRoute, Meta, Any]]) -> None:
+        """Step 3 for window results into sinks: each sink's output records made in bulk
+        (`Sink.encode_items`: a Kafka sink signs them in one loop), then sent in order."""
+        by_route: dict[int, tuple[_ExitRoute, list[Meta], list[Any]]] = {}
+        for route, meta, payload in items:
+            found = by_route.get(id(route))  # a route's tuple is long: hashing it costs
+            if found is None:
+                found = by_route[id(route)] = (route, [], [])
+            found[1].append(meta)
+            found[2].append(payload)
+        send = self.send
+        for route, metas, payloads in by_route.values():
+            assert route.encode_many is not None
+            for meta, value in zip(metas, route.encode_many(metas, payloads), strict=True):
+                send(route, meta, value)
+
     def _emit(self, route: _ExitRoute, record: Record) -> None:
         # Step 3
         meta = record.meta
+        if self._for_sinks is not None and route.encode_many is not None:
+            self._for_sinks.append((route, meta, record.value))
+            return
         value = record.value if route.encode is None else route.encode(meta, record.value)
         self.send(route, meta, value)
 

@@ -30,7 +30,7 @@ import hmac
 import logging
 import struct
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +87,33 @@ class Keyring:
     ) -> bytes:
         """The ``fp.mac`` header value of a record, with the signing key."""
         return self.ids[0] + b"." + _tag(self.keys[0], topic, key, value, headers)
+
+    def sign_many(
+        self, topic: str, rows: Iterable[tuple[bytes | None, bytes, bytes]], header: str
+    ) -> list[bytes]:
+        """`sign` of each ``(key, value, header value)`` record whose one header is
+        ``header``: the same ``fp.mac`` values, with the per-record work in one loop (a
+        last stage signs every output item: 8.2 -> 3.5 us an item with the meta's
+        encoding, `framework.wire.bundles.signed_items`)."""
+        secret = self.keys[0]
+        base = _bases.get((secret, topic)) or _base(secret, topic)
+        named: list[bytes] = []
+        _field(named, header)
+        prefix = b"".join(named)
+        kid = self.ids[0] + b"."
+        pack, join, copy = _I32.pack, b"".join, base.copy
+        out: list[bytes] = []
+        append = out.append
+        for key, value, extra in rows:
+            mac = copy()
+            mac.update(
+                join((
+                    _NONE if key is None else pack(len(key)), key or b"",
+                    pack(len(value)), value, prefix, pack(len(extra)), extra,
+                ))
+            )  # fmt: skip
+            append(kid + mac.digest()[:_TAG_BYTES])
+        return out
 
     def verify(
         self, topic: str, key: bytes | None, value: bytes | None, headers: HeaderList | None

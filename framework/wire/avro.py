@@ -53,6 +53,7 @@ __all__ = [
     "encode_ack_batch",
     "encode_bundle_header",
     "encode_meta",
+    "encode_metas",
     "encode_min_time",
     "schema",
 ]
@@ -170,6 +171,11 @@ def _meta_in(record: dict[str, Any]) -> Meta:
 def encode_meta(meta: Meta) -> bytes:
     """Avro bytes of a meta (written by `framework.wire.meta`: one per output item)."""
     return meta_writer.encode_meta(meta)
+
+
+def encode_metas(metas: Iterable[Meta]) -> list[bytes]:
+    """`encode_meta` of each of ``metas``, in one loop."""
+    return meta_writer.encode_metas(metas)
 
 
 def decode_meta(data: Buffer) -> Meta:

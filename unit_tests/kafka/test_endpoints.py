@@ -8,6 +8,8 @@ import connectors
 from connectors import AvroSerde, Bytes, Json, KafkaSink, KafkaSource, Utf8
 from framework.core.context import LOG_APPEND_TIME, Message
 from framework.core.graph import Kind, Sink, Source
+from framework.core.meta import Meta
+from framework.core.time import GlobalTime
 from framework.errors import DecodeError, EncodeError, PipelineError, UserFunctionError
 from framework.pipeline import Pipeline
 from framework.wire.records import InRecord
@@ -90,6 +92,30 @@ def test_sink_encodes_key_and_value() -> None:
     assert by_user.encode({"user": "ü"}) == ("ü".encode(), b'{"user":"\\u00fc"}')
     raw = KafkaSink("t", value=Bytes(), key=lambda p: p[:1])
     assert raw.encode(b"xyz") == (b"x", b"xyz")
+
+
+def test_a_sinks_items_encoded_in_bulk_are_its_items_encoded_one_by_one() -> None:
+    metas = [Meta(GlobalTime(3, 1, 0)), Meta(GlobalTime(3, 1, 0), (1,), 9, True)]
+    payloads = [{"user": "a"}, {"user": "b"}]
+    for sink in (KafkaSink("t"), KafkaSink("t", key=lambda p: p["user"])):
+        one_by_one = [sink.encode_item(m, p) for m, p in zip(metas, payloads, strict=True)]
+        assert sink.encode_items(metas, payloads) == one_by_one
+    with pytest.raises(UserFunctionError, match="key function failed"):
+        KafkaSink("t", key=lambda p: p["missing"]).encode_items(metas, [{}, {}])
+
+
+class _Plain(Sink):
+    @property
+    def name(self) -> str:
+        return "plain"
+
+    def encode(self, payload: object) -> object:
+        return ("plain", payload)
+
+
+def test_any_sinks_items_encoded_in_bulk_are_its_encode_item() -> None:
+    metas = [Meta(GlobalTime(1, 1, 1)), Meta(GlobalTime(2, 1, 1))]
+    assert _Plain().encode_items(metas, [1, 2]) == [("plain", 1), ("plain", 2)]
 
 
 def test_sink_encode_errors_name_user_function_and_encoding() -> None:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
-from connectors import KafkaSource
+from connectors import KafkaSink, KafkaSource
 from framework import Count, Pipeline, Sliding, Tumbling
 from framework.core.graph import Graph, Kind
 from framework.core.windows import WindowAggregator, WindowResult
-from framework.errors import PipelineError
+from framework.errors import PipelineError, UserFunctionError
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec
 from framework.plan.state import apply_changelog
@@ -139,6 +140,46 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
             for meta, ack, _ in read_items(r.headers, r.value, "t"):
                 in_flight[("map", meta.gt.slot)] ^= ack
     assert {k: v for k, v in table.items() if v} == {k: v for k, v in in_flight.items() if v}
+
+
+def test_window_results_into_a_kafka_sink_are_its_records_and_a_bad_one_fails_the_task() -> None:
+    """Results into a Kafka sink are made in bulk (`KafkaSink.encode_items`): each is the
+    record `encode_item` makes of it, with the result's meta; a result the sink cannot
+    encode is no input record's dead letter, it fails the task."""
+
+    def graph(key: Any) -> Graph:
+        p = Pipeline("wa")
+        (
+            p.source(ListSource([], topic="lines"))
+            .flat_map(lambda line: [(w, 1) for w in line.split()])
+            .key_by(lambda pair: pair[0])
+            .aggregate(Tumbling(100), reduce=add, combinable=True)
+            .map(lambda r: [r.key, r.start_ms, r.value[1]])
+            .sink(KafkaSink("out", key=key))
+        )
+        return p.graph()
+
+    sink = KafkaSink("out", key=lambda row: row[0])
+    first, second = programs(graph(sink.key))
+    one = first.run(lines(*texts(30)), None, node=1, node_time=1)
+    shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
+    out = run_aggregate(second, shuffled, min_slot=200, states={})
+    items = [
+        (meta, payload)
+        for r in out
+        if r.topic == Topics("wa").pre("sink-out")
+        for meta, _, payload in read_items(r.headers, r.value, "t")
+    ]
+    assert {(json.loads(p[1])[0], json.loads(p[1])[1]) for _, p in items} == set(
+        oracle(texts(30), 100)
+    )
+    for meta, payload in items:
+        assert payload == sink.encode_item(meta, json.loads(payload[1]))
+    first, second = programs(graph(lambda row: row[5]))  # no such field: the key fails
+    one = first.run(lines(*texts(30)), None, node=1, node_time=1)
+    shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
+    with pytest.raises(UserFunctionError, match=r"after .*key function failed"):
+        run_aggregate(second, shuffled, min_slot=200, states={})
 
 
 def rebuild(program: StageProgram, changelog: list[OutRecord]) -> WindowAggregator:

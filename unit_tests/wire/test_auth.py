@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from framework.errors import ConfigError
 from framework.wire import auth
@@ -19,6 +21,23 @@ def _mac(ring: auth.Keyring = RING) -> tuple[tuple[str, bytes], ...]:
 
 def test_a_signed_record_verifies() -> None:
     assert RING.verify("t", b"k", b"v", _mac())
+
+
+@given(
+    st.lists(
+        st.tuples(st.none() | st.binary(max_size=40), st.binary(max_size=200), st.binary()),
+        max_size=6,
+    ),
+    st.sampled_from(["t", "out", "\u00e9t\u00e9"]),
+)
+def test_signing_many_records_gives_each_ones_tag(
+    rows: list[tuple[bytes | None, bytes, bytes]], topic: str
+) -> None:
+    """`Keyring.sign_many` is `sign` of each record whose one header it names."""
+    tags = RING.sign_many(topic, rows, "fp.meta")
+    assert tags == [RING.sign(topic, k, v, (("fp.meta", h),)) for k, v, h in rows]
+    for (key, value, header), tag in zip(rows, tags, strict=True):
+        assert RING.verify(topic, key, value, (("fp.meta", header), (auth.MAC_HEADER, tag)))
 
 
 @pytest.mark.parametrize(

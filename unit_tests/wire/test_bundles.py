@@ -21,6 +21,7 @@ from framework.wire.bundles import (
     output_partition,
     read_bundle_header,
     signed_item,
+    signed_items,
 )
 
 
@@ -85,6 +86,15 @@ def test_a_tombstone_carries_its_items_signed_record_so_the_two_cancel() -> None
     tombstone = item.as_tombstone()
     assert signed_item(tombstone, b"k", b"v", "out") == signed_item(item, b"k", b"v", "out")
     assert decode_meta(signed_item(tombstone, b"k", b"v", "out")[2]) == item
+
+
+def test_items_signed_in_bulk_are_the_items_signed_one_by_one() -> None:
+    metas = [meta(8, 1), meta(8, 1).as_tombstone(), Meta(GlobalTime(9, 7, 2), (3, 0), 11), meta(2)]
+    keys = [b"k", b"k", None, b""]
+    values = [b"v", b"v", b"w", b""]
+    one_by_one = [signed_item(*item, "out") for item in zip(metas, keys, values, strict=True)]
+    assert signed_items(metas, keys, values, "out") == one_by_one
+    assert signed_items([], [], [], "out") == []
 
 
 @pytest.mark.parametrize("payload", ["a", ["k", b"v"], (b"k", "v"), (b"k", b"v", b"x")])

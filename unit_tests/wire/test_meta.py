@@ -45,6 +45,11 @@ def test_bytes_equal_fastavro_and_decode_back(meta: Meta) -> None:
     assert codec.decode_meta(data) == meta
 
 
+@given(st.lists(metas, max_size=8))
+def test_in_bulk_the_bytes_are_each_metas(batch: list[Meta]) -> None:
+    assert metacodec.encode_metas(batch) == [metacodec.encode_meta(m) for m in batch]
+
+
 @pytest.mark.parametrize(
     "meta",
     [
@@ -58,3 +63,5 @@ def test_bytes_equal_fastavro_and_decode_back(meta: Meta) -> None:
 def test_out_of_range_values_are_encode_errors(meta: Meta) -> None:
     with pytest.raises(EncodeError, match="cannot encode meta"):
         metacodec.encode_meta(meta)
+    with pytest.raises(EncodeError, match="cannot encode meta"):
+        metacodec.encode_metas([Meta(GlobalTime(1, 2, 3)), meta])
