@@ -55,12 +55,13 @@ from framework.kafka.clients import (
     where,
 )
 from framework.plan.state import ChangelogImage, Replayable, apply_changelog, apply_record
-from framework.wire.changelog import MIN_TIME, read_record
+from framework.wire.changelog import FLOOR_KEY, MIN_TIME, MIN_TIME_KEY, read_record
 
 __all__ = ["ChangelogCopies", "UnitCopy"]
 
 Part = tuple[str, int]
 Read = tuple[bytes | None, bytes | None, int]  # key, value, age in ms when read
+_MARKS = (MIN_TIME_KEY, FLOOR_KEY)  # an image's records that are no key's bucket
 
 
 @dataclass(slots=True)
@@ -71,7 +72,7 @@ class UnitCopy:
     state: Replayable
     fresh: Callable[[], Replayable]
     position: int = 0
-    pending: deque[tuple[str, Any, Any, int]] = field(default_factory=deque)
+    pending: deque[Read] = field(default_factory=deque)  # an image's records past its cut
     stop_age_ms: int | None = None  # the last cut stopped at a batch this old when read
     read_at: float | None = None  # when (monotonic) the last catch-up read it
 
@@ -146,7 +147,7 @@ class ChangelogCopies:
         for part, end in ends.items():
             copy = self.copies[part]
             if isinstance(copy.state, ChangelogImage):
-                copy.pending.extend(_decoded(values.get(part, [])))
+                copy.pending.extend(r for r in values.get(part, []) if r[1] is not None)
             else:
                 apply_changelog(copy.state, ((k, v) for k, v, _ in values.get(part, [])))
                 copy.state.take_changed()  # a copy writes no changelog of its own
@@ -232,19 +233,30 @@ class ChangelogCopies:
         return values
 
 
-def _decoded(records: list[Read]) -> list[tuple[str, Any, Any, int]]:
-    """``(kind, key, payload, age)`` of each record with a value (`read_record`)."""
-    return [(*read_record(k, v), age) for k, v, age in records if v is not None]
-
-
 def _apply_until(copy: UnitCopy, cut: int | None) -> None:
-    """Apply an image's pending records up to the first min time past ``cut``."""
+    """Apply an image's pending records up to the first min time past ``cut``.
+
+    A bucket record is its key's whole bucket, so of a key's records up to there only the
+    last is decoded and applied, keys in the order of their last records: the buckets are
+    what applying every record in turn leaves. Min times and floors only grow, so their
+    order among the buckets does not matter. A backlog's aggregate rewrites every key it
+    holds at every commit, and the copies run in the driver beside the barrier.
+    """
     pending, state = copy.pending, copy.state
     copy.stop_age_ms = None
+    latest: dict[bytes, bytes] = {}
     while pending:
-        kind, key, payload, age = pending[0]
-        if cut is not None and kind == MIN_TIME and payload > cut:
-            copy.stop_age_ms = age
-            return
+        kafka_key, value, age = pending[0]
+        assert value is not None  # `catch_up` keeps records with a value only
+        if kafka_key is None or kafka_key in _MARKS:
+            kind, key, payload = read_record(kafka_key, value)
+            if cut is not None and kind == MIN_TIME and payload > cut:
+                copy.stop_age_ms = age
+                break
+            apply_record(state, kind, key, payload)
+        else:
+            latest.pop(kafka_key, None)  # moved to the end: the order of last records
+            latest[kafka_key] = value
         pending.popleft()
-        apply_record(state, kind, key, payload)
+    for kafka_key, value in latest.items():
+        apply_record(state, *read_record(kafka_key, value))
