@@ -15,7 +15,7 @@ from typing import Any
 from framework.core.context import LOG_APPEND_TIME, Message
 from framework.core.graph import Graph, Kind, Sink, Source
 from framework.core.meta import Meta
-from framework.errors import ConfigError, DecodeError, PipelineError, UserFunctionError
+from framework.errors import ConfigError, DecodeError, EncodeError, PipelineError, UserFunctionError
 from framework.kafka.admin import (
     TopicSpec,
     ensure_topics,
@@ -256,6 +256,13 @@ class KafkaSink(Sink):
         """``(key, value)`` bytes of a payload; `UserFunctionError` or `EncodeError` if either
         cannot be made."""
         value = self.value.dumps(payload)
+        if type(value) is not bytes:  # a serde of the user's: the barrier writes bytes only
+            if not isinstance(value, bytes | bytearray | memoryview):
+                raise EncodeError(
+                    f"KafkaSink {self.topic}: its value serde returned "
+                    f"{type(value).__name__}, not bytes"
+                )
+            value = bytes(value)
         if self.key is None:
             return None, value
         try:

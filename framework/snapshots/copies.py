@@ -245,8 +245,8 @@ def _apply_until(copy: UnitCopy, cut: int | None) -> None:
     pending, state = copy.pending, copy.state
     copy.stop_age_ms = None
     latest: dict[bytes, bytes] = {}
-    while pending:
-        kafka_key, value, age = pending[0]
+    taken = 0
+    for kafka_key, value, age in pending:
         assert value is not None  # `catch_up` keeps records with a value only
         if kafka_key is None or kafka_key in _MARKS:
             kind, key, payload = read_record(kafka_key, value)
@@ -257,6 +257,10 @@ def _apply_until(copy: UnitCopy, cut: int | None) -> None:
         else:
             latest.pop(kafka_key, None)  # moved to the end: the order of last records
             latest[kafka_key] = value
-        pending.popleft()
+        taken += 1
     for kafka_key, value in latest.items():
         apply_record(state, *read_record(kafka_key, value))
+    # Taken only once applied: a record that cannot be decoded leaves them all pending,
+    # and applying them again gives the same image (a bucket replaces, min times grow).
+    for _ in range(taken):
+        pending.popleft()

@@ -126,6 +126,16 @@ def test_sink_encode_errors_name_user_function_and_encoding() -> None:
     with pytest.raises(EncodeError, match="Json cannot encode"):
         KafkaSink("t").encode(float("nan"))
 
+    class Text:  # a serde of the user's that breaks the protocol
+        def dumps(self, obj: object) -> str:
+            return str(obj)
+
+        def loads(self, data: bytes) -> object:
+            return data.decode()
+
+    with pytest.raises(EncodeError, match="returned str, not bytes"):
+        KafkaSink("t", value=Text()).encode("v")  # type: ignore[arg-type]
+
 
 def test_avro_source() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "n", "type": "long"}]}

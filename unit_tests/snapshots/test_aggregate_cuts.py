@@ -23,6 +23,7 @@ from framework.core.ops import Keyed, key_hash
 from framework.core.rolling import First
 from framework.core.time import GlobalTime
 from framework.core.windows import Aggregation, Count, Session, Sliding, Tumbling
+from framework.errors import DecodeError
 from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 from framework.plan.state import (
     ChangelogImage,
@@ -190,6 +191,23 @@ def test_an_image_decodes_each_keys_last_record_only_and_equals_every_record_app
             kind, _, slot = read_record(copy.pending[0][0], copy.pending[0][1])  # type: ignore[arg-type]
             assert kind == "min_time" and slot > cut
             assert copy.stop_age_ms == copy.pending[0][2]
+
+
+def test_an_undecodable_record_leaves_every_record_of_the_cut_pending() -> None:
+    """Applying the records again once they can be read gives the same image."""
+    agg = aggregator(OP, AGGREGATIONS["tumbling"], DELTA)
+    agg.push(_item(3, 0, "a", 1))
+    good = [(k, v, 0) for k, v in changelog_records(agg) if v is not None]
+    copy = UnitCopy(ChangelogImage(), ChangelogImage)
+    copy.pending.extend([*good, (b"\x01not-a-key", b"not a pickle", 0)])
+    with pytest.raises(DecodeError):
+        _apply_until(copy, None)
+    assert len(copy.pending) == len(good) + 1
+    copy.pending.pop()
+    _apply_until(copy, None)
+    assert not copy.pending
+    image = copy.state
+    assert isinstance(image, ChangelogImage) and set(image.buckets) == {"a"}
 
 
 def test_holds_below_the_floor_are_never_acked_and_their_results_are_counted() -> None:
