@@ -23,9 +23,12 @@ table does not show: every stage's micro-batch durations and the CPU of every pr
 4. **Stateless latency**: a second pipeline, ``"<id> words"`` -> upper case, at ``--rate``
    lines/s; receipt - LogAppendTime of its line; every line checked, exactly once.
 
+``--timeline`` prints, every second of the throughput phase, how far each stage, the
+barriers and min time got and what the reader has (where a backlog's wall time goes).
+
 Run: ``.venv/bin/python benchmarks/bench_peer_table.py [--lines 200000] [--rate 1000]
 [--seconds 30] [--runs 1] [--phases throughput,window,running,running-pane,stateless]
-[--warm-lines 20000]``
+[--warm-lines 20000] [--timeline]``
 """
 
 from __future__ import annotations
@@ -261,8 +264,18 @@ def throughput_and_window(settings: Settings, text: Text, args: Any) -> dict[str
     try:
         windows = Windows(reader)
 
+        shown = [0.0]
+
         def complete() -> bool:
             windows.take()
+            now = time.monotonic()
+            if args.timeline and now - shown[0] >= 1.0:
+                shown[0] = now
+                print(
+                    f"    {now - launched:5.1f} s: read {len(windows.counts)} of {len(oracle)}; "
+                    f"{run.progress()}",
+                    flush=True,
+                )
             return len(windows.counts) >= len(oracle) and not windows.wrong(oracle)
 
         ok = wait(complete, run, args.timeout)
@@ -474,6 +487,12 @@ def main() -> None:
         default="shared",
         help="continuous stages' tasks: shared (local[2], as in the peer harness) or per "
         "stage (local[4])",
+    )
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="throughput: print the run's progress (items through each stage, bundles, min "
+        "time) and the reader's count every second, from launch",
     )
     args = ap.parse_args()
     text = Text()

@@ -377,6 +377,7 @@ class _Loop:
         if stamp is not None and self.fronts is not None:
             beat = self.fronts.carried(self.topic, self.partition, stamp)
         self.node_time += 1
+        began = time.monotonic()
         result = self.program.run(
             records,
             state,
@@ -406,6 +407,7 @@ class _Loop:
                 clock_ahead_ms=_ahead(self.fronts),
             )
         )
+        ran = time.monotonic()
         if out or records:
             # Every commit moves the counts, so every one commits the position (moved or
             # not) with them in its metadata: they count exactly what committed.
@@ -413,6 +415,20 @@ class _Loop:
             positions = {} if self.position is None else {where: self.position}
             self.committer.commit(out, self.ctx.group, positions, {where: counts.encode()})
             self.counts = counts
+        # Where a backlog's time goes, commit by commit (docs/latency.md).
+        _log.debug(
+            "%s %s[%d]: %d records in, %d items out, %d records written, min time %d: "
+            "program %.3f s, commit %.3f s",
+            self.app,
+            self.stage,
+            self.partition,
+            len(records),
+            result.items_out,
+            len(out),
+            min_slot,
+            ran - began,
+            time.monotonic() - ran,
+        )
         if beat is not None and self.fronts is not None:
             self.fronts.sent_with(beat)
         if stamp is not None:
