@@ -102,6 +102,22 @@ def _restored(name: str, log: list[list[tuple[bytes, bytes]]], cut: int) -> Any:
     return agg
 
 
+def _raws(keys: str) -> st.SearchStrategy[list[tuple[int, str, int]]]:
+    """Items as ``(slot, key, value)``, in any order."""
+    return st.lists(
+        st.tuples(st.integers(0, 80), st.sampled_from(keys), st.integers(0, 5)),
+        min_size=1,
+        max_size=40,
+    )
+
+
+def _ordered(raw: list[tuple[int, str, int]]) -> list[Record]:
+    """The items in slot order, offsets numbering them."""
+    return [
+        _item(slot, i, key, v) for i, (slot, key, v) in enumerate(sorted(raw, key=lambda t: t[0]))
+    ]
+
+
 def _key(record: Record) -> tuple[Any, ...]:
     return (record.meta, repr(record.value))
 
@@ -109,11 +125,7 @@ def _key(record: Record) -> tuple[Any, ...]:
 @settings(max_examples=60, deadline=None)
 @given(
     name=st.sampled_from(sorted(AGGREGATIONS)),
-    raw=st.lists(
-        st.tuples(st.integers(0, 80), st.sampled_from("abc"), st.integers(0, 5)),
-        min_size=1,
-        max_size=40,
-    ),
+    raw=_raws("abc"),
     swaps=st.lists(st.integers(0, 39), max_size=10),
     sizes=st.lists(st.integers(1, 6), max_size=40),
     replay_sizes=st.lists(st.integers(1, 6), max_size=40),
@@ -127,9 +139,7 @@ def test_a_restored_cut_emits_exactly_what_the_live_run_emitted_from_the_cut_on(
     replay_sizes: list[int],
     cut: int,
 ) -> None:
-    ordered = [
-        _item(slot, i, key, v) for i, (slot, key, v) in enumerate(sorted(raw, key=lambda t: t[0]))
-    ]
+    ordered = _ordered(raw)
     arrival = list(ordered)
     for i in swaps:  # neighbours swap: disorder within what min time allows
         if i + 1 < len(arrival):
@@ -153,11 +163,7 @@ def test_a_restored_cut_emits_exactly_what_the_live_run_emitted_from_the_cut_on(
 @settings(max_examples=60, deadline=None)
 @given(
     name=st.sampled_from(sorted(AGGREGATIONS)),
-    raw=st.lists(
-        st.tuples(st.integers(0, 80), st.sampled_from("abcd"), st.integers(0, 5)),
-        min_size=1,
-        max_size=40,
-    ),
+    raw=_raws("abcd"),
     sizes=st.lists(st.integers(1, 6), max_size=40),
     cuts=st.lists(st.integers(0, 90), min_size=1, max_size=4),
 )
@@ -166,9 +172,7 @@ def test_an_image_decodes_each_keys_last_record_only_and_equals_every_record_app
 ) -> None:
     """Cut after cut, an image equals the changelog's records applied one by one up to the
     cut's stop (the first batch whose min time is past it)."""
-    ordered = [
-        _item(slot, i, key, v) for i, (slot, key, v) in enumerate(sorted(raw, key=lambda t: t[0]))
-    ]
+    ordered = _ordered(raw)
     _, log = _run(aggregator(OP, AGGREGATIONS[name], DELTA), _batches(ordered, sizes))
     records = [(k, v, n) for n, (k, v) in enumerate(r for batch in log for r in batch)]
     copy = UnitCopy(ChangelogImage(), ChangelogImage)
