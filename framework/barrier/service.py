@@ -44,6 +44,7 @@ least once, a release writes the bundle, the receipt acks and the positions toge
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterable
 
@@ -87,6 +88,8 @@ from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 
 __all__ = ["BarrierService", "BarrierStats"]
+
+_log = logging.getLogger(__name__)
 
 _new = tuple.__new__  # a Record without the Python-level NamedTuple __new__ call
 
@@ -296,9 +299,19 @@ class BarrierService(Service):
 
     def _step(self) -> None:
         assert self._consumer is not None and self._view is not None
+        started, items, ahead = time.monotonic(), self.stats.items_in, self.stats.ahead
         for msg in take(self._consumer, self.max_batch, self.poll_s):
             if is_record(msg, self.pre):
                 self._take(msg)
+        if self.stats.items_in > items and _log.isEnabledFor(logging.DEBUG):
+            _log.debug(
+                "%s: took %d items (%d written ahead) in %.3f s; min time seen %d",
+                self.name,
+                self.stats.items_in - items,
+                self.stats.ahead - ahead,
+                time.monotonic() - started,
+                self._min_seen,
+            )
         self._view.check()
         bundle = None
         min_time = self._view.min_time(self.segment)
@@ -399,6 +412,7 @@ class BarrierService(Service):
         5. Only then take the acks as sent and the positions as committed.
         """
         assert self._writer is not None
+        began = time.monotonic()
         records: list[OutRecord] = []
         # Step 1
         node_time = self._node_time
@@ -449,6 +463,15 @@ class BarrierService(Service):
         if bundle is not None:
             self.stats.bundles += 1
             self.stats.items_out += len(bundle.records)
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug(
+                "%s: committed %s, receipts of %d slots, positions %s, in %.3f s",
+                self.name,
+                "no bundle" if bundle is None else f"a bundle of {len(bundle.records)} items",
+                len(acks),
+                "yes" if positions else "no",
+                time.monotonic() - began,
+            )
 
     def _close(self) -> None:
         for writer in (self._bundles, self._writer):
