@@ -162,10 +162,13 @@ def configure(
 class WorkerLog:
     """Where a Spark Python worker logs: ``<directory>/worker-<host>-<pid>.log`` (the
     driver's ``<state_dir>/logs``, made on the executor's host if missing), and stderr
-    too when ``verbose``. Sent with every task; `install` acts once per process."""
+    too when ``verbose``, at ``level`` and above (the driver's ``log_level``: a DEBUG run
+    times every commit of a continuous task). Sent with every task; `install` acts once
+    per process."""
 
     directory: str
     verbose: bool = False
+    level: str = "INFO"
 
     def install(self) -> None:
         """Route this worker process's flamepipe lines (once per process)."""
@@ -190,7 +193,7 @@ class WorkerLog:
             logger = logging.getLogger(name)
             for handler in handlers:
                 logger.addHandler(handler)
-            logger.setLevel(logging.INFO)
+            logger.setLevel(min(logging.INFO, logging.getLevelName(self.level.upper())))
             logger.propagate = False
 
 

@@ -112,14 +112,28 @@ def test_spark_log4j_options_write_a_config_naming_the_log_file(tmp_path: Path) 
     )
 
 
-def test_worker_log_writes_to_a_file_per_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("level", "debug"), [("INFO", False), ("debug", True), ("ERROR", False)])
+def test_worker_log_writes_to_a_file_per_process_at_the_drivers_level(
+    tmp_path: Path, level: str, debug: bool
+) -> None:
+    """A worker logs INFO and above, and DEBUG when the driver runs at DEBUG."""
     logs._WORKER_PIDS.clear()
     root = logging.getLogger()
     saved, root.handlers = root.handlers, []
+    task = logging.getLogger("framework.plan.task")
+    spaces = [logging.getLogger(name) for name in logs._NAMESPACES]
+    before = [(logger.handlers[:], logger.level, logger.propagate) for logger in spaces]
     try:
-        logs.WorkerLog(str(tmp_path)).install()
+        logs.WorkerLog(str(tmp_path), level=level).install()
+        task.warning("dead letter")
+        task.info("began")
+        task.debug("committed")
     finally:
         root.handlers = saved
-    logging.getLogger("framework.plan.task").warning("dead letter")
+        for logger, (handlers, level_was, propagate) in zip(spaces, before, strict=True):
+            logger.handlers, logger.propagate = handlers, propagate
+            logger.setLevel(level_was)
     (path,) = tmp_path.glob("worker-*.log")
-    assert "dead letter" in path.read_text()
+    text = path.read_text()
+    assert "dead letter" in text and "began" in text
+    assert ("committed" in text) is debug

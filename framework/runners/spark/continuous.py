@@ -290,7 +290,9 @@ class ContinuousQuery:
         records = settings.max_batch_records
         self.max_records = records if spec.stage.is_source else max(1, records // FRAME_ITEMS)
         self.starts = dict(starts or {})
-        self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
+        self.worker_log = WorkerLog(
+            str(log_dir(settings.state_dir)), settings.verbose, settings.log_level
+        )
         self._stats = StageStats()
         self._counted_at = -_COUNTS_EVERY_S
         self.lifts: tuple[Lift, ...] = ()

@@ -180,7 +180,9 @@ class StageQuery:
         # A source stage's committed lifts (`framework.wire.lifts`), read at the start.
         self.lifts: tuple[Lift, ...] = ()
         self.front_lag_ms = settings.front_lag_ms
-        self.worker_log = WorkerLog(str(log_dir(settings.state_dir)), settings.verbose)
+        self.worker_log = WorkerLog(
+            str(log_dir(settings.state_dir)), settings.verbose, settings.log_level
+        )
         self.run_id = ""  # read from the checkpoint when the query starts
         self.query: Any = None
         self._stopping = False

@@ -13,8 +13,10 @@ every slot.
 Protocol of `warm_workers`:
 
 1. Once per Spark context, and again once the last warm-up is `_STALE_S` old (Spark
-   stops a worker idle for a minute): `spark_session` right after it made the session,
-   so the job overlaps the driver's whole start-up; `SparkRunner` before its stages. On a
+   stops a worker idle for a minute): `spark_session` right after it made the session
+   (for micro-batch execution: continuous stages run plain tasks, whose workers a
+   ``mapInArrow`` job does not warm), so the job overlaps the driver's whole start-up;
+   `SparkRunner` before its micro-batch stages. On a
    thread of its own, run one ``mapInArrow`` job (the evaluation path of the stage tasks,
    so the same pool of workers) of one partition per task slot; each task imports the
    stage task's modules and the given user modules.
