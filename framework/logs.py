@@ -106,6 +106,11 @@ class _OwnLines(logging.Filter):
         return self.verbose or not record.name.startswith(QUIET)
 
 
+def _level(name: str) -> int:
+    """The level named ``name`` (any case; INFO if it names none)."""
+    return logging.getLevelNamesMapping().get(name.upper(), logging.INFO)
+
+
 def log_dir(state_dir: Path) -> Path:
     """``<state_dir>/logs``: flamepipe's log file and Spark's."""
     return state_dir / "logs"
@@ -126,7 +131,7 @@ def configure(
     if logging.getLogger().handlers:
         return None
     if isinstance(level, str):
-        level = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+        level = _level(level)
     kept = min(level, logging.INFO)
     console = _Stderr()
     console.setFormatter(logging.Formatter("flamepipe: %(message)s"))
@@ -193,7 +198,7 @@ class WorkerLog:
             logger = logging.getLogger(name)
             for handler in handlers:
                 logger.addHandler(handler)
-            logger.setLevel(min(logging.INFO, logging.getLevelName(self.level.upper())))
+            logger.setLevel(min(logging.INFO, _level(self.level)))
             logger.propagate = False
 
 

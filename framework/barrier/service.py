@@ -299,11 +299,13 @@ class BarrierService(Service):
 
     def _step(self) -> None:
         assert self._consumer is not None and self._view is not None
-        started, items, ahead = time.monotonic(), self.stats.items_in, self.stats.ahead
+        debug = _log.isEnabledFor(logging.DEBUG)  # no clock read per step otherwise
+        started = time.monotonic() if debug else 0.0
+        items, ahead = self.stats.items_in, self.stats.ahead
         for msg in take(self._consumer, self.max_batch, self.poll_s):
             if is_record(msg, self.pre):
                 self._take(msg)
-        if self.stats.items_in > items and _log.isEnabledFor(logging.DEBUG):
+        if debug and self.stats.items_in > items:
             _log.debug(
                 "%s: took %d items (%d written ahead) in %.3f s; min time seen %d",
                 self.name,
