@@ -127,6 +127,25 @@ def _killed_twice(
     assert kills == 2
 
 
+@contextlib.contextmanager
+def _driver_log_on_failure(log: Path, apps: list[str]) -> Iterator[None]:
+    """A failure inside says what the driver log says of each of ``apps``: its last
+    progress line, and every error, traceback and restart line, so a stall or a loss on a
+    loaded machine can be told apart from the one assertion's diff (cut short)."""
+    try:
+        yield
+    except AssertionError as exc:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        lines = text.splitlines()
+        last = {
+            a: next((ln for ln in reversed(lines) if f"flamepipe {a}:" in ln), "-") for a in apps
+        }
+        marks = ("ERROR", "Traceback", "flamepipe restart", "Error:")
+        errors = [ln for ln in lines if any(m in ln for m in marks)][-40:]
+        digest = "\n".join([*(f"{a}: {ln[:700]}" for a, ln in last.items()), *errors])
+        raise AssertionError(f"{str(exc)[:2000]}\ndriver log:\n{digest}") from exc
+
+
 def _output_until(bootstrap: str, sink: str, count: int) -> list[list[object]]:
     """The output once it has ``count`` items (or after 240 s), read again 3 s later so a
     duplicate would show."""
@@ -200,33 +219,37 @@ def test_driver_killed_mid_run_stateful_pipelines_are_exactly_once(
             cf_in: counted_lines[n::3],
         }
 
-    with _killed_twice(
-        stack, tmp_path, app, source, sink, kind="stateful", bursts=burst,
-        apps=[w_app, j_app, e_app, c_app, wf_app, cf_app],
-    ):  # fmt: skip
-        windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
-        counted = _output_until(bootstrap, w_out, len(windows))
-        priced = _output_until(bootstrap, j_out, sum(1 for o in orders if o.startswith("order")))
-        harness = _event_time_harness(bootstrap, e_app, e_in)
-        sums = _output_until(bootstrap, e_out, len(harness.values()))
-        dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
-        total = sum(word_counts(counted_lines).values())
-        running = {out: _output_until(bootstrap, out, total) for out in (c_out, cf_out)}
-        fused_windows = window_counts_oracle(bootstrap, wf_in, WINDOW_MS)
-        fused_counted = _output_until(bootstrap, wf_out, len(fused_windows))
-    # The running count: every word's count at each of its occurrences, once.
-    for items in running.values():
-        assert_running_counts(items, counted_lines)
-    # The windowed count, fused: every window once.
-    released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in fused_counted})
-    assert len(fused_counted) == len(released), "a fused window was released twice"
-    assert released == fused_windows
-    # Windowed counts: every window once.
-    released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in counted})
-    assert len(counted) == len(released), "a window was released twice"
-    assert released == windows
-    _assert_priced(bootstrap, j_app, j_in, priced)
-    _assert_event_time(harness, sums, dead)
+    apps = [w_app, j_app, e_app, c_app, wf_app, cf_app]
+    log = tmp_path / "driver.log"
+    with _driver_log_on_failure(log, apps):
+        with _killed_twice(
+            stack, tmp_path, app, source, sink, kind="stateful", bursts=burst, apps=apps
+        ):
+            windows = window_counts_oracle(bootstrap, w_in, WINDOW_MS)
+            counted = _output_until(bootstrap, w_out, len(windows))
+            priced = _output_until(
+                bootstrap, j_out, sum(1 for o in orders if o.startswith("order"))
+            )
+            harness = _event_time_harness(bootstrap, e_app, e_in)
+            sums = _output_until(bootstrap, e_out, len(harness.values()))
+            dead = [read_dead_letter(m) for m in read_to_end(bootstrap, Topics(e_app).dlq)]
+            total = sum(word_counts(counted_lines).values())
+            running = {out: _output_until(bootstrap, out, total) for out in (c_out, cf_out)}
+            fused_windows = window_counts_oracle(bootstrap, wf_in, WINDOW_MS)
+            fused_counted = _output_until(bootstrap, wf_out, len(fused_windows))
+        # The running count: every word's count at each of its occurrences, once.
+        for items in running.values():
+            assert_running_counts(items, counted_lines)
+        # The windowed count, fused: every window once.
+        released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in fused_counted})
+        assert len(fused_counted) == len(released), "a fused window was released twice"
+        assert released == fused_windows
+        # Windowed counts: every window once.
+        released = Counter({(str(w), int(str(s))): int(str(n)) for w, s, n in counted})
+        assert len(counted) == len(released), "a window was released twice"
+        assert released == windows
+        _assert_priced(bootstrap, j_app, j_in, priced)
+        _assert_event_time(harness, sums, dead)
 
 
 def _bursts_of_orders_and_readings(
@@ -261,7 +284,7 @@ def _assert_priced(bootstrap: str, j_app: str, j_in: str, priced: list[Any]) -> 
     from framework.demos.orders import priced_orders
 
     expected = priced_orders(j_app, _stored(bootstrap, j_in), ListSink()).run(InProcessRunner())
-    assert Counter(map(str, priced)) == Counter(map(str, expected.values()))
+    _assert_same("priced orders", Counter(map(str, priced)), Counter(map(str, expected.values())))
 
 
 def _assert_event_time(harness: Any, sums: list[Any], dead: list[Any]) -> None:
@@ -269,10 +292,22 @@ def _assert_event_time(harness: Any, sums: list[Any], dead: list[Any]) -> None:
     pipeline's dead letters (pickled frame items)."""
     import pickle
 
-    assert Counter(map(str, sums)) == Counter(map(str, harness.values()))
+    _assert_same("event-time sums", Counter(map(str, sums)), Counter(map(str, harness.values())))
     letters = Counter(str(pickle.loads(d.value or b"").value) for d in dead)
     assert letters == Counter(str(d.payload) for d in harness.dead_letters)
     assert sum(letters.values()) >= 600 and all(d.reason.startswith("late:") for d in dead)
+
+
+def _assert_same(what: str, got: Counter[str], expected: Counter[str]) -> None:
+    """``got == expected``, or an error that says how many are missing or extra, with a
+    few of each (a short message the driver log's digest can follow)."""
+    if got != expected:
+        missing, extra = expected - got, got - expected
+        raise AssertionError(
+            f"{what}: {got.total()} released, {expected.total()} expected; "
+            f"{missing.total()} missing, e.g. {list(missing)[:3]}; "
+            f"{extra.total()} extra, e.g. {list(extra)[:3]}"
+        )
 
 
 def _stored(bootstrap: str, source: str) -> ListSource:
