@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["service_node_id", "stable_id"]
+__all__ = ["heartbeat_node_id", "is_heartbeat_node", "service_node_id", "stable_id"]
 
 
 def stable_id(text: str | bytes, bits: int = 63) -> int:
@@ -22,3 +22,19 @@ def stable_id(text: str | bytes, bits: int = 63) -> int:
 def service_node_id(app: str, *parts: str) -> int:
     """A stable 63-bit acker node id for a service of ``app`` (same across restarts)."""
     return stable_id("/".join((app, *parts)))
+
+
+def heartbeat_node_id(text: str) -> int:
+    """A negative acker node id, for a sender of heartbeats only (never an ack).
+
+    The min-time listener leaves such nodes out of its vector cut
+    (`framework.core.acker.sharded`): a sender killed between the ack batches of one round
+    leaves that round on some shards only, and a node in the cut that never sends again
+    would hold every later report back forever.
+    """
+    return -(stable_id(text) or 1)
+
+
+def is_heartbeat_node(node: int) -> bool:
+    """Whether ``node`` is a heartbeat-only sender (`heartbeat_node_id`)."""
+    return node < 0

@@ -20,6 +20,19 @@ other leaves a non-zero slot in one of them. So at the cut ``B`` every slot belo
 result is clear and every heartbeat is at or above it; with the ack discipline no item
 below it can exist again.
 
+Senders of heartbeats only (negative node ids, `framework.core.ids.heartbeat_node_id`)
+stay out of ``B`` and of the comparisons with it. Such a sender's batch is one record per
+shard, written without a transaction: killed between two of them, its last round reaches
+some shards only, and as it never sends again, a ``B`` that held it would hold every
+later report of the shards that did get the round, so min time would stop for good (a
+driver killed -9 while heartbeating did exactly that). Leaving them out is safe: ``B``
+is there for acks, whose partners may sit on other shards, and these batches carry none
+(a shard refuses an ack from such a node). A heartbeat only raises its front on the
+shards that apply it, so a shard without the lost round bounds the minimum lower, never
+higher; and a heartbeat is written only after the acks of every item it covers are
+committed ahead of it on every shard's partition, so a shard applying it has applied
+those acks (`framework.runners.spark.fronts`, step 4).
+
 The fronts of a sharded tracker are fixed at construction: a front that appeared on some
 shards only would not bound the others.
 """
@@ -31,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from framework.core.acker.tracker import topological_order
+from framework.core.ids import is_heartbeat_node
 from framework.core.messages import Ack, AckerInput, Heartbeat, MinTimeNotification, NodeTime
 from framework.errors import ProtocolViolation
 
@@ -71,6 +85,11 @@ def _vector_tuple(vector: Vector) -> tuple[NodeTime, ...]:
 
 def _vector_dict(node_times: Iterable[NodeTime]) -> Vector:
     return {nt.node: nt.time for nt in node_times}
+
+
+def _acking(vector: Vector) -> Vector:
+    """``vector`` without its heartbeat-only nodes (the module docstring)."""
+    return {node: time for node, time in vector.items() if not is_heartbeat_node(node)}
 
 
 def _leq(a: Vector, b: Vector) -> bool:
@@ -157,6 +176,8 @@ class AckerShard:
         if isinstance(message, NodeTime):
             return self._commit(message)
         if isinstance(message, Ack):
+            if is_heartbeat_node(node):
+                raise ProtocolViolation(f"an ack from heartbeat-only node {node}")
             if shard_of(message.slot, self.shards) != self.index:
                 raise ProtocolViolation(f"slot {message.slot} routed to shard {self.index}")
             if message.segment not in self._xor:
@@ -249,7 +270,8 @@ class MinTimeListener:
 
     1. Record the report in the sending shard's history; a global report also makes its
        vector the shard's latest (a shard sends it last, after its segment reports).
-    2. ``B`` = element-wise minimum of the latest vectors of all shards.
+    2. ``B`` = element-wise minimum of the latest vectors of all shards, heartbeat-only
+       nodes left out (the module docstring).
     3. Per shard, accept the last report whose vector is ``<= B``; the shard's bound is
        the least value of that report and every later one.
     4. The candidate is the least bound over shards; publish it if it is higher than the
@@ -296,7 +318,7 @@ class MinTimeListener:
         if note.segment not in self._published:
             raise ProtocolViolation(f"report for unknown segment {note.segment!r}")
         # Step 1
-        vector = _vector_dict(note.node_times)
+        vector = _acking(_vector_dict(note.node_times))
         if not _leq(self._vectors[note.shard], vector):
             raise ProtocolViolation(f"shard {note.shard} vector went back: {note.node_times}")
         self._history[note.shard][note.segment].entries.append((vector, note.slot))

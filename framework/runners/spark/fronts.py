@@ -23,6 +23,9 @@ Every ``heartbeat_ms``, and at once when a source stage finished a batch, per so
    its partition's floor), then send one AckBatch per acker shard (heartbeats only),
    closed by this driver's next node time. The acks of the batches it covers were
    committed before Spark reported their progress, so they precede it on every shard.
+   The sender is a heartbeat-only node (a negative id): a round cut short by a kill
+   reaches some shards only, and the min-time listener does not wait for it
+   (docs/decisions/sharded-listener.md).
 
 A record that breaks the lag bound is repaired, not dropped in silence: its source task
 moves it up to the slot heartbeated (`framework.runners.spark.tasks.lift_late`, recorded
@@ -49,7 +52,7 @@ from typing import Any, Protocol
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer
 
 from framework import failpoints
-from framework.core.ids import stable_id
+from framework.core.ids import heartbeat_node_id
 from framework.core.messages import Heartbeat
 from framework.core.time import front_id, slot_of
 from framework.deadline import DEFAULT_TIMEOUT_S
@@ -122,7 +125,9 @@ class FrontHeartbeats(Service):
         self.outage_s = outage_s
         self.failed_rounds = 0
         # A new node per driver start: its node time then only has to grow in this process.
-        self.node = stable_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
+        # A heartbeat-only one (negative): a round cut short by a kill reaches some shards
+        # only, and the min-time listener must not wait for this node to send again.
+        self.node = heartbeat_node_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
         self.time = 0
         self.sent: dict[int, int] = {}
         # topic -> partition -> the highest slot this driver promised (or is promising):

@@ -471,6 +471,61 @@ def test_protocol_violations() -> None:
     listener.receive(MinTimeNotification(None, 1, (NodeTime(0, 2),)))
     with pytest.raises(ProtocolViolation):
         listener.receive(MinTimeNotification(None, 1, (NodeTime(0, 1),)))
+    with pytest.raises(ProtocolViolation, match="heartbeat-only"):
+        shard.receive(-7, Ack("s", 1, 1))  # a heartbeat-only node sends no acks
+
+
+# -- a heartbeat sender killed mid-round -------------------------------------------------
+
+
+@pytest.mark.parametrize("heartbeat_only", [True, False])
+def test_a_heartbeat_round_cut_short_by_a_kill_does_not_stop_min_time(
+    heartbeat_only: bool,
+) -> None:
+    """A driver's heartbeat sender killed between its two shard records: its round
+    reaches shard 0 only and it never sends again. A new driver's sender and the stage's
+    worker go on. A heartbeat-only sender (negative id) stays out of the listener's cut,
+    so min time follows the new heartbeats; a node in the cut (the shape before) held
+    shard 0's reports back for good."""
+    dead, new = (-11, -12) if heartbeat_only else (11, 12)
+    worker = 3
+    shards = [AckerShard(i, 2, {"s": []}, fronts=[0]) for i in range(2)]
+    listener = MinTimeListener(2, ["s"])
+
+    def send(shard: int, node: int, message: AckerInput) -> None:
+        for note in shards[shard].receive(node, message):
+            listener.receive(note)
+
+    def beat(node: int, time: int, slot: int, to: tuple[int, ...] = (0, 1)) -> None:
+        for shard in to:
+            send(shard, node, Heartbeat(0, slot))
+            send(shard, node, NodeTime(node, time))
+
+    # An item at 10 is born and finishes; the dead sender's rounds 1 and 2 (the second
+    # cut short after shard 0's record) promise 12, then 20.
+    send(0, worker, Ack("s", 10, 0xA))
+    for shard in (0, 1):
+        send(shard, worker, NodeTime(worker, 1))
+    beat(dead, 1, 12)
+    send(0, worker, Ack("s", 10, 0xA))
+    for shard in (0, 1):
+        send(shard, worker, NodeTime(worker, 2))
+    beat(dead, 2, 20, to=(0,))
+    assert listener.min_time() == 12
+    # The new driver's sender promises 30, then 40; the worker sends a batch.
+    beat(new, 1, 30)
+    for shard in (0, 1):
+        send(shard, worker, NodeTime(worker, 3))
+    beat(new, 2, 40)
+    assert listener.min_time() == (40 if heartbeat_only else 12)
+
+
+def test_heartbeat_node_ids_are_negative_and_stable() -> None:
+    from framework.core.ids import heartbeat_node_id, is_heartbeat_node, service_node_id
+
+    node = heartbeat_node_id("app/fronts/1/2")
+    assert node == heartbeat_node_id("app/fronts/1/2") < 0
+    assert is_heartbeat_node(node) and not is_heartbeat_node(service_node_id("app", "x"))
 
 
 def test_listener_snapshot_requests_and_unsubscribe() -> None:
