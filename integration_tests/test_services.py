@@ -226,6 +226,40 @@ def test_acker_instances_split_the_shards(bootstrap: str, app: str, producer: Pr
         assert view.wait_for(None, 8, TIMEOUT)
 
 
+def test_a_heartbeat_round_cut_short_by_a_kill_does_not_stop_min_time(
+    bootstrap: str, app: str, producer: Producer
+) -> None:
+    """A driver's heartbeat sender killed -9 between its shard records: its last round
+    is on shard 0 only, and it never sends again. The heartbeats of the next driver's
+    sender move min time on, also for an acker restarted from the acks topic (the
+    listener leaves heartbeat-only nodes out of its cut: docs/decisions/sharded-listener.md)."""
+    from framework.core.ids import heartbeat_node_id
+
+    worker = Node(app, producer, WORKER)
+    dead = Node(app, producer, heartbeat_node_id(f"{app}/fronts/dead"))
+    new = Node(app, producer, heartbeat_node_id(f"{app}/fronts/new"))
+    with MinTimeView(bootstrap, app, SHARDS, SEGMENTS) as view:
+        with CrashingAcker(bootstrap, app, SEGMENTS, [FRONT], SHARDS) as acker:
+            worker.batch({0: [Ack(SEGMENT, 10, 0xA)]})
+            dead.batch({}, [Heartbeat(FRONT, 12)])
+            worker.batch({0: [Ack(SEGMENT, 10, 0xA)]})
+            dead.time += 1  # its next round reaches shard 0 only
+            value = encode_ack_batch(dead.node, dead.time, [], [Heartbeat(FRONT, 20)])
+            produce_record(producer, OutRecord(Topics(app).acks, 0, None, value))
+            producer.flush(TIMEOUT)
+            settle(acker, view, 7)
+            assert view.min_time() == 12
+            new.batch({}, [Heartbeat(FRONT, 30)])
+            assert view.wait_for(None, 30, TIMEOUT), f"min time stayed at {view.min_time()}"
+        before = view.reports
+        with AckerService(bootstrap, app, SEGMENTS, [FRONT], SHARDS) as second:
+            wait_until(lambda: second.batches >= 9 and not second.replaying, "the replay")
+            new.batch({}, [Heartbeat(FRONT, 40)])
+            settle(second, view, 11, before)
+            assert view.min_time() == 40
+        assert view.error is None
+
+
 # -- the barrier -------------------------------------------------------------------------
 
 SINK_NODE = "9-sink"
