@@ -568,6 +568,34 @@ def test_at_least_once_mode_writes_verifiable_bundles(rig: Rig) -> None:
         assert (again.next_seq, again.gt_last) == (2, GlobalTime.slot_end(11))
 
 
+def test_an_at_least_once_barrier_killed_before_its_positions_acks_each_item_once(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At least once, a barrier that dies after producing its output and receipt acks but
+    before committing its positions reads the same frames again after the restart: their
+    receipts must count once (an XOR applied twice re-opens its slot, and min time would
+    wait for it forever; the receipts and positions once went out separately, and this
+    stopped at min time 10)."""
+
+    def crash(self: TransactionalProducer) -> None:
+        raise PipelineError("simulated crash before the positions")
+
+    # The receipts are produced (and the output), the positions never committed.
+    monkeypatch.setattr(TransactionalProducer, "commit", crash)
+    rig.stage.send(FIRST)
+    crashing = rig.barrier(exactly_once=False).start()
+    wait_until(lambda: not crashing.running, "the crash")
+    with pytest.raises(PipelineError, match="simulated crash"):
+        crashing.stop()
+    monkeypatch.undo()
+    with rig.barrier(exactly_once=False) as barrier:
+        wait_until(lambda: barrier.stats.items_in == 5, "the frames read again")
+        rig.heartbeat(12)
+        assert rig.view.wait_for(SEGMENT, 12, TIMEOUT), f"min time {rig.view.min_time(SEGMENT)}"
+        wait_until(lambda: barrier.stats.bundles == 1, "the release")
+    assert sorted(read_output(rig.bootstrap, rig.sink.topic)) == ["a", "b", "d"]
+
+
 def test_every_output_partition_gets_every_bundle(rig: Rig) -> None:
     sink = KafkaSink(f"{rig.app}.keyed", value=Utf8(), key=lambda text: text, partitions=2)
     sink.prepare(rig.bootstrap)

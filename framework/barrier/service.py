@@ -38,7 +38,9 @@ Exactly once, bundles have a transaction of their own that takes items as they a
 ahead of their release (`framework.barrier.speculation`); receipt acks cannot wait in it
 (the min time that releases it needs them), so they and the positions commit in a second
 transaction, except in a round that releases a bundle: then they commit with it. At
-least once, a release writes the bundle, the receipt acks and the positions together.
+least once, a release produces the bundle without a transaction, then commits the receipt
+acks and the positions in one (`PlainWriter`: a receipt acked twice would re-open its
+slot, so only the output may come twice).
 """
 
 from __future__ import annotations
@@ -250,7 +252,9 @@ class BarrierService(Service):
             )
             self._bundles.open()
         else:
-            self._writer = PlainWriter(self.bootstrap, consumer)
+            self._writer = PlainWriter(
+                self.bootstrap, consumer, self.transactional_id, self.topics.acks
+            )
         self._writer.open()
         # Step 2
         marks = self._committed(consumer, self.instance)

@@ -22,7 +22,6 @@ from framework.errors import KafkaClientError, PipelineError
 from framework.kafka.clients import (
     OutRecordLike,
     close_quietly,
-    kafka_call,
     new_producer,
     produce_record,
 )
@@ -143,15 +142,31 @@ class TransactionalWriter(OutputWriter):
 
 
 class PlainWriter(OutputWriter):
-    """At least once: produce, wait for every acknowledgement, then commit positions."""
+    """At least once: the output produced and flushed without a transaction, then the
+    receipt acks and the positions in one transaction.
 
-    def __init__(self, bootstrap: str, consumer: Consumer) -> None:
+    The receipts must not come twice: a barrier that dies between its output and its
+    positions reads the same frames again after a restart, and a receipt applied twice
+    re-opens its slot at the acker (XOR), so min time would wait for it forever. In one
+    transaction with the positions, a receipt is committed exactly when its frame's
+    ``P_ack`` is (and on every acker shard at once); only the output may come twice.
+    """
+
+    def __init__(
+        self, bootstrap: str, consumer: Consumer, transactional_id: str, acks_topic: str
+    ) -> None:
+        """Receipts are the records for ``acks_topic``, committed under
+        ``transactional_id`` (which fences an older barrier's receipts too)."""
         super().__init__(bootstrap, consumer)
+        self.acks_topic = acks_topic
         self._producer: Producer | None = None
+        self._receipts = TransactionalWriter(bootstrap, consumer, transactional_id)
 
     def open(self) -> None:
-        """Start an idempotent producer."""
+        """Start an idempotent producer for the output and the receipts' transactional
+        one (fencing an older barrier's)."""
         self._producer = new_producer(self.bootstrap, {"linger.ms": 0})
+        self._receipts.open()
 
     def write(
         self,
@@ -159,7 +174,8 @@ class PlainWriter(OutputWriter):
         positions: list[TopicPartition],
         failpoint: str | None = None,
     ) -> None:
-        """Produce and flush ``records``, then commit ``positions`` synchronously."""
+        """Produce and flush the output among ``records``, then commit the receipts among
+        them with ``positions`` in one transaction."""
         producer = self._producer
         if producer is None:
             raise PipelineError("the at-least-once writer is not open")
@@ -169,20 +185,20 @@ class PlainWriter(OutputWriter):
             if error is not None:
                 failures.append(str(error))
 
+        receipts = [record for record in records if record.topic == self.acks_topic]
         for record in records:
-            produce_record(producer, record, delivered)
+            if record.topic != self.acks_topic:
+                produce_record(producer, record, delivered)
         producer.poll(0)
         if producer.flush(DEFAULT_TIMEOUT_S) > 0 or failures:
             raise KafkaClientError(f"at-least-once write failed: {failures or 'flush timed out'}")
         if failpoint is not None:  # crash tests: output written, positions not committed
             failpoints.hit(failpoint)
-        if positions:
-            kafka_call(
-                "cannot commit the barrier's positions",
-                lambda: self.consumer.commit(offsets=positions, asynchronous=False),
-            )
+        if receipts or positions:
+            self._receipts.write(receipts, positions)
 
     def close(self) -> None:
-        """Release the producer."""
+        """Release the producers."""
         producer, self._producer = self._producer, None
         close_quietly(producer)
+        self._receipts.close()
