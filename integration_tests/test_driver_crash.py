@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaException
 
 from framework.config import Settings
 from framework.demos.oracle import window_counts_oracle
@@ -78,13 +78,22 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 
 def _ack_records(bootstrap: str, topic: str) -> int:
+    """The records on ``topic`` now. A fresh client may not know the topic's partitions
+    yet on a loaded broker (``_UNKNOWN_PARTITION``): asked again, a few times."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
     try:
-        return sum(
-            high - low
-            for p in range(2)
-            for low, high in [consumer.get_watermark_offsets(_tp(topic, p), timeout=10)]
-        )
+        for attempt in range(5):
+            try:
+                return sum(
+                    high - low
+                    for p in range(2)
+                    for low, high in [consumer.get_watermark_offsets(_tp(topic, p), timeout=10)]
+                )
+            except KafkaException:
+                if attempt == 4:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
     finally:
         consumer.close()
 
