@@ -3,8 +3,9 @@
 One pipeline, one Spark run: lines -> words -> key_by -> group(window 2) -> map, then a
 broadcast into two sinks. Sink ``eo`` has the exactly-once barrier (min-time release, one
 Kafka transaction per bundle); sink ``alo`` the at-least-once barrier (same release rule,
-no transactions). Everything upstream of the barriers is shared, so the difference
-between the two columns is what the transactions cost.
+the output without a transaction; only its receipt acks and positions commit in one).
+Everything upstream of the barriers is shared, so the difference between the two columns
+is what the output's transactions cost.
 
 Latency of a record = wall clock when a read_committed consumer receives its output item
 minus the record's LogAppendTime (from the producer's delivery report; one machine, one
