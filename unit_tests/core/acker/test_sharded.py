@@ -288,6 +288,98 @@ def test_listener_never_publishes_a_false_min_time(
         last[note.segment] = note.slot
 
 
+@dataclass
+class HeartbeatSim(ShardSim):
+    """`ShardSim` with heartbeat-only senders (negative ids), as a driver's front
+    heartbeats: a round repeats what each front promised in the batches it ended, reaches
+    a shard only after those batches (Kafka's log order: the acks a heartbeat covers are
+    committed before it is written), and a kill may cut it short (some shards only). Its
+    sender then never sends again, and a new one takes over."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.ended = [0] * self.fronts  # each front's promise as of its last ended batch
+        self.hb_node, self.hb_time = -1, 0
+        self.queued: dict[tuple[int, int], int] = {}
+        self.delivered: dict[tuple[int, int], int] = {}
+        self.marks: dict[tuple[int, int], deque[dict[int, int]]] = {}
+
+    def end_batch(self, sender: int) -> None:
+        if sender < self.fronts:
+            self.ended[sender] = self.promise[sender]
+        for shard, message in self.routers[sender].end_batch():
+            self.wires.setdefault((sender, shard), deque()).append(message)
+            self.queued[sender, shard] = self.queued.get((sender, shard), 0) + 1
+
+    def heartbeat_round(self, reach: int) -> None:
+        """A round to every shard, or (``reach`` > 0) to the shards of bitmask ``reach``
+        only, after which its sender is dead."""
+        node = self.hb_node
+        self.hb_time += 1
+        shards = [k for k in range(self.shards) if not reach or reach >> k & 1]
+        for shard in shards:
+            mark = {f: self.queued.get((f, shard), 0) for f in range(self.fronts)}
+            messages = [Heartbeat(f, self.ended[f]) for f in range(self.fronts)]
+            for message in [*messages, NodeTime(node, self.hb_time)]:
+                self.wires.setdefault((node, shard), deque()).append(message)
+                self.marks.setdefault((node, shard), deque()).append(mark)
+        if reach and len(shards) < self.shards:
+            self.hb_node, self.hb_time = node - 1, 0
+
+    def _ready(self, key: tuple[int, int]) -> bool:
+        sender, shard = key
+        if sender >= 0:
+            return True
+        mark = self.marks[key][0]
+        return all(self.delivered.get((f, shard), 0) >= n for f, n in mark.items())
+
+    def to_shard(self, pick: int, count: int) -> None:
+        busy = sorted(key for key, wire in self.wires.items() if wire and self._ready(key))
+        if busy:
+            key = busy[pick % len(busy)]
+            sender, shard = key
+            wire = self.wires[key]
+            for _ in range(count):
+                if not wire or not self._ready(key):
+                    break
+                message = wire.popleft()
+                if sender < 0:
+                    self.marks[key].popleft()
+                self.delivered[key] = self.delivered.get(key, 0) + 1
+                self.outboxes[shard].extend(self.shard[shard].receive(sender, message))
+
+    def step(self, action: tuple[int, int, int]) -> None:
+        kind, a, b = action
+        if kind == 6:
+            self.heartbeat_round(0 if b % 2 else a % (1 << self.shards))
+        else:
+            super().step(action)
+
+
+@settings(max_examples=250, deadline=None)
+@given(
+    sim=shard_sims(),
+    steps=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(0, 7), st.integers(0, 7)),
+        min_size=20,
+        max_size=150,
+    ),
+)
+def test_heartbeat_only_senders_killed_mid_round_keep_min_time_true_and_moving(
+    sim: ShardSim, steps: list[tuple[int, int, int]]
+) -> None:
+    """Safety and liveness with heartbeat-only senders whose rounds a kill cuts short."""
+    hb = HeartbeatSim(sim.segments, sim.fronts, sim.nodes, sim.shards, sim.seed)
+    for action in steps:
+        hb.step(action)
+        hb.check_safe()
+    hb.drain()
+    hb.heartbeat_round(0)  # the last sender's round, whole
+    hb.drain()
+    for segment in [*hb.segments, None]:
+        assert hb.listener.min_time(segment) == min(hb.promise)
+
+
 def repair_script(sim: ShardSim) -> list[Callable[[], None]]:
     """The seed's workload: t and t+1 enter, t+1 finishes, t re-opens t+1, repair finishes.
 
