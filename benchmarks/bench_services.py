@@ -18,11 +18,13 @@ performance issue: 100k items/s on one core each).
 each a process of its own: the sink gets 2N partitions, the pre-barrier topic N, and each
 item goes to its output partition's instance, as a last stage routes it. The clock stops
 when every instance has released its share. Words are Pareto(1) ranks (half the items are
-one word, so one instance gets most of them) or, with ``--uniform``, uniform.
+one word, so one instance gets most of them) or, with ``--uniform``, uniform. The sink has
+no grouping upstream, so its barrier buffers per slot (`framework.barrier.blocks`);
+``--retracts`` runs the barrier of a sink tombstones can reach (per-item matching).
 
 Run: ``.venv/bin/python benchmarks/bench_services.py [--items 1000000] [--per-slot 1000]
-[--batch 8192] [--barriers 1] [--profile DIR]`` (``--profile`` writes a cProfile of each
-service).
+[--batch 8192] [--barriers 1] [--retracts] [--profile DIR]`` (``--profile`` writes a
+cProfile of each service).
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ class Run:
     profile: str | None
     barriers: int = 1
     uniform: bool = False
+    retracts: bool = False
 
 
 def sink_of(run: Run) -> KafkaSink:
@@ -216,6 +219,7 @@ def run_barrier(run: Run, instance: int, share: int, stop: Any, out: Any) -> Non
         shards=SHARDS,
         segments=SEGMENTS,
         instance=instance,
+        retracts=run.retracts,
     )
 
     threads = ""
@@ -268,6 +272,12 @@ def main() -> None:
     parser.add_argument(
         "--uniform", action="store_true", help="uniform words (default: Pareto, one hot key)"
     )
+    parser.add_argument(
+        "--retracts",
+        action="store_true",
+        help="the barrier of a sink tombstones can reach (per-item matching) instead of the "
+        "per-slot barrier of a sink no grouping precedes",
+    )
     parser.add_argument("--profile", default=None)
     parser.add_argument("--timeout", type=float, default=300.0)
     args = parser.parse_args()
@@ -282,6 +292,7 @@ def main() -> None:
             args.profile,
             args.barriers,
             args.uniform,
+            args.retracts,
         )
         topics = Topics(run.app)
         ensure_topics(

@@ -38,6 +38,7 @@ from framework.wire.bundles import (
     bundles_topic,
     owned_partitions,
     read_bundle_header,
+    signed_item,
 )
 from framework.wire.frames import FRAME_HEADERS, FrameBuilder
 from framework.wire.records import OutRecord
@@ -277,8 +278,10 @@ class Stage:
     def send(
         self, items: list[tuple[Meta, str]], per_frame: int = 3, sink: KafkaSink | None = None
     ) -> None:
-        """Payloads leave as the sink's output records (default: unkeyed UTF-8)."""
+        """Payloads leave as the sink's output records, signed as a last stage signs them
+        (default: unkeyed UTF-8 for the rig's sink)."""
         encode = sink.encode if sink is not None else lambda text: (None, text.encode())
+        topic = sink.topic if sink is not None else f"{self.app}.out"
         barriers = sink.barriers if sink is not None else 1
         acks: dict[int, list[Ack]] = {}
         pre = Topics(self.app).pre(SINK_NODE)
@@ -289,7 +292,8 @@ class Stage:
                 key, value = encode(payload)
                 assert sink is not None or barriers == 1
                 to = barrier_instance(key, meta, sink.partitions, barriers) if sink else 0
-                frames.setdefault(to, FrameBuilder(keyed=False)).add(meta, ack, (key, value))
+                signed = signed_item(meta, key, value, topic)
+                frames.setdefault(to, FrameBuilder(keyed=False)).add(meta, ack, signed)
                 slot = meta.gt.slot
                 acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
             for partition, frame in frames.items():
@@ -488,9 +492,13 @@ def test_restart_recovers_gt_last_and_seq_and_drops_replays(rig: Rig) -> None:
         assert (second.header.seq, values(second)) == (1, ["e", "f"])
 
 
-def test_items_are_written_ahead_invisibly_and_committed_by_the_release(rig: Rig) -> None:
+@pytest.mark.parametrize("retracts", [True, False], ids=["per-item", "per-slot"])
+def test_items_are_written_ahead_invisibly_and_committed_by_the_release(
+    rig: Rig, retracts: bool
+) -> None:
     rig.stage.send([(meta(10, 1), "a"), (meta(11, 2), "b"), (meta(12, 3), "c")])
-    with rig.barrier(speculation=Speculation(max_hold_s=60.0, min_pending=0)) as barrier:
+    spec = Speculation(max_hold_s=60.0, min_pending=0)
+    with rig.barrier(speculation=spec, retracts=retracts) as barrier:
         # a and b go ahead; c, in the latest slot so far (the frontier), waits for a later one
         wait_until(lambda: barrier.stats.ahead == 2, "two items written ahead")
         uncommitted = read_output(rig.bootstrap, rig.sink.topic, "read_uncommitted")
@@ -540,6 +548,66 @@ def test_a_long_hold_or_a_tombstone_aborts_and_the_release_goes_ahead(rig: Rig) 
         (fourth,) = bundles(out, 1)
         assert values(fourth) == ["f"]
     assert read_output(rig.bootstrap, rig.sink.topic) == ["a", "b", "c", "d", "f"]
+
+
+FINAL = [(meta(11, 5), "d"), (meta(10, 3), "b"), (meta(10, 1), "a"), (meta(12, 7), "e")]
+"""Output no grouping precedes: no tombstones, so its barrier buffers it per slot."""
+
+
+def test_a_sink_no_grouping_precedes_is_released_per_slot_exactly_once_through_a_crash(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-slot barrier (`framework.barrier.blocks`): a release that dies before its
+    commit shows nothing and comes once after the restart, whose receipts are not acked
+    twice; a restart resumes GT_last and seq and drops replays; a tombstone stops it."""
+    rig.stage.send(FINAL)
+    spec = Speculation(min_pending=0)
+    crashing = rig.barrier(retracts=False, speculation=spec).start()
+    wait_until(lambda: crashing.stats.items_in == 4 or not crashing.running, "the frames")
+    wait_until(lambda: crashing.stats.ahead == 3 or not crashing.running, "written ahead")
+    wait_until(lambda: crashing.stats.commits >= 1 or not crashing.running, "the receipts")
+    crashing.check()
+
+    def crash(self: TransactionalProducer) -> None:
+        raise PipelineError("simulated crash before the commit")
+
+    monkeypatch.setattr(TransactionalProducer, "commit", crash)
+    rig.heartbeat(11)  # the release of a and b dies with its transaction open
+    wait_until(lambda: not crashing.running, "the crash")
+    with pytest.raises(PipelineError, match="simulated crash"):
+        crashing.stop()
+    assert read_output(rig.bootstrap, rig.sink.topic) == []
+    monkeypatch.undo()
+    group = f"{rig.app}.reader"
+    with (
+        rig.barrier(retracts=False, speculation=spec) as barrier,
+        BundleConsumer(rig.bootstrap, rig.sink.topic, group, Utf8()) as out,
+    ):
+        (first,) = bundles(out, 1)
+        assert (first.header.seq, values(first)) == (0, ["a", "b"])
+        assert first.header.gt_last == GlobalTime.slot_end(10)
+        rig.heartbeat(13)  # reaches 13 only if no receipt was acked twice
+        (second,) = bundles(out, 1)
+        assert (second.header.seq, values(second)) == (1, ["d", "e"])
+        assert barrier.stats.items_in == 4 and barrier.stats.items_released == 4
+    barrier = rig.barrier(retracts=False).start()
+    try:
+        barrier.wait_ready()
+        assert (barrier.next_seq, barrier.gt_last) == (2, GlobalTime.slot_end(12))
+        rig.stage.send([*FINAL, (meta(13, 8), "f")])  # a replay, then a new item
+        rig.heartbeat(14)
+        wait_until(lambda: barrier.released_through() >= 14, "release through 14")
+        # The resent four, and the first four again if the last positions (which follow
+        # a release within checkpoint_s) were not committed before the stop.
+        assert barrier.replays_dropped in (4, 8)
+        rig.stage.send([(meta(14, 1), "g"), (meta(14, 1).as_tombstone(), "g")])
+        wait_until(lambda: not barrier.running, "the refusal")
+    finally:
+        with pytest.raises(ProtocolViolation, match="a tombstone at slot 14"):
+            barrier.stop()
+    # Within a bundle, the items of a slot in their order of arrival (no contract).
+    assert read_output(rig.bootstrap, rig.sink.topic) == ["b", "a", "d", "e", "f"]
+    assert read_headers(rig.bootstrap, rig.sink.topic) == [(0, 2), (1, 2), (2, 1)]
 
 
 def test_a_barrier_can_run_its_own_min_time_view(rig: Rig) -> None:
@@ -596,13 +664,17 @@ def test_an_at_least_once_barrier_killed_before_its_positions_acks_each_item_onc
     assert sorted(read_output(rig.bootstrap, rig.sink.topic)) == ["a", "b", "d"]
 
 
-def test_every_output_partition_gets_every_bundle(rig: Rig) -> None:
+@pytest.mark.parametrize("retracts", [True, False], ids=["per-item", "per-slot"])
+def test_every_output_partition_gets_every_bundle(rig: Rig, retracts: bool) -> None:
     sink = KafkaSink(f"{rig.app}.keyed", value=Utf8(), key=lambda text: text, partitions=2)
     sink.prepare(rig.bootstrap)
     rig.stage.send([(meta(10, i), f"k{i}") for i in range(8)], sink=sink)
     rig.heartbeat(11)
     group = f"{rig.app}.reader"
-    with rig.barrier(sink), BundleConsumer(rig.bootstrap, sink.topic, group, Utf8()) as out:
+    with (
+        rig.barrier(sink, retracts=retracts),
+        BundleConsumer(rig.bootstrap, sink.topic, group, Utf8()) as out,
+    ):
         got = {bundle.partition: bundle for bundle in bundles(out, 2)}
         rig.heartbeat(12)  # an empty release writes no bundle
         assert out.poll(0.3) is None

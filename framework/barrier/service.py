@@ -52,6 +52,7 @@ from collections.abc import Iterable
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from framework.barrier.blocks import BlockWriter, SlotBuffer, SlotBundle
 from framework.barrier.speculation import BundleWriter, Speculation
 from framework.barrier.stats import BarrierStats
 from framework.barrier.writer import (
@@ -65,7 +66,13 @@ from framework.core.graph import Graph
 from framework.core.ids import service_node_id
 from framework.core.meta import Record
 from framework.core.time import GlobalTime
-from framework.errors import ConfigError, FlamepipeError, KafkaClientError, PipelineError
+from framework.errors import (
+    ConfigError,
+    FlamepipeError,
+    KafkaClientError,
+    PipelineError,
+    ProtocolViolation,
+)
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
     assign,
@@ -84,7 +91,7 @@ from framework.kafka.mintime import MinTimeView
 from framework.kafka.tail import last_bundle_header
 from framework.service import Service
 from framework.wire.bundles import bundle_records, owned_partitions
-from framework.wire.frames import read_items
+from framework.wire.frames import frame_rows, read_items
 from framework.wire.positions import BarrierMark, PartitionLedger
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
@@ -118,6 +125,7 @@ class BarrierService(Service):
         speculation: Speculation | None = None,
         delta_ms: int = 10,
         instance: int = 0,
+        retracts: bool = True,
     ) -> None:
         """Barrier of ``sink_node`` in ``segment``, writing to ``sink``.
 
@@ -127,6 +135,9 @@ class BarrierService(Service):
         step, so a step, and a stop waiting for it, stays short. ``speculation`` tunes how
         exactly-once bundles are written ahead (``Speculation(enabled=False)``: only at
         release, for comparison). ``instance`` is which of the sink's ``barriers`` this is.
+        ``retracts=False``: no tombstone can reach the sink (`Graph.retracts`), so an
+        exactly-once barrier buffers and writes its items per slot
+        (`framework.barrier.blocks`); a tombstone that comes anyway stops it.
         """
         if not 0 <= instance < sink.barriers:
             raise PipelineError(
@@ -149,6 +160,7 @@ class BarrierService(Service):
         self.checkpoint_s = checkpoint_s
         self.speculation = speculation if speculation is not None else Speculation()
         self.delta_ms = delta_ms
+        self.retracts = retracts
         # The transactional id (below) does not depend on the epoch: a barrier of a new
         # epoch must fence one of an older epoch still writing to the same output.
         self.epoch = epoch
@@ -178,6 +190,9 @@ class BarrierService(Service):
         self._consumer: Consumer | None = None
         self._writer: OutputWriter | None = None
         self._bundles: BundleWriter | None = None
+        # Exactly once into a sink no tombstone reaches: these instead of the two above.
+        self._slots: SlotBuffer | None = None
+        self._blocks: BlockWriter | None = None
 
     @classmethod
     def for_graph(
@@ -211,17 +226,21 @@ class BarrierService(Service):
             epoch=epoch,
             delta_ms=graph.delta_ms,
             instance=instance,
+            retracts=graph.retracts(sink_node),
         )
 
     @property
     def gt_last(self) -> GlobalTime | None:
         """The barrier's current ``GT_last`` (None before the first release)."""
-        return self._barrier.gt_last
+        return self._buffer().gt_last
 
     @property
     def next_seq(self) -> int:
         """Sequence number of the next bundle."""
-        return self._barrier.next_seq
+        return self._buffer().next_seq
+
+    def _buffer(self) -> Barrier | SlotBuffer:
+        return self._barrier if self._slots is None else self._slots
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -240,7 +259,8 @@ class BarrierService(Service):
         # Step 1
         if self.exactly_once:
             self._writer = TransactionalWriter(self.bootstrap, consumer, self.transactional_id)
-            self._bundles = BundleWriter(
+            kind = BundleWriter if self.retracts else BlockWriter
+            bundles = kind(
                 self.bootstrap,
                 consumer,
                 f"{self.transactional_id}.bundles",
@@ -250,7 +270,11 @@ class BarrierService(Service):
                 stats=self.stats,
                 owned=self._owned,
             )
-            self._bundles.open()
+            bundles.open()
+            if isinstance(bundles, BlockWriter):
+                self._blocks = bundles
+            else:
+                self._bundles = bundles
         else:
             self._writer = PlainWriter(
                 self.bootstrap, consumer, self.transactional_id, self.topics.acks
@@ -268,6 +292,10 @@ class BarrierService(Service):
             gts.append(header.gt_last)
         next_seq = header.seq + 1 if header is not None else 0
         self._barrier = Barrier(max(gts) if gts else None, next_seq, strict=True)
+        if self._blocks is not None:
+            self._slots = SlotBuffer(
+                self._out_partitions, max(gts) if gts else None, next_seq, strict=True
+            )
         self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
         # Step 5
         p = self.instance
@@ -309,6 +337,8 @@ class BarrierService(Service):
         for msg in take(self._consumer, self.max_batch, self.poll_s):
             if is_record(msg, self.pre):
                 self._take(msg)
+        if self._blocks is not None and self._slots is not None:
+            self._blocks.write_ahead(self._slots)  # once a step: one client loop
         if debug and self.stats.items_in > items:
             _log.debug(
                 "%s: took %d items (%d written ahead) in %.3f s; min time seen %d",
@@ -319,20 +349,26 @@ class BarrierService(Service):
                 self._min_seen,
             )
         self._view.check()
-        bundle = None
+        bundle: Bundle | SlotBundle | None = None
         min_time = self._view.min_time(self.segment)
         seen_at = time.monotonic()
         if self._bundles is not None:
             self._bundles.expire()
+        if self._blocks is not None and self._slots is not None:
+            self._blocks.expire(self._slots)
         if min_time > self._min_seen and not self.replaying and not self._held(min_time):
             self._min_seen = min_time
-            before = self._barrier.gt_last
-            bundle = self._barrier.on_min_time(min_time)
-            self._dirty = self._dirty or self._barrier.gt_last != before
+            buffer = self._buffer()
+            before = buffer.gt_last
+            bundle = buffer.on_min_time(min_time)
+            self._dirty = self._dirty or buffer.gt_last != before
         overdue = time.monotonic() - self._last_commit > self.checkpoint_s
         if self._acks or bundle is not None or (self._dirty and overdue):
             self._commit(bundle, positions=bool(self._acks) or overdue)
-            if bundle is not None and bundle.records:
+            if isinstance(bundle, SlotBundle):
+                self.stats.release_s.append(time.monotonic() - seen_at)
+                self.stats.note_slot_latencies(bundle.slots, self.delta_ms)
+            elif bundle is not None and bundle.records:
                 self.stats.release_s.append(time.monotonic() - seen_at)
                 self.stats.note_latencies(bundle.records, self.delta_ms)
         # Bundles are committed as soon as they exist: everything below is out or cancelled.
@@ -340,6 +376,8 @@ class BarrierService(Service):
 
     def _held(self, min_time: int) -> bool:
         """Whether the bundle transaction holds items a release at ``min_time`` would not."""
+        if self._blocks is not None and self._slots is not None:
+            return self._blocks.holds(min_time, self._slots)
         bundles = self._bundles
         return bundles is not None and bundles.holds(min_time, self._barrier)
 
@@ -352,7 +390,7 @@ class BarrierService(Service):
     @property
     def replays_dropped(self) -> int:
         """Items and tombstones dropped as at or before GT_last (see `Barrier`)."""
-        return self._barrier.replays_dropped
+        return self._buffer().replays_dropped
 
     def released_through(self) -> int:
         """The min time last applied: every item in a lower slot is visible or cancelled."""
@@ -365,8 +403,18 @@ class BarrierService(Service):
             ledger.skip(offset)  # never decoded; it holds nothing a release waits for
             self.stats.refused += 1
             return
-        items = read_items(msg.headers(), msg.value(), f"{self.pre}[{partition}]@{offset}")
+        at = f"{self.pre}[{partition}]@{offset}"
         acking = ledger.needs_ack(offset)
+        if self._slots is not None:
+            keyed, rows = frame_rows(msg.headers(), msg.value(), at)
+            if keyed:
+                raise ProtocolViolation(f"{at}: a keyed frame on a pre-barrier topic")
+            ledger.read(offset, self._slots.take(rows, self._acks if acking else None, at))
+            self.stats.records_in += 1
+            self.stats.items_in += len(rows)
+            self._dirty = True
+            return
+        items = read_items(msg.headers(), msg.value(), at)
         acks = self._acks
         barrier = self._barrier
         push = barrier.push
@@ -398,7 +446,7 @@ class BarrierService(Service):
         self.stats.items_in += len(items)
         self._dirty = True
 
-    def _commit(self, bundle: Bundle | None, positions: bool = True) -> None:
+    def _commit(self, bundle: Bundle | SlotBundle | None, positions: bool = True) -> None:
         """Write a bundle, the receipt acks and the positions.
 
         1. The receipt acks since the last commit: one ack batch per shard, closed by the
@@ -443,8 +491,16 @@ class BarrierService(Service):
         )
         # Step 3
         # Crash tests kill the barrier here, between producing a bundle and committing it.
-        crash = "barrier.bundle" if bundle is not None and bundle.records else None
-        if bundle is not None and self._bundles is not None:
+        crash = "barrier.bundle" if isinstance(bundle, Bundle) and bundle.records else None
+        if isinstance(bundle, SlotBundle):
+            assert self._blocks is not None and self._slots is not None
+            crash = "barrier.bundle"
+            started = time.monotonic()
+            self._blocks.release(bundle, self._slots, crash, records, marks)
+            self.stats.write_s.append(time.monotonic() - started)
+            self.stats.commits += 1
+            records, marks, crash = [], [], None
+        elif bundle is not None and self._bundles is not None:
             started = time.monotonic()
             self._bundles.release(bundle, self._barrier, crash, records, marks)
             self.stats.write_s.append(time.monotonic() - started)
@@ -468,22 +524,24 @@ class BarrierService(Service):
             self._last_commit = time.monotonic()
         if bundle is not None:
             self.stats.bundles += 1
-            self.stats.items_out += len(bundle.records)
+            self.stats.items_out += (
+                bundle.items if isinstance(bundle, SlotBundle) else len(bundle.records)
+            )
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug(
                 "%s: committed %s, receipts of %d slots, positions %s, in %.3f s",
                 self.name,
-                "no bundle" if bundle is None else f"a bundle of {len(bundle.records)} items",
+                "no bundle" if bundle is None else f"bundle {bundle.seq}",
                 len(acks),
                 "yes" if positions else "no",
                 time.monotonic() - began,
             )
 
     def _close(self) -> None:
-        for writer in (self._bundles, self._writer):
+        for writer in (self._bundles, self._blocks, self._writer):
             if writer is not None:
                 writer.close()
-        self._bundles = self._writer = None
+        self._bundles = self._writer = self._blocks = None
         consumer, self._consumer = self._consumer, None
         close_quietly(consumer)
         view = self._view

@@ -135,8 +135,14 @@ class Speculation:
         get = held.get
         for record in records:
             held[record] = get(record, 0) + 1
-        self.size += len(records)
-        self.max_slot = max(self.max_slot, *(record[0][0][0] for record in records))
+        self.took_count(len(records), max(record[0][0][0] for record in records), now)
+
+    def took_count(self, count: int, max_slot: int, now: float) -> None:
+        """``count`` items, the latest of slot ``max_slot``, were written into the
+        transaction (by a writer that keeps its own ledger of them:
+        `framework.barrier.blocks`)."""
+        self.size += count
+        self.max_slot = max(self.max_slot, max_slot)
         if self.opened_at is None:
             self.opened_at = now
 

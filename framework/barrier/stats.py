@@ -48,6 +48,24 @@ class BarrierStats:
         for record in records[::step]:
             append(max(0.0, now_ms - record.meta.gt.slot * delta_ms - half) / 1000.0)
 
+    def note_slot_latencies(self, slots: Sequence[tuple[int, int]], delta_ms: int) -> None:
+        """`note_latencies` of a committed bundle given as (slot, item count) pairs."""
+        now_ms = time.time() * 1000.0
+        total = sum(count for _, count in slots)
+        self.items_released += total
+        step = max(1, total // _SAMPLES)
+        half = delta_ms / 2
+        append = self.latency_s.append
+        seen = 0
+        for slot, count in slots:
+            # Items seen .. seen + count - 1 of the bundle; every `step`-th is sampled, as
+            # note_latencies samples them: the multiples of `step` in that range.
+            samples = _ceil_div(seen + count, step) - _ceil_div(seen, step)
+            seen += count
+            latency = max(0.0, now_ms - slot * delta_ms - half) / 1000.0
+            for _ in range(samples):
+                append(latency)
+
     def timings(self) -> str:
         """Recent release and write times, p50/p99 in ms, and what was written ahead (for
         status lines)."""
@@ -59,6 +77,10 @@ class BarrierStats:
 
 _RECENT = 1000
 _SAMPLES = 64
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def quantiles(values: Iterable[float]) -> tuple[float, float] | None:

@@ -159,6 +159,12 @@ class Graph:
         """The node reading each consumed output port."""
         return {port: node for node in self.nodes for port in node.inputs}
 
+    def retracts(self, node_id: str) -> bool:
+        """Whether tombstones can reach node ``node_id``: a grouping is upstream of it (a
+        grouping's repairs are the only source of tombstones). Output no tombstone reaches
+        is final as it arrives (`framework.barrier.blocks`)."""
+        return _upstream_grouping(self, self.node(node_id)) is not None
+
     def validate(self) -> Graph:
         """This graph, or a `PipelineError` saying what is wrong and how to fix it."""
         _validate(self)

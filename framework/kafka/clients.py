@@ -32,6 +32,7 @@ from framework.wire.records import OutRecord
 __all__ = [
     "QUICK_END",
     "OutRecordLike",
+    "SignedItem",
     "assign",
     "assign_topics",
     "authentic_message",
@@ -44,6 +45,7 @@ __all__ = [
     "new_producer",
     "produce_record",
     "produce_records",
+    "produce_signed",
     "read_to_end",
     "signed_positions",
     "take",
@@ -165,6 +167,37 @@ def produce_records(
             )
         except BufferError:
             produce_record(producer, record, None, timeout_s)  # waits the queue out
+
+
+SignedItem = tuple[int, bytes | None, bytes, list[tuple[str, str | bytes | None]]]
+"""An output record ready to produce: partition, key, value and its headers, ``fp.mac``
+last (signed where it was made)."""
+
+
+def produce_signed(
+    producer: Producer,
+    topic: str,
+    items: Iterable[SignedItem],
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Produce ``items`` to ``topic`` as they are: the loop of `produce_records` without
+    a record's tuple, signature check and headers list per item (the barrier of a sink
+    no tombstone reaches keeps its items in this form; `framework.barrier.blocks`). A
+    full local queue is waited out as `produce_record` does."""
+    produce = producer.produce
+    for partition, key, value, headers in items:
+        try:
+            produce(topic, value, key, partition, headers=headers)
+        except BufferError:
+            deadline = Deadline(timeout_s)
+            while True:
+                producer.poll(0.05)
+                try:
+                    produce(topic, value, key, partition, headers=headers)
+                    break
+                except BufferError:
+                    if deadline.expired:
+                        raise
 
 
 def take(consumer: Consumer, most: int, wait_s: float) -> list[Message]:

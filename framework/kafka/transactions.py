@@ -39,8 +39,10 @@ from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.clients import (
     OutRecordLike,
+    SignedItem,
     produce_record,
     produce_records,
+    produce_signed,
     signed_positions,
     verified_metadata,
 )
@@ -256,6 +258,11 @@ class TransactionalProducer:
     def produce_many(self, records: Iterable[OutRecord]) -> None:
         """Step 2: produce ``records`` into the open transaction (`produce_records`)."""
         produce_records(self._running(), records, self.timeout_s)
+
+    def produce_signed(self, topic: str, items: Iterable[SignedItem]) -> None:
+        """Step 2: produce signed ``items`` to ``topic`` in the open transaction
+        (`produce_signed`)."""
+        produce_signed(self._running(), topic, items, self.timeout_s)
 
     def send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
         """Step 2: commit ``positions`` for a consumer group with the transaction.
