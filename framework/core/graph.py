@@ -160,10 +160,21 @@ class Graph:
         return {port: node for node in self.nodes for port in node.inputs}
 
     def retracts(self, node_id: str) -> bool:
-        """Whether tombstones can reach node ``node_id``: a grouping is upstream of it (a
-        grouping's repairs are the only source of tombstones). Output no tombstone reaches
-        is final as it arrives (`framework.barrier.blocks`)."""
-        return _upstream_grouping(self, self.node(node_id)) is not None
+        """Whether tombstones can reach node ``node_id``: a grouping is upstream of it with
+        no aggregate in between. A grouping's repairs are the only source of tombstones,
+        and an aggregate absorbs them (it emits only what min time has passed, which no
+        tombstone can follow). Output no tombstone reaches is final as it arrives
+        (`framework.barrier.blocks`)."""
+        nodes = {n.id: n for n in self.nodes}
+        todo, seen = [p.node for p in self.node(node_id).inputs], set()
+        while todo:
+            upstream = nodes[todo.pop()]
+            if upstream.kind is Kind.GROUP:
+                return True
+            if upstream.id not in seen and upstream.kind is not Kind.AGGREGATE:
+                seen.add(upstream.id)
+                todo.extend(p.node for p in upstream.inputs)
+        return False
 
     def validate(self) -> Graph:
         """This graph, or a `PipelineError` saying what is wrong and how to fix it."""

@@ -186,3 +186,22 @@ def test_merge_segment_has_every_input_segment_inbound() -> None:
     assert g.node("m").kind is Kind.MERGE
     with pytest.raises(PipelineError, match="no node 'zz'"):
         g.node("zz")
+
+
+def test_tombstones_reach_what_follows_a_grouping_until_an_aggregate() -> None:
+    g = graph(
+        src("s"),
+        op("k", Kind.KEY_BY, "s"),
+        op("g", Kind.GROUP, "k", window=2),
+        op("b", Kind.BROADCAST, "g", ports=2),
+        op("m", Kind.MAP, "b"),
+        Node("k2", Kind.KEY_BY, (Port("b", 1),), fn=ident),
+        op("a", Kind.AGGREGATE, "k2", aggregation=Aggregation(Tumbling(100))),
+        sink("repaired", "m", "o1"),
+        sink("final", "a", "o2"),
+        src("t"),
+        op("plain", Kind.MAP, "t"),
+        sink("direct", "plain", "o3"),
+    )
+    assert g.validate() is g
+    assert [g.retracts(n) for n in ("repaired", "final", "direct")] == [True, False, False]
