@@ -39,18 +39,16 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
-from framework import failpoints
-from framework.barrier.speculation import Hold, Speculation
-from framework.barrier.stats import BarrierStats
-from framework.barrier.writer import TransactionalWriter
+from framework.barrier.speculation import AheadWriter, Speculation
+from framework.core.barrier import check_replay
 from framework.core.time import GlobalTime
-from framework.errors import KafkaClientError, ProtocolViolation
+from framework.errors import KafkaClientError, PipelineError, ProtocolViolation
 from framework.kafka.clients import OutRecordLike, SignedItem
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.auth import MAC_HEADER
-from framework.wire.bundles import META_HEADER, header_records
+from framework.wire.bundles import META_HEADER
 
 __all__ = ["BlockWriter", "SlotBuffer", "SlotBundle", "admit"]
 
@@ -153,18 +151,13 @@ class SlotBuffer:
 
     def _replayed(self, gt: GlobalTime) -> bool:
         """Whether an item at ``gt`` is at or before ``gt_last``: counted and dropped, or
-        `ProtocolViolation` if strict and no restart explains it."""
+        `ProtocolViolation` if strict and no restart explains it (`check_replay`)."""
         gt_last = self._gt_last
         if gt_last is None or gt > gt_last:
             return False
         self.replays_dropped += 1
-        restored = self._restored
-        if self._strict and (restored is None or gt > restored):
-            raise ProtocolViolation(
-                f"an item at {gt} arrived after min time released {gt_last}: a min time "
-                "was false (a source record later than front_lag_ms, or a lost ack); "
-                "its output would be lost, so the barrier stops"
-            )
+        if self._strict:
+            check_replay(gt, gt_last, self._restored)
         return True
 
     def releasable(self, slot: int) -> bool:
@@ -247,138 +240,79 @@ def admit(spec: Speculation, buffer: SlotBuffer, now: float) -> list[SignedItem]
     return items
 
 
-class BlockWriter(TransactionalWriter):
-    """Bundles of one output topic from a `SlotBuffer`, each in a transaction opened ahead
-    of its release (see the module docstring)."""
+class BlockWriter(AheadWriter):
+    """Bundles of one output topic from its `SlotBuffer` (``buffer``, attached once the
+    start-up knows where to resume), each in a transaction opened ahead of its release (the
+    module docstring)."""
 
-    # Items written ahead wait for the commit anyway, and the commit sends at once.
-    linger_ms = 5
+    buffer: SlotBuffer | None = None
 
-    def __init__(
-        self,
-        bootstrap: str,
-        consumer: Consumer,
-        transactional_id: str,
-        topic: str,
-        partitions: int,
-        *,
-        speculation: Speculation | None = None,
-        stats: BarrierStats | None = None,
-        owned: Sequence[int] | None = None,
-    ) -> None:
-        """Bundles on ``topic`` (``partitions``, of which it writes ``owned``: all if None)
-        under ``transactional_id``, as `framework.barrier.speculation.BundleWriter`."""
-        super().__init__(bootstrap, consumer, transactional_id)
-        self.topic = topic
-        self.partitions = partitions
-        self.owned = owned
-        self.speculation = speculation if speculation is not None else Speculation()
-        self.stats = stats if stats is not None else BarrierStats()
-        self._counts = [0] * partitions
-        self._open = False
+    def _buffer(self) -> SlotBuffer:
+        if self.buffer is None:
+            raise PipelineError(f"{self.transactional_id}: no buffer attached")
+        return self.buffer
 
-    def write_ahead(self, buffer: SlotBuffer) -> None:
+    def write_ahead(self) -> None:
         """Write what the rules of the module docstring admit now into the open
         transaction (beginning one if none is open)."""
-        items = admit(self.speculation, buffer, time.monotonic())
-        if items:
-            self._write(items)
-            self.stats.ahead += len(items)
-
-    def _write(self, items: list[SignedItem]) -> None:
-        """Produce ``items`` into the open transaction, beginning one if none is open."""
+        items = admit(self.speculation, self._buffer(), time.monotonic())
+        if not items:
+            return
         txn = self._require()
         try:
-            if not self._open:
-                txn.begin()
-                self._open = True
-            txn.produce_signed(self.topic, items)
+            self._write(txn, items)
         except (KafkaException, BufferError) as exc:
             self._abandon(txn)
             raise KafkaClientError(
-                f"{self.transactional_id!r}: writing {len(items)} items failed: {exc}"
+                f"{self.transactional_id!r}: writing {len(items)} items ahead failed: {exc}"
             ) from exc
+        self.stats.ahead += len(items)
+
+    def _write(self, txn: TransactionalProducer, items: list[SignedItem]) -> None:
+        """Produce ``items`` into the open transaction, beginning one if none is open."""
+        self._begin(txn)
+        txn.produce_signed(self.topic, items)
         counts = self._counts
         for item in items:
             counts[item[0]] += 1
 
-    def _abandon(self, txn: TransactionalProducer) -> None:
-        """After a failed write: abort what is open (if the producer still can)."""
-        txn.abort()
-        self._open = False
-
-    def holds(self, slot: int, buffer: SlotBuffer) -> bool:
+    def holds(self, slot: int) -> bool:
         """Whether a release at min time ``slot`` must wait (`Speculation.hold`)."""
-        sealed = self.speculation.sealed_at is not None
-        verdict = self.speculation.hold(slot, buffer.releasable(slot), time.monotonic())
-        if verdict is Hold.ABORT:  # no pause: the release re-opens with what it left
-            self._abort_open(buffer, pause=False)
-        elif verdict is Hold.WAIT and not sealed:
-            self.stats.holds += 1
-        return verdict is Hold.WAIT
-
-    def expire(self, buffer: SlotBuffer) -> None:
-        """Abort a transaction open longer than ``max_open_s`` (its items wait anyway)."""
-        if self._open and self.speculation.expired(time.monotonic()):
-            self._abort_open(buffer, pause=True)
+        return self._holds(slot, self._buffer().releasable(slot))
 
     def release(
         self,
         bundle: SlotBundle,
-        buffer: SlotBuffer,
         failpoint: str | None = None,
         records: Sequence[OutRecordLike] = (),
         positions: Sequence[TopicPartition] = (),
     ) -> None:
-        """Make ``bundle``, just taken from ``buffer``, visible, with ``records`` and the
+        """Make ``bundle``, just taken from the buffer, visible, with ``records`` and the
         consumer's ``positions`` in the same transaction: the release protocol of the
         module docstring."""
         txn = self._require()
         try:
             # Step 1
-            if not self._open:
-                txn.begin()
-                self._open = True
+            self._begin(txn)
             # Step 2
-            txn.produce_signed(self.topic, bundle.unwritten)
-            counts = self._counts
-            for item in bundle.unwritten:
-                counts[item[0]] += 1
-            headers = header_records(bundle.seq, bundle.gt_last, counts, self.topic, self.owned)
-            for record in (*headers, *records):
-                txn.produce(record)
-            if positions:
-                txn.send_offsets(list(positions), self.consumer.consumer_group_metadata())
-            if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-                failpoints.hit(failpoint, before=txn.flush)
+            self._write(txn, bundle.unwritten)
             # Step 3
-            txn.commit()
+            self._commit_release(
+                txn,
+                bundle.seq,
+                bundle.gt_last,
+                records=records,
+                positions=positions,
+                failpoint=failpoint,
+            )
         except (KafkaException, BufferError) as exc:
             self._abandon(txn)
             raise KafkaClientError(
                 f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
             ) from exc
-        self._ended(buffer, pause=False)
-        self.write_ahead(buffer)
+        self._ended(pause=False)
+        self.write_ahead()
 
-    def close(self) -> None:
-        """Abort an open transaction (its items come again after a restart), then close."""
-        if self._open:
-            self.txn.abort(timeout_s=5.0)  # fenced or gone: the broker aborts it
-        self._open = False
-        super().close()
-
-    def _abort_open(self, buffer: SlotBuffer, *, pause: bool) -> None:
-        txn = self._require()
-        if self._open:
-            if not txn.abort():
-                self.close()
-                raise KafkaClientError(f"cannot abort the transaction of {self.transactional_id!r}")
-            self.stats.aborts += 1
-        self._ended(buffer, pause=pause)
-
-    def _ended(self, buffer: SlotBuffer, *, pause: bool) -> None:
-        self._open = False
-        self._counts = [0] * self.partitions
-        self.speculation.end(pause=pause)
-        buffer.forget_written()
+    def _forget(self) -> None:
+        if self.buffer is not None:
+            self.buffer.forget_written()

@@ -293,7 +293,7 @@ class BarrierService(Service):
         next_seq = header.seq + 1 if header is not None else 0
         self._barrier = Barrier(max(gts) if gts else None, next_seq, strict=True)
         if self._blocks is not None:
-            self._slots = SlotBuffer(
+            self._slots = self._blocks.buffer = SlotBuffer(
                 self._out_partitions, max(gts) if gts else None, next_seq, strict=True
             )
         self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
@@ -337,8 +337,8 @@ class BarrierService(Service):
         for msg in take(self._consumer, self.max_batch, self.poll_s):
             if is_record(msg, self.pre):
                 self._take(msg)
-        if self._blocks is not None and self._slots is not None:
-            self._blocks.write_ahead(self._slots)  # once a step: one client loop
+        if self._blocks is not None:
+            self._blocks.write_ahead()  # once a step: one client loop
         if debug and self.stats.items_in > items:
             _log.debug(
                 "%s: took %d items (%d written ahead) in %.3f s; min time seen %d",
@@ -352,10 +352,9 @@ class BarrierService(Service):
         bundle: Bundle | SlotBundle | None = None
         min_time = self._view.min_time(self.segment)
         seen_at = time.monotonic()
-        if self._bundles is not None:
-            self._bundles.expire()
-        if self._blocks is not None and self._slots is not None:
-            self._blocks.expire(self._slots)
+        for writer in (self._bundles, self._blocks):
+            if writer is not None:
+                writer.expire()
         if min_time > self._min_seen and not self.replaying and not self._held(min_time):
             self._min_seen = min_time
             buffer = self._buffer()
@@ -376,8 +375,8 @@ class BarrierService(Service):
 
     def _held(self, min_time: int) -> bool:
         """Whether the bundle transaction holds items a release at ``min_time`` would not."""
-        if self._blocks is not None and self._slots is not None:
-            return self._blocks.holds(min_time, self._slots)
+        if self._blocks is not None:
+            return self._blocks.holds(min_time)
         bundles = self._bundles
         return bundles is not None and bundles.holds(min_time, self._barrier)
 
@@ -475,7 +474,7 @@ class BarrierService(Service):
             node_time = max(node_time + 1, time.time_ns() // 1000)
             records.extend(self._receipts.records(acks, node_time))
         # Step 2
-        gt_last = self._barrier.gt_last
+        gt_last = self._buffer().gt_last
         marks = signed_positions(
             self.group,
             [
@@ -493,10 +492,9 @@ class BarrierService(Service):
         # Crash tests kill the barrier here, between producing a bundle and committing it.
         crash = "barrier.bundle" if isinstance(bundle, Bundle) and bundle.records else None
         if isinstance(bundle, SlotBundle):
-            assert self._blocks is not None and self._slots is not None
-            crash = "barrier.bundle"
+            assert self._blocks is not None
             started = time.monotonic()
-            self._blocks.release(bundle, self._slots, crash, records, marks)
+            self._blocks.release(bundle, "barrier.bundle", records, marks)
             self.stats.write_s.append(time.monotonic() - started)
             self.stats.commits += 1
             records, marks, crash = [], [], None

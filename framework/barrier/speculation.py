@@ -56,12 +56,13 @@ from framework.barrier.stats import BarrierStats
 from framework.barrier.writer import TransactionalWriter
 from framework.core.barrier import Barrier, Bundle
 from framework.core.meta import Meta, Record
+from framework.core.time import GlobalTime
 from framework.errors import KafkaClientError, ProtocolViolation
 from framework.kafka.clients import OutRecordLike
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.bundles import header_records, item_records
 
-__all__ = ["BundleWriter", "Hold", "Speculation"]
+__all__ = ["AheadWriter", "BundleWriter", "Hold", "Speculation"]
 
 
 class Hold(enum.Enum):
@@ -249,8 +250,10 @@ class Speculation:
         self.paused = self.cooldown if pause else max(self.paused - 1, 0)
 
 
-class BundleWriter(TransactionalWriter):
-    """Bundles of one output topic, each in a transaction opened ahead of its release."""
+class AheadWriter(TransactionalWriter):
+    """Bundles of one output topic, each in a transaction opened ahead of its release: what
+    `BundleWriter` and `framework.barrier.blocks.BlockWriter` share (the transaction, the
+    hold, the expiry, the release's commit)."""
 
     # Items written ahead wait for the commit anyway, and the commit sends at once.
     linger_ms = 5
@@ -279,36 +282,21 @@ class BundleWriter(TransactionalWriter):
         self._counts = [0] * partitions
         self._open = False
 
-    def write_ahead(self, records: list[Record]) -> None:
-        """Write ``records``, admitted by `Speculation.admit`, into the open transaction
-        (beginning one if none is open)."""
-        txn = self._require()
-        try:
-            self._write_items(txn, records)
-        except (KafkaException, BufferError) as exc:
-            self._abandon(txn)
-            raise KafkaClientError(
-                f"{self.transactional_id!r}: writing ahead failed: {exc}"
-            ) from exc
-        self.speculation.took_many(records, time.monotonic())
-        self.stats.ahead += len(records)
-
-    def _write_items(self, txn: TransactionalProducer, records: Sequence[Record]) -> None:
-        """Produce items into the open transaction, beginning one if none is open."""
+    def _begin(self, txn: TransactionalProducer) -> None:
+        """Begin a transaction unless one is open."""
         if not self._open:
             txn.begin()
             self._open = True
-        txn.produce_many(item_records(records, self.topic, self._counts))
 
     def _abandon(self, txn: TransactionalProducer) -> None:
         """After a failed write: abort what is open (if the producer still can)."""
         txn.abort()
         self._open = False
 
-    def holds(self, slot: int, barrier: Barrier) -> bool:
-        """Whether a release at min time ``slot`` must wait (module docstring)."""
+    def _holds(self, slot: int, releasable: bool) -> bool:
+        """Whether a release at min time ``slot`` must wait (module docstring), given
+        whether it would release anything."""
         sealed = self.speculation.sealed_at is not None
-        releasable = barrier.releasable(slot)
         verdict = self.speculation.hold(slot, releasable, time.monotonic())
         if verdict is Hold.ABORT:  # no pause: the release re-opens with what it left
             self._abort_open(pause=False)
@@ -321,48 +309,26 @@ class BundleWriter(TransactionalWriter):
         if self._open and self.speculation.expired(time.monotonic()):
             self._abort_open(pause=True)
 
-    def release(
+    def _commit_release(
         self,
-        bundle: Bundle,
-        barrier: Barrier,
-        failpoint: str | None = None,
-        records: Sequence[OutRecordLike] = (),
-        positions: Sequence[TopicPartition] = (),
+        txn: TransactionalProducer,
+        seq: int,
+        gt_last: GlobalTime,
+        *,
+        records: Sequence[OutRecordLike],
+        positions: Sequence[TopicPartition],
+        failpoint: str | None,
     ) -> None:
-        """Make ``bundle``, just taken from ``barrier``, visible, with ``records`` and the
-        consumer's ``positions`` in the same transaction: the release protocol of the
-        module docstring; then start the next transaction (`Speculation.resync`)."""
-        txn = self._require()
-        spec = self.speculation
-        # Step 1
-        if spec.poisoned:
-            self._abort_open(pause=True)
-        try:
-            # Step 2
-            if not self._open:
-                txn.begin()
-                self._open = True
-            # Step 3
-            self._write_items(txn, spec.missing(bundle.records) if spec.size else bundle.records)
-            headers = header_records(
-                bundle.seq, bundle.gt_last, self._counts, self.topic, self.owned
-            )
-            for record in (*headers, *records):
-                txn.produce(record)
-            if positions:
-                txn.send_offsets(list(positions), self.consumer.consumer_group_metadata())
-            if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-                failpoints.hit(failpoint, before=txn.flush)
-            # Step 4
-            txn.commit()
-        except (KafkaException, BufferError) as exc:
-            self._abandon(txn)
-            raise KafkaClientError(
-                f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
-            ) from exc
-        self._ended(pause=False)
-        if again := self.speculation.resync(barrier):
-            self.write_ahead(again)
+        """The end of a release whose items are all in the open transaction: the headers
+        of bundle ``seq``, then ``records`` and the consumer's ``positions``, committed."""
+        headers = header_records(seq, gt_last, self._counts, self.topic, self.owned)
+        for record in (*headers, *records):
+            txn.produce(record)
+        if positions:
+            txn.send_offsets(list(positions), self.consumer.consumer_group_metadata())
+        if failpoint is not None:  # crash tests: the records are in the log, uncommitted
+            failpoints.hit(failpoint, before=txn.flush)
+        txn.commit()
 
     def close(self) -> None:
         """Abort an open transaction (its items come again after a restart), then close."""
@@ -384,3 +350,74 @@ class BundleWriter(TransactionalWriter):
         self._open = False
         self._counts = [0] * self.partitions
         self.speculation.end(pause=pause)
+        self._forget()
+
+    def _forget(self) -> None:
+        """The transaction ended: whatever the writer kept of what it held goes."""
+
+
+class BundleWriter(AheadWriter):
+    """Bundles of one output topic from a `Barrier`, each in a transaction opened ahead of
+    its release (the module docstring)."""
+
+    def write_ahead(self, records: list[Record]) -> None:
+        """Write ``records``, admitted by `Speculation.admit`, into the open transaction
+        (beginning one if none is open)."""
+        txn = self._require()
+        try:
+            self._write_items(txn, records)
+        except (KafkaException, BufferError) as exc:
+            self._abandon(txn)
+            raise KafkaClientError(
+                f"{self.transactional_id!r}: writing ahead failed: {exc}"
+            ) from exc
+        self.speculation.took_many(records, time.monotonic())
+        self.stats.ahead += len(records)
+
+    def _write_items(self, txn: TransactionalProducer, records: Sequence[Record]) -> None:
+        """Produce items into the open transaction, beginning one if none is open."""
+        self._begin(txn)
+        txn.produce_many(item_records(records, self.topic, self._counts))
+
+    def holds(self, slot: int, barrier: Barrier) -> bool:
+        """Whether a release at min time ``slot`` must wait (module docstring)."""
+        return self._holds(slot, barrier.releasable(slot))
+
+    def release(
+        self,
+        bundle: Bundle,
+        barrier: Barrier,
+        failpoint: str | None = None,
+        records: Sequence[OutRecordLike] = (),
+        positions: Sequence[TopicPartition] = (),
+    ) -> None:
+        """Make ``bundle``, just taken from ``barrier``, visible, with ``records`` and the
+        consumer's ``positions`` in the same transaction: the release protocol of the
+        module docstring; then start the next transaction (`Speculation.resync`)."""
+        txn = self._require()
+        spec = self.speculation
+        # Step 1
+        if spec.poisoned:
+            self._abort_open(pause=True)
+        try:
+            # Step 2
+            self._begin(txn)
+            # Step 3
+            self._write_items(txn, spec.missing(bundle.records) if spec.size else bundle.records)
+            # Step 4
+            self._commit_release(
+                txn,
+                bundle.seq,
+                bundle.gt_last,
+                records=records,
+                positions=positions,
+                failpoint=failpoint,
+            )
+        except (KafkaException, BufferError) as exc:
+            self._abandon(txn)
+            raise KafkaClientError(
+                f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
+            ) from exc
+        self._ended(pause=False)
+        if again := self.speculation.resync(barrier):
+            self.write_ahead(again)

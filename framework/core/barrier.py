@@ -24,12 +24,25 @@ from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation
 
-__all__ = ["Barrier", "Bundle"]
+__all__ = ["Barrier", "Bundle", "check_replay"]
 
 # Per item meta: flat [record_0, count_0, record_1, count_1, ...] where record_i is the item
 # (never the tombstone) with that payload, released as is. Flat and untyped because it is
 # allocated once per buffered item: a list of two is the cheapest container.
 _Entries = list[Any]
+
+
+def check_replay(gt: GlobalTime, gt_last: GlobalTime, restored: GlobalTime | None) -> None:
+    """An item at ``gt``, at or before ``gt_last``, came to a barrier that started from
+    ``restored``: a replay of what was out before it started, or (`ProtocolViolation`) an
+    item that arrived after min time passed its slot, which dropping would lose in
+    silence."""
+    if restored is None or gt > restored:
+        raise ProtocolViolation(
+            f"an item at {gt} arrived after min time released {gt_last}: a min time "
+            "was false (a source record later than front_lag_ms, or a lost ack); "
+            "its output would be lost, so the barrier stops"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +106,8 @@ class Barrier:
         gt_last = self._gt_last
         if gt_last is not None and gt <= gt_last:
             self.replays_dropped += 1
-            restored = self._restored
-            if self._strict and (restored is None or gt > restored):
-                # Not a replay of what was out before this barrier started: it arrived
-                # after min time passed its slot. Dropping it would lose it in silence.
-                raise ProtocolViolation(
-                    f"an item at {gt} arrived after min time released {gt_last}: a min time "
-                    "was false (a source record later than front_lag_ms, or a lost ack); "
-                    "its output would be lost, so the barrier stops"
-                )
+            if self._strict:
+                check_replay(gt, gt_last, self._restored)
             return 0
         tombstone = meta.tombstone
         key = Meta(gt, meta.child_ids, meta.trace, False) if tombstone else meta

@@ -125,6 +125,31 @@ def two_groupings(name: str, source: Any, sink: Any) -> Pipeline:
     return p
 
 
+def pairs_per_letter(name: str, source: Any, sink: Any) -> Pipeline:
+    """`word_pairs`, then per first letter and 1 s tumbling window its pairs in global-time
+    order: the grouping's repairs (tombstones) end at the aggregate, whose results are
+    final, so the sink's barrier needs no matching (`framework.barrier.blocks`)."""
+    p = Pipeline(name)
+    (
+        p.source(source)
+        .flat_map(tagged_words)
+        .key_by(_word)
+        .group(window=2)
+        .map(pair)
+        .key_by(first_letter)
+        .aggregate(Tumbling(1000))
+        .map(letter_pairs)
+        .sink(sink)
+    )
+    return p
+
+
+def letter_pairs(result: WindowResult) -> list[Any]:
+    """``[letter, window start ms, pairs]`` of a `pairs_per_letter` window."""
+    pairs: tuple[Any, ...] = result.value  # type: ignore[assignment]
+    return [result.key, result.start_ms, [list(item) for item in pairs]]
+
+
 def word_ones(line: str) -> list[tuple[str, int]]:
     """``(word, 1)`` for every word of a line."""
     return [(word, 1) for word in line.split()]
