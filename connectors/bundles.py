@@ -125,6 +125,9 @@ class _Partition:
     syncing: bool = False
     floor: GlobalTime | None = None
     eof_at: float = 0.0  # when the output partition was last read to its end
+    # Read to the end of each topic's partition since its last record (`at_end`).
+    items_end: bool = False
+    headers_end: bool = False
 
 
 def _meta_of(item: OutputItem) -> Meta:
@@ -236,10 +239,20 @@ class BundleConsumer:
         return self._unacked
 
     def bundles(
-        self, idle_s: float | None = None, stop: threading.Event | None = None
+        self,
+        idle_s: float | None = None,
+        stop: threading.Event | None = None,
+        *,
+        to_end: bool = False,
     ) -> Iterator[VerifiedBundle]:
         """Bundles as they come; stops after ``idle_s`` seconds without one (None: never),
-        or once ``stop`` is set (seen within a second while idle)."""
+        or once ``stop`` is set (seen within a second while idle). ``to_end``: stops as soon
+        as every bundle committed when the reader reached the end of both topics is out
+        (`at_end`), or after ``idle_s`` without one (default 60 s: then items or a header
+        are missing, or something still writes)."""
+        if to_end:
+            yield from self._to_end(60.0 if idle_s is None else idle_s)
+            return
         wait = idle_s if idle_s is not None else (1.0 if stop is not None else 3600.0)
         while stop is None or not stop.is_set():
             bundle = self.poll(wait)
@@ -248,6 +261,24 @@ class BundleConsumer:
                     return
                 continue
             yield bundle
+
+    def _to_end(self, idle_s: float) -> Iterator[VerifiedBundle]:
+        idle = Deadline(idle_s)
+        while True:
+            bundle = self.poll(self.poll_s)
+            if bundle is not None:
+                idle = Deadline(idle_s)
+                yield bundle
+            elif self.at_end() or idle.expired:
+                return
+
+    def at_end(self) -> bool:
+        """Whether every bundle committed so far is out: nothing ready, no header waiting
+        for its items, and every partition of both topics read to its end since its last
+        record (read_committed: its last stable offset)."""
+        if self._ready or self._consumer is None:
+            return False
+        return all(p.items_end and p.headers_end and not p.headers for p in self._parts.values())
 
     def commit(self) -> None:
         """Acknowledge the last bundle handed out: commit its positions and header."""
@@ -280,13 +311,19 @@ class BundleConsumer:
     def _take(self, msg: Message) -> None:
         topic = msg.topic() or ""
         if is_eof(msg):
+            part = self._parts[where(msg)[0]]
             if topic == self.topic:
-                self._parts[where(msg)[0]].eof_at = time.monotonic()
+                part.eof_at = time.monotonic()
+                part.items_end = True
+            elif topic == self.control:
+                part.headers_end = True
         elif not is_record(msg, topic):
             return
         elif topic == self.control:
+            self._parts[where(msg)[0]].headers_end = False
             self._header(msg)
         else:
+            self._parts[where(msg)[0]].items_end = False
             self._item(msg)
 
     def _header(self, msg: Message) -> None:

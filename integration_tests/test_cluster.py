@@ -740,7 +740,7 @@ def _verified_items(bootstrap: str, topic: str) -> int:
     from connectors import BundleConsumer
 
     with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}", Bytes()) as consumer:
-        return sum(len(bundle.items) for bundle in consumer.bundles(idle_s=5))
+        return sum(len(bundle.items) for bundle in consumer.bundles(to_end=True))
 
 
 def _wait(condition: Any, what: str, timeout_s: float = _TIMEOUT_S) -> None:

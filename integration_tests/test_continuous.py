@@ -265,7 +265,7 @@ def test_a_continuous_replay_from_the_start_adds_nothing(stack: Settings, spark:
     assert _windows(read_output(bootstrap, sink)) == expected
     verified: Counter[tuple[str, int]] = Counter()
     with BundleConsumer(bootstrap, sink, f"verify-{app}") as consumer:
-        for bundle in consumer.bundles(idle_s=5):
+        for bundle in consumer.bundles(to_end=True):
             verified.update(
                 {(word, start): n for word, start, n in (item.value for item in bundle.items)}
             )

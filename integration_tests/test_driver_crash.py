@@ -159,9 +159,9 @@ def _output_until(bootstrap: str, sink: str, count: int) -> list[list[object]]:
     """The output once it has ``count`` items (or after 240 s), read again 3 s later so a
     duplicate would show."""
     deadline = time.monotonic() + 240
-    items: list[list[object]] = []
+    items = read_output(bootstrap, sink)
     while time.monotonic() < deadline and len(items) < count:
-        time.sleep(2)
+        time.sleep(1)
         items = read_output(bootstrap, sink)
     time.sleep(3)
     return read_output(bootstrap, sink)

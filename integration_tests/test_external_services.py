@@ -74,7 +74,7 @@ def _plain_read_committed(bootstrap: str, topic: str) -> Counter[str]:
 def _verified(bootstrap: str, topic: str) -> Counter[str]:
     out: Counter[str] = Counter()
     with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
-        for bundle in consumer.bundles(idle_s=5):
+        for bundle in consumer.bundles(to_end=True):
             out.update(json.dumps(item.value, sort_keys=True) for item in bundle.items)
     return out
 

@@ -143,7 +143,7 @@ def _closed_items(bootstrap: str, topic: str) -> Counter[str]:
     items: list[tuple[int, int, str]] = []
     last: dict[int, int] = {}
     with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
-        for bundle in consumer.bundles(idle_s=5):
+        for bundle in consumer.bundles(to_end=True):
             last[bundle.partition] = bundle.header.gt_last.slot * DEFAULT_DELTA_MS
             items += [
                 (bundle.partition, i.meta.gt.slot * DEFAULT_DELTA_MS, pair_key(i.value))

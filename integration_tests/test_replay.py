@@ -38,7 +38,7 @@ def _pairs(items: list[Any]) -> Counter[Any]:
 def _verified_items(bootstrap: str, topic: str) -> Counter[Any]:
     seen: Counter[Any] = Counter()
     with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
-        for bundle in consumer.bundles(idle_s=5):
+        for bundle in consumer.bundles(to_end=True):
             seen.update(pair_key(item.value) for item in bundle.items)
     return seen
 

@@ -786,6 +786,30 @@ def write_bundles(bootstrap: str, topic: str, bundles: list[tuple[int, int, list
     producer.flush(TIMEOUT)
 
 
+def test_a_consumer_reads_to_the_end_of_what_is_committed_and_stops(
+    bootstrap: str, new_topics: Callable[..., list[str]]
+) -> None:
+    """``bundles(to_end=True)`` hands out every committed bundle and stops at the end at
+    once, without waiting out an idle time; a header whose items never come is not the
+    end (it waits the idle time out instead)."""
+    (topic,) = new_topics("ends")
+    write_bundles(bootstrap, topic, [(0, 3, [1, 2]), (1, 5, [4]), (2, 6, [])])
+    with BundleConsumer(bootstrap, topic, f"g-{topic}", Utf8()) as out:
+        began = time.monotonic()
+        assert [b.header.seq for b in out.bundles(to_end=True, idle_s=30)] == [0, 1, 2]
+        assert time.monotonic() - began < 10 and out.at_end()
+        assert list(out.bundles(to_end=True, idle_s=30)) == []  # nothing new: at once
+    header = BundleHeader(3, GlobalTime.slot_end(8), 1)  # its item never written
+    control = OutRecord(bundles_topic(topic), 0, None, encode_bundle_header(header))
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    produce_record(producer, control)
+    producer.flush(TIMEOUT)
+    with BundleConsumer(bootstrap, topic, f"g-{topic}", Utf8()) as out:
+        began = time.monotonic()
+        assert list(out.bundles(to_end=True, idle_s=2)) == []
+        assert time.monotonic() - began >= 2 and not out.at_end()
+
+
 def test_consumer_resumes_verification_after_its_committed_bundle(
     bootstrap: str, new_topics: Callable[..., list[str]]
 ) -> None:

@@ -462,7 +462,7 @@ class _Run:
         group = f"crash-harness-verify-{uuid.uuid4().hex}"
         try:
             with BundleConsumer(self.settings.kafka_bootstrap, self.sink, group) as consumer:
-                for bundle in consumer.bundles(idle_s=10):
+                for bundle in consumer.bundles(to_end=True):
                     items.update(pair_key(item.value) for item in bundle.items)
         except ProtocolViolation as exc:
             return items, str(exc)
