@@ -711,20 +711,25 @@ def test_every_output_partition_gets_every_bundle(rig: Rig, retracts: bool) -> N
 
 
 @pytest.mark.parametrize("rig", [2], indirect=True)
+@pytest.mark.parametrize("retracts", [True, False], ids=["per-item", "per-slot"])
 def test_two_barrier_instances_each_write_their_partitions_as_one_bundle_sequence(
-    rig: Rig,
+    rig: Rig, retracts: bool
 ) -> None:
     sink = KafkaSink(
         f"{rig.app}.two", value=Utf8(), key=lambda text: text, partitions=4, barriers=2
     )
     sink.prepare(rig.bootstrap)
     first = [(meta(10, i), f"k{i}") for i in range(40)]
-    first += [(meta(10, 90), "kx"), (meta(10, 90).as_tombstone(), "kx")]  # they cancel
+    if retracts:
+        first += [(meta(10, 90), "kx"), (meta(10, 90).as_tombstone(), "kx")]  # they cancel
     rig.stage.send(first, sink=sink)
     rig.heartbeat(11)
     group = f"{rig.app}.reader"
     with BundleConsumer(rig.bootstrap, sink.topic, group, Utf8()) as out:
-        with rig.barrier(sink, instance=0), rig.barrier(sink, instance=1) as other:
+        with (
+            rig.barrier(sink, instance=0, retracts=retracts),
+            rig.barrier(sink, instance=1, retracts=retracts) as other,
+        ):
             got = {bundle.partition: bundle for bundle in bundles(out, 4)}
             assert {b.header.seq for b in got.values()} == {0}
             # Each instance writes only the partitions it owns, under ids of its own.
@@ -733,7 +738,10 @@ def test_two_barrier_instances_each_write_their_partitions_as_one_bundle_sequenc
         # Restarted, each instance resumes its own partitions' sequence.
         rig.stage.send([(meta(11, i), f"k{i}") for i in range(40, 60)], sink=sink)
         rig.heartbeat(12)
-        with rig.barrier(sink, instance=1) as other, rig.barrier(sink, instance=0) as one:
+        with (
+            rig.barrier(sink, instance=1, retracts=retracts) as other,
+            rig.barrier(sink, instance=0, retracts=retracts) as one,
+        ):
             again = {bundle.partition: bundle for bundle in bundles(out, 4)}
             assert (one.next_seq, other.next_seq) == (2, 2)
         assert {b.header.seq for b in again.values()} == {1}
