@@ -34,7 +34,10 @@ start fails.
 Positions are per record, so per frame: a frame is acked whole (all its items in one
 transaction) and is needed until its latest item is at or before ``GT_last``.
 
-Exactly once, bundles have a transaction of their own that takes items as they arrive,
+Exactly once into a sink no tombstone can reach (`Graph.retracts`), items are kept per slot
+as the output records they become and written ahead in blocks (`framework.barrier.blocks`);
+into any other, each item is matched against its tombstones (`framework.core.barrier`).
+Either way, bundles have a transaction of their own that takes items as they arrive,
 ahead of their release (`framework.barrier.speculation`); receipt acks cannot wait in it
 (the min time that releases it needs them), so they and the positions commit in a second
 transaction, except in a round that releases a bundle: then they commit with it. At
