@@ -290,27 +290,15 @@ class BlockWriter(AheadWriter):
         """Make ``bundle``, just taken from the buffer, visible, with ``records`` and the
         consumer's ``positions`` in the same transaction: the release protocol of the
         module docstring."""
-        txn = self._require()
-        try:
-            # Step 1
-            self._begin(txn)
-            # Step 2
-            self._write(txn, bundle.unwritten)
-            # Step 3
-            self._commit_release(
-                txn,
-                bundle.seq,
-                bundle.gt_last,
-                records=records,
-                positions=positions,
-                failpoint=failpoint,
-            )
-        except (KafkaException, BufferError) as exc:
-            self._abandon(txn)
-            raise KafkaClientError(
-                f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
-            ) from exc
-        self._ended(pause=False)
+        # Steps 1-3
+        self._release(
+            bundle.seq,
+            bundle.gt_last,
+            lambda txn: self._write(txn, bundle.unwritten),
+            records=records,
+            positions=positions,
+            failpoint=failpoint,
+        )
         self.write_ahead()
 
     def _forget(self) -> None:

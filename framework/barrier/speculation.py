@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -309,26 +309,38 @@ class AheadWriter(TransactionalWriter):
         if self._open and self.speculation.expired(time.monotonic()):
             self._abort_open(pause=True)
 
-    def _commit_release(
+    def _release(
         self,
-        txn: TransactionalProducer,
         seq: int,
         gt_last: GlobalTime,
+        write_rest: Callable[[TransactionalProducer], None],
         *,
         records: Sequence[OutRecordLike],
         positions: Sequence[TopicPartition],
         failpoint: str | None,
     ) -> None:
-        """The end of a release whose items are all in the open transaction: the headers
-        of bundle ``seq``, then ``records`` and the consumer's ``positions``, committed."""
-        headers = header_records(seq, gt_last, self._counts, self.topic, self.owned)
-        for record in (*headers, *records):
-            txn.produce(record)
-        if positions:
-            txn.send_offsets(list(positions), self.consumer.consumer_group_metadata())
-        if failpoint is not None:  # crash tests: the records are in the log, uncommitted
-            failpoints.hit(failpoint, before=txn.flush)
-        txn.commit()
+        """Release bundle ``seq`` up to ``gt_last``: begin a transaction unless one is open,
+        ``write_rest`` the bundle's items it does not hold yet, then its headers,
+        ``records`` and the consumer's ``positions``, and commit. A Kafka failure aborts
+        it and raises `KafkaClientError`."""
+        txn = self._require()
+        try:
+            self._begin(txn)
+            write_rest(txn)
+            headers = header_records(seq, gt_last, self._counts, self.topic, self.owned)
+            for record in (*headers, *records):
+                txn.produce(record)
+            if positions:
+                txn.send_offsets(list(positions), self.consumer.consumer_group_metadata())
+            if failpoint is not None:  # crash tests: the records are in the log, uncommitted
+                failpoints.hit(failpoint, before=txn.flush)
+            txn.commit()
+        except (KafkaException, BufferError) as exc:
+            self._abandon(txn)
+            raise KafkaClientError(
+                f"bundle {seq} of {self.transactional_id!r} failed: {exc}"
+            ) from exc
+        self._ended(pause=False)
 
     def close(self) -> None:
         """Abort an open transaction (its items come again after a restart), then close."""
@@ -394,30 +406,19 @@ class BundleWriter(AheadWriter):
         """Make ``bundle``, just taken from ``barrier``, visible, with ``records`` and the
         consumer's ``positions`` in the same transaction: the release protocol of the
         module docstring; then start the next transaction (`Speculation.resync`)."""
-        txn = self._require()
         spec = self.speculation
         # Step 1
         if spec.poisoned:
             self._abort_open(pause=True)
-        try:
-            # Step 2
-            self._begin(txn)
-            # Step 3
-            self._write_items(txn, spec.missing(bundle.records) if spec.size else bundle.records)
-            # Step 4
-            self._commit_release(
-                txn,
-                bundle.seq,
-                bundle.gt_last,
-                records=records,
-                positions=positions,
-                failpoint=failpoint,
-            )
-        except (KafkaException, BufferError) as exc:
-            self._abandon(txn)
-            raise KafkaClientError(
-                f"bundle {bundle.seq} of {self.transactional_id!r} failed: {exc}"
-            ) from exc
-        self._ended(pause=False)
+        # Steps 2-4
+        rest = spec.missing(bundle.records) if spec.size else bundle.records
+        self._release(
+            bundle.seq,
+            bundle.gt_last,
+            lambda txn: self._write_items(txn, rest),
+            records=records,
+            positions=positions,
+            failpoint=failpoint,
+        )
         if again := self.speculation.resync(barrier):
             self.write_ahead(again)
