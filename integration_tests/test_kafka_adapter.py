@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import (
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -26,7 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from framework.errors import ConfigError, KafkaClientError
-from framework.kafka import admin
+from framework.kafka import admin, transactions
 from framework.kafka.admin import (
     TopicSpec,
     compacted_spec,
@@ -338,6 +339,76 @@ def test_a_fenced_transactional_producer_stays_fenced(
             old.commit()
         assert must_restart(raised.value)
         assert old.abort() is False and old.producer is None  # dropped, not restarted
+        successor.begin()
+        for record in _batch(sink, "new"):
+            successor.produce(record)
+        successor.commit()
+    finally:
+        old.close()
+        successor.close()
+    assert _values(_read(bootstrap, sink, "read_committed")) == [b"new-0", b"new-1", b"new-2"]
+
+
+def test_a_producer_that_cannot_abort_is_replaced_and_its_transaction_aborted(
+    bootstrap: str, io_topics: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """librdkafka's abort may fail fatally with INVALID_TXN_STATE (its EndTxn overtaking the
+    registration of the transaction's partitions: a race no test can time, so the first
+    abort of this real producer raises that error). `abort_or_replace` starts a new
+    producer of the id, whose init_transactions makes the broker abort the old
+    transaction: its records are in the log and never visible."""
+    _, sink = io_topics
+    failed: list[str] = []
+
+    class RacingProducer(Producer):
+        def abort_transaction(self, *args: Any) -> None:
+            if not failed:
+                failed.append("abort")
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError.INVALID_TXN_STATE, "Failed to end transaction", fatal=True
+                    )
+                )
+            super().abort_transaction(*args)
+
+    monkeypatch.setattr(transactions, "Producer", RacingProducer)
+    txn = TransactionalProducer(bootstrap, _name("app.sink.barrier.bundles"))
+    try:
+        txn.start()
+        txn.begin()
+        for record in _batch(sink, "old"):
+            txn.produce(record)
+        txn.flush()  # in the log, uncommitted
+        txn.abort_or_replace()
+        assert failed and txn.replaced == 1 and txn.producer is not None
+        txn.begin()
+        for record in _batch(sink, "new"):
+            txn.produce(record)
+        txn.commit()
+    finally:
+        txn.close()
+    assert _values(_read(bootstrap, sink, "read_committed")) == [b"new-0", b"new-1", b"new-2"]
+    assert b"old-0" in _values(_read(bootstrap, sink, "read_uncommitted"))
+
+
+def test_a_fenced_producer_is_not_replaced_by_abort_or_replace(
+    bootstrap: str, io_topics: tuple[str, str]
+) -> None:
+    """Fenced by a successor, a writer stops: `abort_or_replace` raises and starts nothing
+    that would fence the successor back."""
+    _, sink = io_topics
+    transactional_id = _name("app.sink.barrier.bundles")
+    old = TransactionalProducer(bootstrap, transactional_id)
+    successor = TransactionalProducer(bootstrap, transactional_id)
+    try:
+        old.start()
+        old.begin()
+        for record in _batch(sink, "old"):
+            old.produce(record)
+        successor.start()
+        with pytest.raises(KafkaClientError, match="cannot abort"):
+            old.abort_or_replace()
+        assert old.producer is None and old.replaced == 0
         successor.begin()
         for record in _batch(sink, "new"):
             successor.produce(record)

@@ -352,9 +352,12 @@ class AheadWriter(TransactionalWriter):
     def _abort_open(self, *, pause: bool) -> None:
         txn = self._require()
         if self._open:
-            if not txn.abort():
+            try:
+                txn.abort_or_replace()
+            except KafkaClientError:
+                self._open = False
                 self.close()
-                raise KafkaClientError(f"cannot abort the transaction of {self.transactional_id!r}")
+                raise
             self.stats.aborts += 1
         self._ended(pause=pause)
 

@@ -128,6 +128,11 @@ def _error(exc: KafkaException) -> KafkaError | None:
     return exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
 
 
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+"""Codes that mean a newer producer of the transactional.id (or the coordinator, for a
+transaction past its timeout) took the id over."""
+
+
 def must_restart(exc: KafkaException) -> bool:
     """Whether the producer is unusable after ``exc`` (fenced or fatal)."""
     error = _error(exc)
@@ -158,7 +163,8 @@ class TransactionalProducer:
        made before a broker restart may never finish its next send_offsets.
     3. `commit`: retried while Kafka calls the error retriable, up to the deadline.
     4. `abort`: a producer that cannot abort (fenced, fatal) is dropped; the next `start`
-       makes a new one. `must_restart` tells which errors leave a producer unusable.
+       makes a new one (`abort_or_replace` starts it at once unless fenced).
+       `must_restart` tells which errors leave a producer unusable.
 
     Kafka errors escape as ``KafkaException`` from steps 2-4 so each caller decides what a
     failed transaction means for it; `start` raises `KafkaClientError`.
@@ -341,6 +347,30 @@ class TransactionalProducer:
         except KafkaException:
             self.drop()
             return False
+
+    def abort_or_replace(self) -> None:
+        """Step 4 for a writer that goes on: abort the open transaction, or, if the
+        producer cannot and was not fenced, replace it: the new producer's
+        init_transactions makes the coordinator abort what the old one left open.
+
+        librdkafka's abort can fail fatally with INVALID_TXN_STATE while the coordinator has
+        not yet registered the transaction's first partitions (its EndTxn overtakes the
+        AddPartitionsToTxn: confluentinc/librdkafka issue 4849); seen once in a barrier's
+        speculative abort on a busy machine. A fenced producer raises `KafkaClientError`:
+        its successor owns the id, and fencing it back is not ours to do.
+        """
+        producer = self._running()
+        try:
+            producer.abort_transaction(self.timeout_s)
+            return
+        except KafkaException as exc:
+            self.drop()
+            error = _error(exc)
+            if error is None or error.code() in _FENCED:
+                raise KafkaClientError(f"cannot abort {self.transactional_id!r}: {exc}") from exc
+            _log.warning("%s: cannot abort (%s): new producer", self.transactional_id, exc)
+            self.replaced += 1
+        self.start()
 
     def drop(self) -> None:
         """Close the producer without ending its transaction; `start` makes a new one."""
