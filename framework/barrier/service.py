@@ -103,6 +103,10 @@ __all__ = ["BarrierService", "BarrierStats"]
 
 _log = logging.getLogger(__name__)
 
+_SLOW_OPEN_S = 2.0
+"""A start-up slower than this says where its time went (a broker restart's coordinator
+loading, an old producer's transaction aborted before the new one may start)."""
+
 _new = tuple.__new__  # a Record without the Python-level NamedTuple __new__ call
 
 
@@ -249,6 +253,7 @@ class BarrierService(Service):
 
     def _open(self) -> None:
         """The start-up protocol of the module docstring."""
+        began = time.monotonic()
         self._out_partitions = self.sink.prepare(self.bootstrap)
         self._owned = owned_partitions(self._out_partitions, self.sink.barriers, self.instance)
         pre_partitions = partition_count(self.bootstrap, self.pre)
@@ -283,12 +288,23 @@ class BarrierService(Service):
                 self.bootstrap, consumer, self.transactional_id, self.topics.acks
             )
         self._writer.open()
+        producers = time.monotonic()
         # Step 2
         marks = self._committed(consumer, self.instance)
+        positions = time.monotonic()
         # Step 3
         header = last_bundle_header(
             self.bootstrap, self.sink.topic, self._owned, strict=self.exactly_once
         )
+        if (took := time.monotonic() - began) > _SLOW_OPEN_S:  # after a broker restart
+            _log.info(
+                "%s: opened in %.1f s (producers %.1f s, positions %.1f s, last bundle %.1f s)",
+                self.name,
+                took,
+                producers - began,
+                positions - producers,
+                time.monotonic() - positions,
+            )
         # Step 4
         gts = [mark.gt_last for _, mark in marks.values() if mark.gt_last is not None]
         if header is not None:
