@@ -33,20 +33,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from framework.core.columns import Columns, apply
-from framework.core.meta import Meta
+from framework.core.meta import Meta, Record
 from framework.core.ops import Operation
 from framework.core.reducers import Reducer, combine_runs
 from framework.errors import DecodeError, EncodeError, UserFunctionError
+from framework.wire.bundles import barrier_instance
 from framework.wire.records import InRecord
 
 if TYPE_CHECKING:
     from framework.plan.task import _ExitRoute, _TaskRun
 
-__all__ = ["flow_columns", "slot_xors"]
+__all__ = ["emit_results", "flow_columns", "slot_xors"]
 
 log = logging.getLogger(__name__)
 
 _ITEM_ERRORS = (DecodeError, UserFunctionError, EncodeError)
+_new = tuple.__new__  # a NamedTuple without its keyword-handling constructor
 
 
 def flow_columns(
@@ -105,6 +107,52 @@ def flow_columns(
     else:
         _send_columns(run, route, cols, slots[cols.parents], offsets[cols.parents], front=front)
     return True
+
+
+def emit_results(
+    run: _TaskRun, ops: Sequence[Operation], route: _ExitRoute, results: list[Record]
+) -> bool:
+    """An aggregate's window results through the stage's chain into a sink, on columns:
+    what `_TaskRun.emit_windows` does result by result (the same metas, records, ack
+    values, frames and order), without a record per result between the operations or a
+    send per item. False (nothing emitted) for a tombstone, which no aggregate emits."""
+    metas_in = [r.meta for r in results]
+    if any(m.tombstone for m in metas_in):
+        return False
+    cols = Columns.of([r.value for r in results])
+    for op in ops:
+        cols = apply(op, cols)
+    trace = cols.trace
+    parents = map(metas_in.__getitem__, cols.parents.tolist())
+    metas = [
+        _new(Meta, (p.gt, p.child_ids + path, p.trace ^ trace, False))
+        for p, path in zip(parents, cols.paths(), strict=True)
+    ]
+    encode = route.encode_many
+    assert encode is not None
+    _send_outputs(run, route, metas, encode(metas, cols.pylist()))
+    return True
+
+
+def _send_outputs(run: _TaskRun, route: _ExitRoute, metas: list[Meta], values: list[Any]) -> None:
+    """`_TaskRun.send` of each sink record in ``values``, the acks XORed per slot."""
+    count = len(metas)
+    if not count:
+        return
+    acks = run.ack_values(count)
+    if route.acked:
+        slots = np.fromiter((m.gt.slot for m in metas), np.int64, count)
+        for slot, value in slot_xors(slots, np.asarray(acks, np.uint64)):
+            run.acker.ack(route.segment, slot, value)
+    partitions, spread = route.partitions, route.sink_partitions
+    builder = run.builder
+    for meta, ack, value in zip(metas, acks, values, strict=True):
+        if spread:
+            partition = barrier_instance(value[0], meta, spread, partitions)
+        else:
+            partition = meta.gt.front % partitions
+        builder(route, partition).add(meta, ack, value)
+    run.result.items_out += count
 
 
 def _send_columns(

@@ -49,13 +49,14 @@ import numpy as np
 
 from framework.core.acker.local import LocalAcker
 from framework.core.aggregate import aggregator
+from framework.core.batches import KeyByBatchesOp
 from framework.core.calls import MapAsyncOp
 from framework.core.columns import COLUMN_OPS
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack, Heartbeat
 from framework.core.meta import Meta, Record
-from framework.core.ops import Keyed, Operation, key_bytes, op_id_of
+from framework.core.ops import KeyByOp, Keyed, Operation, key_bytes, op_id_of
 from framework.core.panes import PaneAggregator
 from framework.core.physical import stateless_operation
 from framework.core.time import GlobalTime, front_id, slot_of
@@ -68,7 +69,7 @@ from framework.errors import (
     Unauthenticated,
     UserFunctionError,
 )
-from framework.plan.columnar import flow_columns
+from framework.plan.columnar import emit_results, flow_columns
 from framework.plan.pane_intake import take_frames
 from framework.plan.records import StageSpec, TaskResult
 from framework.plan.stages import ExitKind
@@ -139,6 +140,7 @@ class StageProgram:
         if self.aggregation is not None:
             self.hold_segment = self._segment[consumers[Port(entry.id, 0)].id]
         self.chain = self._column_chain() if spec.columnar else None
+        self.results_chain = self._results_chain() if spec.columnar else None
 
     def _column_chain(self) -> tuple[list[Operation], _ExitRoute] | None:
         """A source stage's operations and exit, if they form one chain that runs on
@@ -157,6 +159,27 @@ class StageProgram:
                 return ops, self._exits[Port(node_id, 0)]
             op = self._ops.get(target)
             if not isinstance(op, COLUMN_OPS):
+                return None
+            ops.append(op)
+            node_id = target
+
+    def _results_chain(self) -> tuple[list[Operation], _ExitRoute] | None:
+        """An aggregate's operations after it and the sink its results leave for, if they
+        form one chain that runs on columns (`framework.plan.columnar.emit_results`)."""
+        if self.aggregation is None:
+            return None
+        ops: list[Operation] = []
+        node_id = self.spec.stage.entry
+        while True:
+            routes = self._routes[node_id]
+            if len(routes) != 1:
+                return None
+            target = routes[0]
+            if target is None:
+                route = self._exits[Port(node_id, 0)]
+                return (ops, route) if route.encode_many is not None else None
+            op = self._ops.get(target)
+            if not isinstance(op, COLUMN_OPS) or isinstance(op, KeyByOp | KeyByBatchesOp):
                 return None
             ops.append(op)
             node_id = target
@@ -544,10 +567,12 @@ class _TaskRun:
         """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
         entry = self.spec.stage.entry
         results = state.advance(min_slot)
+        chain = self.program.results_chain
         self._for_sinks = []
         try:
-            self._forward(entry, results)
-            self._send_for_sinks(self._for_sinks)
+            if chain is None or not emit_results(self, *chain, results):
+                self._forward(entry, results)
+                self._send_for_sinks(self._for_sinks)
         except RECORD_ERRORS as exc:
             # A window's result is no input record: nothing to send to the dead letters.
             raise UserFunctionError(f"after {entry}: {exc}") from exc

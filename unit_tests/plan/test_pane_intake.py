@@ -11,6 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors import Json, KafkaSink
 from framework import Pipeline, Sliding, Tumbling
 from framework.core.graph import Graph
 from framework.core.panes import PaneAggregator
@@ -141,3 +142,53 @@ def test_a_frame_that_is_not_authentic_goes_the_per_item_way() -> None:
     one = bulk.run([forged], bulk.new_state(), 2, 1, partition=0)
     assert not one.columnar and one.dead_letters == 1
     assert one == items.run([forged], items.new_state(), 2, 1, partition=0)
+
+
+def _results_graph(window: Any, tail: str, spread: int) -> Graph:
+    p = Pipeline("wr")
+    results = (
+        p.source(ListSource([], topic="lines"))
+        .flat_map(lambda line: [(w, 1) for w in line.split()])
+        .key_by(lambda pair: pair[0])
+        .aggregate(window, reduce=add, combinable=True)
+    )
+    if tail == "map":
+        results = results.map(lambda r: (r.key, r.start_ms, r.value[1]))
+    elif tail == "flat_map, filter":
+        results = results.flat_map(lambda r: [r.key] * r.value[1]).filter(lambda k: k != "a")
+    if spread:  # a Kafka sink of several barriers: items spread by their output partition
+        results.sink(KafkaSink("out", value=Json(), key=str, partitions=7, barriers=spread))
+    else:
+        results.sink(ListSink(name="out"))
+    return p.graph()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    window=st.sampled_from([Tumbling(100), Sliding(200, 100)]),
+    tail=st.sampled_from(["", "map", "flat_map, filter"]),
+    spread=st.sampled_from([0, 3]),
+    words=st.lists(st.sampled_from(["a b", "d", "c d a", "e a a"]), min_size=1, max_size=20),
+    seed=st.integers(0, 1000),
+)
+def test_window_results_leave_on_columns_as_the_per_item_path_sends_them(
+    window: Any, tail: str, spread: int, words: list[str], seed: int
+) -> None:
+    """The same records, byte for byte: frames, metas, ack values, barrier partitions."""
+    first, second = programs(_results_graph(window, tail, spread))
+    partitions = dict(second.spec.partitions)
+    if spread:
+        partitions.update({e.topic: spread for e in second.spec.stage.exits.values()})
+        partitions["out"] = 7
+    spec = replace(second.spec, partitions=partitions)
+    columns, items = StageProgram(spec), StageProgram(spec)
+    assert columns.results_chain is not None
+    items.results_chain = None
+    source = first.run(lines(*(w.encode() for w in words)), None, node=1, node_time=1)
+    batch = as_input(source.records, spec.stage.topic)
+    batch = [r._replace(partition=0) for r in batch]
+    states = columns.new_state(), items.new_state()
+    fast = columns.run(batch, states[0], 2, 1, _draws(seed), min_slot=10_000, partition=0)
+    slow = items.run(batch, states[1], 2, 1, _draws(seed), min_slot=10_000, partition=0)
+    assert fast.items_out == slow.items_out > 0
+    assert fast.records == slow.records
