@@ -215,8 +215,15 @@ def _key_by(op: KeyByOp, cols: Columns) -> Columns:
     values = cols.pylist()
     keys = _each(fn, name, values)
     try:
-        known: list[int | None] = list(map(cache.get, keys))
+        # Each distinct key once (a batch of words repeats most of them), then the hashes
+        # looked up in C: the per-item loop called `_hash` for every item of a fresh task.
+        distinct: dict[Any, int] = dict.fromkeys(keys, 0)
     except TypeError:  # an unhashable key (a list): nothing to remember it by
-        known = [None] * len(keys)
-    hashes = [_hash(cache, k) if h is None else h for k, h in zip(keys, known, strict=True)]
+        hashes = [_hash(cache, k) for k in keys]
+    else:
+        get = cache.get
+        for key in distinct:
+            hash_ = get(key)
+            distinct[key] = _hash(cache, key) if hash_ is None else hash_
+        hashes = list(map(distinct.__getitem__, keys))
     return replace(cols, values=values, trace=cols.trace ^ op.op_id, keys=keys, hashes=hashes)
