@@ -71,6 +71,8 @@ def key_bytes(key: object) -> bytes:
     Raises `PipelineError` for types without a canonical encoding: their ``repr`` or
     ``hash()`` may differ between processes, which would route one key to two places.
     """
+    if type(key) is str:  # the common key, without the general walk (as `key_hash`)
+        return _str_bytes(key)
     out = bytearray()
     _encode(key, out)
     return bytes(out)
