@@ -10,7 +10,8 @@ items per CPU second (process time, so other load on the machine counts less); w
 ``aggregate`` whose windows all complete at the end of the batch) instead of word_pairs.
 ``--columns``: with ``--windowed``, the same count on columns
 (`windowed_counts_on_columns`: batch operators and the built-in ``Sum``).
-``--group-only``: profile the second stage only; ``--cumulative``, ``--callers``: how
+``--results-per-item``: an aggregate's window results leave one by one, not on columns
+(`framework.plan.columnar.emit_results`). ``--group-only``: profile the second stage only; ``--cumulative``, ``--callers``: how
 cProfile's table is sorted, and its callers.
 
 Run: ``.venv/bin/python benchmarks/profile_stage_task.py [lines] [words-per-line] [--profile]
@@ -124,6 +125,8 @@ def main() -> None:
     per_line = int(args[1]) if len(args) > 1 else 10
     windowed = "--windowed" in sys.argv
     graph, one, two, second = _programs(windowed)
+    if "--results-per-item" in sys.argv:  # the aggregate's results leave one by one
+        two.results_chain = None
     topics = Topics("prof")
     per_ms = 10 if windowed else 50  # the peer benchmark's backlog: 10 000 lines/s
     lines = _lines(lines_n, per_line, per_ms)
