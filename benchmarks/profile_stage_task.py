@@ -11,8 +11,8 @@ items per CPU second (process time, so other load on the machine counts less); w
 ``--columns``: with ``--windowed``, the same count on columns
 (`windowed_counts_on_columns`: batch operators and the built-in ``Sum``).
 ``--results-per-item``: an aggregate's window results leave one by one, not on columns
-(`framework.plan.columnar.emit_results`). ``--group-only``: profile the second stage only; ``--cumulative``, ``--callers``: how
-cProfile's table is sorted, and its callers.
+(`framework.plan.columnar.emit_results`). ``--group-only``: profile the second stage only;
+``--cumulative``, ``--callers``: how cProfile's table is sorted, and its callers.
 
 Run: ``.venv/bin/python benchmarks/profile_stage_task.py [lines] [words-per-line] [--profile]
 [--windowed]``
