@@ -145,29 +145,23 @@ class StageProgram:
     def _column_chain(self) -> tuple[list[Operation], _ExitRoute] | None:
         """A source stage's operations and exit, if they form one chain that runs on
         columns (`framework.plan.columnar`)."""
-        stage = self.spec.stage
-        if not stage.is_source or self.spec.source is None:
+        if not self.spec.stage.is_source or self.spec.source is None:
             return None
-        ops: list[Operation] = []
-        node_id = stage.entry
-        while True:
-            routes = self._routes[node_id]
-            if len(routes) != 1:
-                return None
-            target = routes[0]
-            if target is None:
-                return ops, self._exits[Port(node_id, 0)]
-            op = self._ops.get(target)
-            if not isinstance(op, COLUMN_OPS):
-                return None
-            ops.append(op)
-            node_id = target
+        return self._chain(COLUMN_OPS)
 
     def _results_chain(self) -> tuple[list[Operation], _ExitRoute] | None:
         """An aggregate's operations after it and the sink its results leave for, if they
         form one chain that runs on columns (`framework.plan.columnar.emit_results`)."""
         if self.aggregation is None:
             return None
+        chain = self._chain(COLUMN_OPS, refused=(KeyByOp, KeyByBatchesOp))
+        return chain if chain is not None and chain[1].encode_many is not None else None
+
+    def _chain(
+        self, kinds: tuple[type, ...], refused: tuple[type, ...] = ()
+    ) -> tuple[list[Operation], _ExitRoute] | None:
+        """The operations after the stage's entry and its exit, if each node has one way on
+        and every operation is one of ``kinds`` and none of ``refused``."""
         ops: list[Operation] = []
         node_id = self.spec.stage.entry
         while True:
@@ -176,10 +170,9 @@ class StageProgram:
                 return None
             target = routes[0]
             if target is None:
-                route = self._exits[Port(node_id, 0)]
-                return (ops, route) if route.encode_many is not None else None
+                return ops, self._exits[Port(node_id, 0)]
             op = self._ops.get(target)
-            if not isinstance(op, COLUMN_OPS) or isinstance(op, KeyByOp | KeyByBatchesOp):
+            if op is None or not isinstance(op, kinds) or isinstance(op, refused):
                 return None
             ops.append(op)
             node_id = target
