@@ -319,12 +319,13 @@ def test_a_new_attempt_fences_the_old_one_mid_transaction(
     assert [v for v in raw if v.startswith(b"zombie")] == [b"zombie-%d" % i for i in range(4)]
 
 
+@pytest.mark.parametrize("ending", ["commit", "abort_or_replace"])
 def test_a_fenced_transactional_producer_stays_fenced(
-    bootstrap: str, io_topics: tuple[str, str]
+    bootstrap: str, io_topics: tuple[str, str], ending: str
 ) -> None:
     """A barrier's producer (no restart on fencing) cannot commit once a successor with its
     transactional.id started: its open transaction is aborted and it drops its producer
-    instead of fencing the successor back."""
+    instead of fencing the successor back; `abort_or_replace` raises and starts nothing."""
     _, sink = io_topics
     transactional_id = _name("app.sink.barrier")
     old = TransactionalProducer(bootstrap, transactional_id)
@@ -335,10 +336,15 @@ def test_a_fenced_transactional_producer_stays_fenced(
         for record in _batch(sink, "old"):
             old.produce(record)
         successor.start()  # fences ``old`` and aborts its open transaction
-        with pytest.raises(KafkaException) as raised:
-            old.commit()
-        assert must_restart(raised.value)
-        assert old.abort() is False and old.producer is None  # dropped, not restarted
+        if ending == "commit":
+            with pytest.raises(KafkaException) as raised:
+                old.commit()
+            assert must_restart(raised.value)
+            assert old.abort() is False and old.producer is None  # dropped, not restarted
+        else:
+            with pytest.raises(KafkaClientError, match="cannot abort"):
+                old.abort_or_replace()
+            assert old.producer is None and old.replaced == 0
         successor.begin()
         for record in _batch(sink, "new"):
             successor.produce(record)
@@ -389,34 +395,6 @@ def test_a_producer_that_cannot_abort_is_replaced_and_its_transaction_aborted(
         txn.close()
     assert _values(_read(bootstrap, sink, "read_committed")) == [b"new-0", b"new-1", b"new-2"]
     assert b"old-0" in _values(_read(bootstrap, sink, "read_uncommitted"))
-
-
-def test_a_fenced_producer_is_not_replaced_by_abort_or_replace(
-    bootstrap: str, io_topics: tuple[str, str]
-) -> None:
-    """Fenced by a successor, a writer stops: `abort_or_replace` raises and starts nothing
-    that would fence the successor back."""
-    _, sink = io_topics
-    transactional_id = _name("app.sink.barrier.bundles")
-    old = TransactionalProducer(bootstrap, transactional_id)
-    successor = TransactionalProducer(bootstrap, transactional_id)
-    try:
-        old.start()
-        old.begin()
-        for record in _batch(sink, "old"):
-            old.produce(record)
-        successor.start()
-        with pytest.raises(KafkaClientError, match="cannot abort"):
-            old.abort_or_replace()
-        assert old.producer is None and old.replaced == 0
-        successor.begin()
-        for record in _batch(sink, "new"):
-            successor.produce(record)
-        successor.commit()
-    finally:
-        old.close()
-        successor.close()
-    assert _values(_read(bootstrap, sink, "read_committed")) == [b"new-0", b"new-1", b"new-2"]
 
 
 def test_workers_taking_turns_with_one_transactional_id(
