@@ -170,6 +170,8 @@ class ServiceSet:
     2. Wait until each is ready. If one fails, stop those started, in reverse order, and
        raise its failure.
 
+    `launch` is step 1 and `wait_ready` step 2, for a caller with something to do while
+    the services open (the Spark runner starts its stage tasks in between).
     `stop` stops every service in reverse order and raises the first failure only once all
     are stopped; `check` raises the first failure of a running one.
     """
@@ -187,19 +189,31 @@ class ServiceSet:
 
     def start(self) -> Self:
         """Steps 1-2 above; returns self."""
-        started: list[Service] = []
+        return self.launch().wait_ready()
+
+    def launch(self) -> Self:
+        """Step 1 above; returns self. If a thread cannot start, those started stop."""
         try:
-            # Step 1
             for service in self.all():
-                started.append(service.start())
-            # Step 2
-            for service in started:
-                service.wait_ready()
+                service.start()
         except BaseException:
-            for service in reversed(started):
-                service.stop_quietly()
+            self._stop_started()
             raise
         return self
+
+    def wait_ready(self) -> Self:
+        """Step 2 above; returns self."""
+        try:
+            for service in self.all():
+                service.wait_ready()
+        except BaseException:
+            self._stop_started()
+            raise
+        return self
+
+    def _stop_started(self) -> None:
+        for service in reversed(self.all()):  # stopping one never started does nothing
+            service.stop_quietly()
 
     def check(self) -> None:
         """Raise the failure of the first service that stopped on one."""

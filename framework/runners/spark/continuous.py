@@ -225,6 +225,7 @@ class ContinuousJob:
         stages = "+".join(m.spec.stage.id for m in self.members)
         sc.setJobGroup(self._group, f"flamepipe {stages} (continuous)", interruptOnCancel=True)
         try:
+            _log.debug("stages %s: submitting %d long-running tasks", stages, self.tasks)
             rdd = sc.parallelize(range(self.tasks), self.tasks)
             rdd.mapPartitionsWithIndex(continuous_task(ctxs)).collect()
             if not self._stopping:
