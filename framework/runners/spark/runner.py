@@ -337,7 +337,7 @@ class PipelineRun:
         # A barrier's producers and positions took 1.1 s of a 1.5 s start-up (the peer
         # table's windowed count, embedded broker): the stage tasks start meanwhile.
         self.services.launch()
-        laps.mark("services")
+        laps.mark("launch")
         # Step 5
         for stage in alone:
             self._start_stage(stage, sources, partitions)
@@ -348,7 +348,7 @@ class PipelineRun:
                 member.start(self.spark)
         laps.mark("stages")
         self.services.wait_ready()
-        laps.mark("ready")
+        laps.mark("services ready")
         self._start_drivers()
         laps.mark("rest")
         _log.info("%s: epoch %d started in %s", self.graph.name, self.epoch, laps)
