@@ -10,7 +10,7 @@ them the same way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -193,19 +193,17 @@ class ServiceSet:
 
     def launch(self) -> Self:
         """Step 1 above; returns self. If a thread cannot start, those started stop."""
-        try:
-            for service in self.all():
-                service.start()
-        except BaseException:
-            self._stop_started()
-            raise
-        return self
+        return self._each(Service.start)
 
     def wait_ready(self) -> Self:
         """Step 2 above; returns self."""
+        return self._each(Service.wait_ready)
+
+    def _each(self, step: Callable[[Service], object]) -> Self:
+        """``step`` on every service in `all` order; on a failure all stop, then it raises."""
         try:
             for service in self.all():
-                service.wait_ready()
+                step(service)
         except BaseException:
             self._stop_started()
             raise
