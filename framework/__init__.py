@@ -3,7 +3,7 @@
 from framework.core import GlobalTime, Meta, Record
 from framework.core.context import Message
 from framework.core.joins import Joined
-from framework.core.reducers import Max, Min, Sum
+from framework.core.reducers import Max, Mean, Min, Sum, Tally
 from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import (
@@ -25,6 +25,7 @@ __all__ += [
     "KeyValue",
     "KeyedStream",
     "Max",
+    "Mean",
     "Message",
     "Min",
     "Pipeline",
@@ -35,6 +36,7 @@ __all__ += [
     "Source",
     "Stream",
     "Sum",
+    "Tally",
     "Tumbling",
     "WindowResult",
 ]

@@ -83,6 +83,14 @@ def column_row(result):
     return [result.key, result.start_ms, result.value["n"]]
 
 
+def lengths(line):  # per word, its first letter and its length
+    return [[word[0], len(word)] for word in line.split()[1:]]
+
+
+def mean_row(result):
+    return [result.key, result.start_ms, result.value]
+
+
 def tagged(line):
     line_id, *words = line.split()
     return [[word, line_id] for word in words]
@@ -223,7 +231,7 @@ JOBS = '''
 import os
 
 from connectors import ConfluentAvro, ConfluentJson, KafkaSink, KafkaSource
-from framework import Pipeline, Session, Sum, Tumbling
+from framework import Mean, Pipeline, Session, Sum, Tumbling
 
 import wordtools as t
 
@@ -272,10 +280,10 @@ def operators(app, source, sink):
 
 def words(app, source, sink):
     """The word-count variants above (the windowed one twice: per item and on columns)
-    over one source, merged into one sink: one driver and one set of executors for six
+    over one source, merged into one sink: one driver and one set of executors for seven
     stateful pipelines."""
     p = Pipeline(app)
-    a, b, c, d, e, f = p.source(source).broadcast(6)
+    a, b, c, d, e, f, g = p.source(source).broadcast(7)
     windowed_rows = (
         a.flat_map(t.ones)
         .key_by(t.word)
@@ -313,8 +321,15 @@ def words(app, source, sink):
         .map(t.column_row)
         .map(t.tag("columns"))
     )
+    mean_rows = (  # the built-in Mean: its subtotals cross the shuffle as partials
+        g.flat_map(t.lengths)
+        .key_by(t.word)
+        .aggregate(Tumbling(1000), reduce=Mean(1), combinable=True)
+        .map(t.mean_row)
+        .map(t.tag("means"))
+    )
     windowed_rows.merge(
-        running_rows, rolling_rows, joined_rows, grouped_rows, columns_rows
+        running_rows, rolling_rows, joined_rows, grouped_rows, columns_rows, mean_rows
     ).sink(sink)
     return p
 

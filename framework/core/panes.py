@@ -141,6 +141,7 @@ class PaneAggregator(WindowAggregator):
         append = out.append
         cells_of, changed, unhold = self._cells, self._changed, self._unhold
         size, delta, op_id = self._size, self.delta_ms, self.op_id
+        finish = self.aggregation.finisher()
         # Step 1
         while self._ends and self._ends[0] <= slot:
             end = heapq.heappop(self._ends)
@@ -155,7 +156,8 @@ class PaneAggregator(WindowAggregator):
                 # Step 2
                 gt, ids, trace, _ = cell[0]
                 meta = _new(Meta, (gt, (*ids, pane), trace ^ op_id, False))  # Meta.child
-                append(_new(Record, (meta, _new(WindowResult, (key, start_ms, end_ms, cell[1])))))
+                value = cell[1] if finish is None else finish(cell[1])
+                append(_new(Record, (meta, _new(WindowResult, (key, start_ms, end_ms, value)))))
                 # Step 3
                 changed[key] = None
                 if len(cell) > 2:

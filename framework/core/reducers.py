@@ -1,19 +1,25 @@
-"""Built-in reducers: ``Sum``, ``Min`` and ``Max`` of a number or of one field of a row.
+"""Built-in reducers: ``Sum``, ``Min``, ``Max``, ``Tally`` (a count) and ``Mean`` of a
+number or of one field of a row.
 
 A built-in reducer is an ordinary pairwise ``reduce`` (`aggregate`, `KeyedStream.reduce`),
-so every path that folds payloads one at a time gives what it always did. What it adds is
-a name a columnar stage task understands: map-side combining then reduces a whole batch
-per key and pane with NumPy (`combine_runs`) instead of a Python call per item, and gives
-exactly the per-item fold's result. Measured on the windowed word count's source stage
-in process (`benchmarks/profile_stage_task.py --windowed`): the per-item pre-reduction
-was 46 % of the task's time on columns.
+so every path that folds payloads one at a time gives what it always did. ``Tally`` and
+``Mean`` reduce payloads and partial results alike into a `Subtotal` (a count and a
+total), and a window result or rolling update shows its count or its mean
+(`Reducer.finish`): a partial reduced before the shuffle is a subtotal, not a payload.
 
-What runs vectorized: integer values (a plain ``int`` payload, or an ``int`` field of a
-tuple, list, dict or Arrow struct) whose sum cannot leave 64 bits. Anything else (floats,
+What a built-in adds is a name a columnar stage task understands: map-side combining then
+reduces a whole batch per key and pane with NumPy (`combine_runs`) instead of a Python call
+per item, and gives exactly the per-item fold's result. Measured on the windowed word
+count's source stage in process (`benchmarks/profile_stage_task.py --windowed`): the
+per-item pre-reduction was 46 % of the task's time on columns.
+
+What runs vectorized: ``Tally`` of any payloads; for the others, integer values (a plain
+``int`` payload, or an ``int`` field of a tuple, list, dict or Arrow struct) whose sum
+cannot leave 64 bits. Anything else (floats,
 whose sum depends on the order; big or mixed values; keys Arrow cannot hold) is reduced
 item by item, with the same result.
 
->>> from framework import Pipeline, Sum, Tumbling
+>>> from framework import Mean, Pipeline, Sum, Tally, Tumbling
 >>> from framework.testing import ListSink, ListSource, run_local
 >>> p = Pipeline("counts")
 >>> words = p.source(ListSource(["a b a", "b a"])).flat_map(
@@ -23,6 +29,17 @@ item by item, with the same result.
 >>> _ = counted.map(lambda w: w.value).sink(ListSink())
 >>> sorted(run_local(p).values())
 [('a', 3), ('b', 2)]
+>>> p = Pipeline("means")
+>>> pairs = p.source(ListSource([("a", 1), ("b", 4), ("a", 2)])).key_by(lambda kv: kv[0])
+>>> means = pairs.aggregate(Tumbling(1000), reduce=Mean(1), combinable=True)
+>>> _ = means.map(lambda w: (w.key, w.value)).sink(ListSink())
+>>> sorted(run_local(p).values())
+[('a', 1.5), ('b', 4.0)]
+>>> p = Pipeline("tallies")
+>>> words = p.source(ListSource("a rose is a rose".split())).key_by(str)
+>>> _ = words.reduce(Tally()).map(lambda kv: (kv.key, kv.value)).sink(ListSink())
+>>> run_local(p).values()
+[('a', 1), ('rose', 1), ('is', 1), ('a', 2), ('rose', 2)]
 """
 
 from __future__ import annotations
@@ -35,7 +52,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Max", "Min", "Reducer", "Sum", "combine_runs"]
+from framework.errors import PipelineError
+
+__all__ = ["Max", "Mean", "Min", "Reducer", "Subtotal", "Sum", "Tally", "combine_runs"]
 
 Ints = npt.NDArray[np.int64]
 Field = int | str | None
@@ -59,6 +78,15 @@ class Reducer:
         if field is None:
             return self._pick(a, b)
         return _with(a, field, self._pick(a[field], b[field]))
+
+    def start(self, value: Any) -> Any:
+        """The partial of one payload before the shuffle: the payload itself (a `Subtotal`
+        for `Tally` and `Mean`, as their vectorized combining makes it)."""
+        return value
+
+    def finish(self, value: Any) -> Any:
+        """The value a window result or a rolling update shows for a reduced ``value``."""
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +114,61 @@ class Max(Reducer):
         return b if b > a else a
 
 
+@dataclass(frozen=True, slots=True)
+class Subtotal:
+    """What `Tally` and `Mean` reduce to: ``count`` payloads whose numbers add up to
+    ``total``. It crosses the shuffle as a partial and lives in a rolling key's state."""
+
+    count: int
+    total: Any = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Tallying(Reducer):
+    """Reduces payloads and subtotals alike: a payload counts as the subtotal of itself."""
+
+    def lift(self, value: Any) -> Subtotal:
+        """The subtotal of one payload."""
+        raise NotImplementedError
+
+    def start(self, value: Any) -> Any:
+        return value if type(value) is Subtotal else self.lift(value)
+
+    def __call__(self, a: Any, b: Any) -> Subtotal:
+        a = a if type(a) is Subtotal else self.lift(a)
+        b = b if type(b) is Subtotal else self.lift(b)
+        return Subtotal(a.count + b.count, a.total + b.total)
+
+
+@dataclass(frozen=True, slots=True)
+class Tally(_Tallying):
+    """How many payloads: an ``int``. It takes no field (every payload counts)."""
+
+    def __post_init__(self) -> None:
+        if self.field is not None:
+            raise PipelineError("Tally() counts payloads and takes no field")
+
+    def lift(self, value: Any) -> Subtotal:
+        return Subtotal(1)
+
+    def finish(self, value: Any) -> Any:
+        return (value if type(value) is Subtotal else self.lift(value)).count
+
+
+@dataclass(frozen=True, slots=True)
+class Mean(_Tallying):
+    """The arithmetic mean of the numbers (or of their ``field``): a ``float``, the exact
+    total divided once by the count. The total of floats depends on the order of its
+    terms, as `Sum`'s does."""
+
+    def lift(self, value: Any) -> Subtotal:
+        return Subtotal(1, value if self.field is None else value[self.field])
+
+    def finish(self, value: Any) -> Any:
+        subtotal = value if type(value) is Subtotal else self.lift(value)
+        return subtotal.total / subtotal.count
+
+
 _UFUNCS: dict[type[Reducer], np.ufunc] = {Sum: np.add, Min: np.minimum, Max: np.maximum}
 """The built-in reducers' NumPy twins (exact types: a subclass may reduce otherwise)."""
 
@@ -108,14 +191,14 @@ def combine_runs(
     order first seen, ``(pane, first item, last item, reduced value)``; None when the
     values or keys do not fit the vectorized path (the caller reduces item by item)."""
     count = len(panes)
-    ufunc = _UFUNCS.get(type(reducer))
-    if not count or ufunc is None:
+    kind = type(reducer)
+    if not count or (kind not in _UFUNCS and kind not in (Tally, Mean)):
         return None
-    numbers = _numbers(values, reducer.field)
+    numbers = _operands(reducer, values)
     codes = _codes(keys)
     if numbers is None or codes is None:
         return None
-    if type(reducer) is Sum and int(np.abs(numbers).max()) >= _I64 // count:
+    if kind in (Sum, Mean) and int(np.abs(numbers).max()) >= _I64 // count:
         return None  # the sum might leave 64 bits, where Python's ints do not
     # Panes never decrease: number their runs, then one group per (run, key).
     runs = np.concatenate(([0], np.cumsum(panes[1:] != panes[:-1])))
@@ -123,12 +206,27 @@ def combine_runs(
     _, firsts, inverse = np.unique(groups, return_index=True, return_inverse=True)
     by_group = np.argsort(inverse, kind="stable")  # each group's items, in item order
     starts = np.concatenate(([0], np.flatnonzero(np.diff(inverse[by_group])) + 1))
-    reduced = ufunc.reduceat(numbers[by_group], starts)
-    lasts = by_group[np.concatenate((starts[1:], [count])) - 1]
+    ends = np.concatenate((starts[1:], [count]))
+    lasts = by_group[ends - 1]
     order = np.argsort(firsts, kind="stable")  # runs in order, keys first-seen in each
-    firsts, lasts, reduced = firsts[order], lasts[order], reduced[order]
-    rows = _rows(values, firsts, reducer.field, reduced.tolist())
+    firsts, lasts = firsts[order], lasts[order]
+    if kind is Tally or kind is Mean:
+        sizes = (ends - starts)[order].tolist()
+        totals = np.add.reduceat(numbers[by_group], starts)[order].tolist()
+        rows: list[Any] = list(map(Subtotal, sizes, totals))
+    else:
+        reduced = _UFUNCS[kind].reduceat(numbers[by_group], starts)[order]
+        rows = _rows(values, firsts, reducer.field, reduced.tolist())
     return list(zip(panes[firsts].tolist(), firsts.tolist(), lasts.tolist(), rows, strict=True))
+
+
+def _operands(reducer: Reducer, values: list[Any] | pa.Array) -> Ints | None:
+    """The integers a vectorized reducer adds up or compares (a `Tally` counts zeros)."""
+    if type(reducer) is not Tally:
+        return _numbers(values, reducer.field)
+    if not isinstance(values, pa.Array) and Subtotal in set(map(type, values)):
+        return None  # partials reduced already: the per-item path adds their counts
+    return np.zeros(len(values), np.int64)
 
 
 def _numbers(values: list[Any] | pa.Array, field: Field) -> Ints | None:

@@ -77,6 +77,7 @@ class RollingAggregator(WindowAggregator):
         out: list[Record] = []
         keys = self._due.get(0, {})
         op_id, append, step = self.op_id, out.append, self.aggregation.step
+        finish = self.aggregation.finish
         for key in list(keys):
             bucket = self._buckets[key]
             # Step 1
@@ -99,7 +100,7 @@ class RollingAggregator(WindowAggregator):
                         self.without_output += 1
                 else:
                     acc = self.aggregation.carry(acc, (value,))
-                    append(Record(meta.child(op_id, 0), KeyValue(key, acc)))
+                    append(Record(meta.child(op_id, 0), KeyValue(key, finish(acc))))
                 last = at
             assert last is not None
             if acc is NO_VALUE:  # a step deleted the key's value (a table's None)
@@ -123,7 +124,7 @@ class RollingAggregator(WindowAggregator):
         value = self.aggregation.carry(acc, values)
         self._values[key] = value
         self._touch(key, end - 1)
-        return KeyValue(key, value)
+        return KeyValue(key, self.aggregation.finish(value))
 
     def _touch(self, key: object, slot: int) -> None:
         self._last[key] = slot
@@ -152,7 +153,7 @@ class RollingAggregator(WindowAggregator):
         order, none at or after it; ``(False, None)`` for a key without a value (none yet,
         or forgotten by its TTL)."""
         if key in self._values:
-            return True, self._values[key]
+            return True, self.aggregation.finish(self._values[key])
         return False, None
 
     def bucket_state(self, key: object) -> tuple[Any, ...] | None:

@@ -33,6 +33,7 @@ from typing import Any, NamedTuple, Protocol
 from framework.core.grouping import Bucket, meta_from_plain
 from framework.core.meta import Record
 from framework.core.ops import Keyed
+from framework.core.reducers import Reducer
 from framework.errors import PipelineError, UserFunctionError
 
 __all__ = [
@@ -196,8 +197,21 @@ class Aggregation:
                 acc = self.fold(acc, value)
             return acc
         if self.reduce is not None:
-            return functools.reduce(self.reduce, values)
+            return self.finish(functools.reduce(self.reduce, values))
         return tuple(values)
+
+    def finish(self, value: Any) -> Any:
+        """The value a result shows for a reduced ``value`` (a built-in `Count` or `Mean`
+        reduces to a tally and shows its count or mean; any other reduce shows it as is)."""
+        reduce = self.reduce
+        return reduce.finish(value) if isinstance(reduce, Reducer) else value
+
+    def finisher(self) -> Callable[[Any], Any] | None:
+        """`finish` where it changes the value, else None (a hot loop skips the call)."""
+        reduce = self.reduce
+        if isinstance(reduce, Reducer) and type(reduce).finish is not Reducer.finish:
+            return reduce.finish
+        return None
 
     def carry(self, acc: Any, values: Sequence[Any]) -> Any:
         """A rolling value: ``acc`` (`NO_VALUE`: none yet) updated by ``values`` in order."""

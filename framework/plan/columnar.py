@@ -229,6 +229,7 @@ def _combine(route: _ExitRoute, cols: Columns, slots: Any) -> Columns | None:
         if runs_of is not None:
             return _partials(cols, runs_of)
     keys, values = cols.keys, cols.pylist()
+    first_of = reduce.start if isinstance(reduce, Reducer) else None
     # Items are in meta order, so panes never decrease: one dictionary per run of a pane,
     # whose keys are first seen in the order the per-item path's would be.
     bounds = [0, *(np.flatnonzero(np.diff(panes)) + 1).tolist(), len(panes)]
@@ -241,7 +242,7 @@ def _combine(route: _ExitRoute, cols: Columns, slots: Any) -> Columns | None:
                 key, value = keys[i], values[i]
                 pending = get(key)
                 if pending is None:
-                    partials[key] = [i, value, i]
+                    partials[key] = [i, value if first_of is None else first_of(value), i]
                 else:
                     pending[1] = reduce(pending[1], value)
                     pending[0] = i

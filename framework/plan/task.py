@@ -59,6 +59,7 @@ from framework.core.meta import Meta, Record
 from framework.core.ops import KeyByOp, Keyed, Operation, key_bytes, op_id_of
 from framework.core.panes import PaneAggregator
 from framework.core.physical import stateless_operation
+from framework.core.reducers import Reducer
 from framework.core.time import GlobalTime, front_id, slot_of
 from framework.core.windows import Aggregation, WindowAggregator
 from framework.errors import (
@@ -585,12 +586,14 @@ class _TaskRun:
             return
         index = (route.target, keyed.key, meta.gt.slot // route.pane)
         pending = self._partials.get(index)
+        reduce = route.aggregation.reduce if route.aggregation is not None else None
+        assert reduce is not None
         if pending is None:
-            self._partials[index] = [meta, keyed.hash, keyed.value, route]
+            value = reduce.start(keyed.value) if isinstance(reduce, Reducer) else keyed.value
+            self._partials[index] = [meta, keyed.hash, value, route]
             return
-        assert route.aggregation is not None and route.aggregation.reduce is not None
         try:
-            pending[2] = route.aggregation.reduce(pending[2], keyed.value)
+            pending[2] = reduce(pending[2], keyed.value)
         except Exception as exc:
             raise UserFunctionError(f"reduce of {route.target} failed on {keyed.value!r}") from exc
         pending[0] = max(pending[0], meta)

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors import KafkaSink, KafkaSource
-from framework import Max, Min, Pipeline, Sum, Tumbling
+from framework import Max, Mean, Min, Pipeline, Sum, Tally, Tumbling
 from framework.core.graph import Graph, Kind
 from framework.plan import plan_stages
 from framework.plan.records import StageSpec, TaskResult
@@ -65,6 +65,19 @@ REDUCED: dict[str, Callable[[Any], Any]] = {
         s.map_batches(_structs)
         .key_by_batches(lambda rows: pc.struct_field(rows, "n"))
         .aggregate(Tumbling(100), reduce=Min("n"), combinable=True)
+    ),
+    "tally_any": lambda s: s.key_by(lambda w: w[:1]).aggregate(
+        Tumbling(50), reduce=Tally(), combinable=True
+    ),
+    "mean_struct": lambda s: (
+        s.map_batches(_structs)
+        .key_by_batches(lambda rows: pc.struct_field(rows, "n"))
+        .aggregate(Tumbling(100), reduce=Mean("n"), combinable=True)
+    ),
+    "mean_field": lambda s: (
+        s.map(lambda w: (w[:1], len(w) / 2))  # floats: item by item
+        .key_by(lambda t: t[0])
+        .aggregate(Tumbling(50), reduce=Mean(1), combinable=True)
     ),
     "sum_big": lambda s: (
         s.map(lambda w: 2**62 + len(w))  # may leave 64 bits: item by item
