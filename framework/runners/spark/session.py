@@ -164,12 +164,7 @@ def spark_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
-    # Python workers start while the driver prepares the pipeline, not in its first batch.
-    # Not for continuous stages: their tasks are plain (RDD) tasks, whose workers Spark
-    # keeps apart from the mapInArrow ones a warm-up starts, so it only took CPU from the
-    # start-up. The windowed count's backlog (peer harness, alternating): 18.1 s and 23.6
-    # CPU-s (medians of 5) with it, 16.4 s and 20.0 CPU-s (of 4) without; warming the RDD
-    # workers instead gave 16.2 s and 21.2 CPU-s (of 7): no faster, more CPU.
-    if settings.execution != "continuous":
-        warm_workers(session)
+    # Python workers start while the driver prepares the pipeline, not in its first tasks
+    # (`framework.runners.spark.warmup`: the measurement).
+    warm_workers(session, plain=settings.execution == "continuous")
     return session

@@ -10,18 +10,27 @@ next task (``spark.python.worker.reuse``, on by default), so one job of tiny tas
 task slot, run while the driver prepares topics and services, leaves a warm worker in
 every slot.
 
+Continuous stages run plain (RDD) tasks, whose workers Spark keeps apart from the
+``mapInArrow`` ones: for them the warm-up is a plain job (``plain``) of one task per task
+slot, at most one per core of the driver's machine (``local[32]`` on 2 cores would fork 32
+workers to warm the few its first tasks take). Measured with the peer benchmark's windowed
+count (`benchmarks/bench_peer_table.py --phases throughput --lines 200000`, ``local[*]`` on
+2 cores, five runs each, alternating): 140 000 words/s from launch (median) and 9.2 CPU-s
+per 1M words with it, 127 000 and 9.7 without; it won every pair. (Before the stage tasks
+started while the services open, the same warm-up bought nothing: it then only competed
+with the tasks' own start.)
+
 Protocol of `warm_workers`:
 
-1. Once per Spark context, and again once the last warm-up is `_STALE_S` old (Spark
-   stops a worker idle for a minute): `spark_session` right after it made the session
-   (for micro-batch execution: continuous stages run plain tasks, whose workers a
-   ``mapInArrow`` job does not warm), so the job overlaps the driver's whole start-up;
-   `SparkRunner` before its micro-batch stages. On a
-   thread of its own, run one ``mapInArrow`` job (the evaluation path of the stage tasks,
-   so the same pool of workers) of one partition per task slot; each task imports the
-   stage task's modules and the given user modules.
-2. A failure is logged and ignored: the first micro-batch then starts its own workers, as
-   it would without the warm-up.
+1. Once per Spark context and kind of task, and again once the last warm-up is
+   `_STALE_S` old (Spark stops a worker idle for a minute): `spark_session` right after
+   it made the session, so the job overlaps the driver's whole start-up; `SparkRunner`
+   before its micro-batch stages. On a thread of its own, run one job (``mapInArrow``, or
+   plain for continuous stages: the evaluation path of the stage tasks, so the same pool
+   of workers) of one partition per task slot; each task imports the stage task's modules
+   and the given user modules.
+2. A failure is logged and ignored: the first tasks then start their own workers, as they
+   would without the warm-up.
 3. `WorkerWarmup.join` waits a bounded time (a run's stop), so the job does not outlive
    the run that needed it.
 """
@@ -44,51 +53,66 @@ _log = logging.getLogger(__name__)
 
 # What every stage task imports; the user's modules come from the shipment.
 _STAGE_MODULES = ("framework.runners.spark.tasks", "framework.runners.spark.fused_tasks")
+_CONTINUOUS_MODULES = ("framework.runners.spark.continuous_tasks",)
 
 
 _SCHEMA = "seconds DOUBLE, pid LONG"
 
 
 def _warm(modules: tuple[str, ...], batches: Iterator[Any]) -> Iterator[Any]:
-    """Step 1, in a Python worker: import ``modules``; one row with the seconds it took
-    and the worker's process id."""
+    """Step 1, in a Python worker of ``mapInArrow``: import ``modules``; one row with the
+    seconds it took and the worker's process id."""
     import pyarrow as pa
 
-    started = time.monotonic()
     for _ in batches:
         pass
-    for name in (*_STAGE_MODULES, *modules):
+    yield pa.RecordBatch.from_pylist([_imported(_STAGE_MODULES + modules)])
+
+
+def _warm_plain(modules: tuple[str, ...], rows: Iterator[Any]) -> Iterator[dict[str, Any]]:
+    """Step 1, in a Python worker of plain tasks: as `_warm`."""
+    for _ in rows:
+        pass
+    yield _imported(_CONTINUOUS_MODULES + modules)
+
+
+def _imported(modules: tuple[str, ...]) -> dict[str, Any]:
+    started = time.monotonic()
+    for name in modules:
         importlib.import_module(name)
-    row = {"seconds": time.monotonic() - started, "pid": os.getpid()}
-    yield pa.RecordBatch.from_pylist([row])
+    return {"seconds": time.monotonic() - started, "pid": os.getpid()}
 
 
 # Spark stops a Python worker idle for 60 s (its PythonWorkerFactory); a warm-up older
 # than this may have warmed workers that are gone.
 _STALE_S = 50.0
 
-_started: weakref.WeakKeyDictionary[Any, WorkerWarmup] = weakref.WeakKeyDictionary()
+_started: weakref.WeakKeyDictionary[Any, dict[bool, WorkerWarmup]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def warm_workers(spark: Any, modules: tuple[str, ...] = ()) -> WorkerWarmup:
-    """Step 1: the Spark context's warm-up, started on the first call and when the last
-    one is stale."""
+def warm_workers(spark: Any, modules: tuple[str, ...] = (), *, plain: bool = False) -> WorkerWarmup:
+    """Step 1: the Spark context's warm-up of ``mapInArrow`` workers (``plain``: of plain
+    tasks' workers), started on the first call and when the last one is stale."""
     with _lock:
         context = spark.sparkContext
-        warmup = _started.get(context)
+        kinds = _started.setdefault(context, {})
+        warmup = kinds.get(plain)
         if warmup is None or warmup.age_s() > _STALE_S:
-            warmup = _started[context] = WorkerWarmup(spark, modules).start()
+            warmup = kinds[plain] = WorkerWarmup(spark, modules, plain=plain).start()
         return warmup
 
 
 class WorkerWarmup:
     """One warm-up job, running on its own thread (see the module docstring)."""
 
-    def __init__(self, spark: Any, modules: tuple[str, ...] = ()) -> None:
+    def __init__(self, spark: Any, modules: tuple[str, ...] = (), *, plain: bool = False) -> None:
         self.spark = spark
         self.modules = modules
+        self.plain = plain
         self.slots = max(1, int(spark.sparkContext.defaultParallelism))
+        if plain:
+            self.slots = min(self.slots, os.cpu_count() or 1)
         self.seconds: float | None = None  # the slowest task's import time, once done
         self.pids: frozenset[int] = frozenset()  # the warmed workers' process ids, once done
         self._started = time.monotonic()
@@ -107,11 +131,16 @@ class WorkerWarmup:
         # Step 1
         started = time.monotonic()
         try:
-            rows = (
-                self.spark.range(0, self.slots, 1, self.slots)
-                .mapInArrow(functools.partial(_warm, self.modules), _SCHEMA)
-                .collect()
-            )
+            if self.plain:
+                sc = self.spark.sparkContext
+                rdd = sc.parallelize(range(self.slots), self.slots)
+                rows = rdd.mapPartitions(functools.partial(_warm_plain, self.modules)).collect()
+            else:
+                rows = (
+                    self.spark.range(0, self.slots, 1, self.slots)
+                    .mapInArrow(functools.partial(_warm, self.modules), _SCHEMA)
+                    .collect()
+                )
         except Exception as exc:  # step 2: an optimisation, never a failure
             _log.info("warming the Python workers failed (first batches start them): %s", exc)
             return

@@ -8,7 +8,7 @@ import sys
 import pyarrow as pa
 import pytest
 
-from framework.runners.spark.warmup import _warm
+from framework.runners.spark.warmup import _warm, _warm_plain
 
 
 def test_a_warmup_task_imports_the_stage_modules_and_the_given_ones() -> None:
@@ -27,3 +27,13 @@ def test_a_warmup_task_imports_the_stage_modules_and_the_given_ones() -> None:
 def test_a_module_that_cannot_be_imported_fails_the_task() -> None:
     with pytest.raises(ModuleNotFoundError, match="no_such_module_here"):
         list(_warm(("no_such_module_here",), iter([])))
+
+
+def test_a_plain_warmup_task_imports_the_continuous_task_module() -> None:
+    sys.modules.pop("colorsys", None)
+
+    (row,) = list(_warm_plain(("colorsys",), iter([0])))
+
+    assert "colorsys" in sys.modules
+    assert "framework.runners.spark.continuous_tasks" in sys.modules
+    assert row["pid"] == os.getpid() and row["seconds"] >= 0.0
