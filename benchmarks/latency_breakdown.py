@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_peer_table import WINDOW_MS, Reader, Text, pct, produce, stateless
 
 from framework.core.messages import Ack, Heartbeat, MinTimeNotification
-from framework.demos.wordcount import windowed_counts
+from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec, partition_count
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
@@ -167,6 +167,8 @@ def breakdown(args: Any) -> None:
         spark = spark_session(settings, f"bench-{tag}", {"spark.master": master})
         if args.pipeline == "windowed":
             graph = windowed_counts(tag, source, sink, window_ms=WINDOW_MS).graph()
+        elif args.pipeline == "pairs":
+            graph = word_pairs(tag, source, sink).graph()
         else:
             graph = stateless(tag, source, sink).graph()
         run = SparkRunner(settings, spark).start(graph)
@@ -344,10 +346,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=20)
     ap.add_argument(
         "--pipeline",
-        choices=("stateless", "windowed"),
+        choices=("stateless", "windowed", "pairs"),
         default="stateless",
         help="windowed: the peer table's windowed count; a window's results are timed from "
-        "their slot (the window's last), so `stage` is the aggregate's emission after it",
+        "their slot (the window's last), so `stage` is the aggregate's emission after it; "
+        "pairs: the demo's word_pairs (a window-2 grouping), `stage` is both stages",
     )
     breakdown(ap.parse_args())
 
