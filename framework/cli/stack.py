@@ -137,8 +137,13 @@ def add_parsers(
     down = sub.add_parser("down", parents=[common], help="stop the local stack")
     down.add_argument("--purge", action="store_true", help="also delete its data")
     demo = sub.add_parser("demo", parents=[common], help="word count, verified, on the stack")
-    demo.add_argument("--lines", type=positive, default=20_000, help="lines of generated text")
-    demo.add_argument("--rate", type=positive, default=2_000, help="lines produced per second")
+    demo.add_argument("--lines", type=positive, default=4_000, help="lines of generated text")
+    demo.add_argument(
+        "--rate",
+        type=positive,
+        default=200,
+        help="lines produced per second (8 words each; 2 cores saturate near 2 000)",
+    )
     demo.add_argument("--keep-stack", action="store_true", help="leave the stack running")
     smoke = sub.add_parser("smoke", parents=[common], help="Kafka -> Spark -> Kafka smoke job")
     smoke.add_argument("--lines", type=positive, default=1000, help="records to push through")
