@@ -38,7 +38,7 @@ from framework.core.graph import Graph
 from framework.deadline import Deadline
 from framework.errors import ConfigError, KafkaClientError
 from framework.kafka import security
-from framework.kafka.clients import verified_metadata
+from framework.kafka.clients import kafka_retry, verified_metadata
 from framework.kafka.endpoints import kafka_sources
 from framework.kafka.transactions import group_consumer
 from framework.logs import WorkerLog, log_dir
@@ -315,8 +315,19 @@ class ContinuousQuery:
         return self._stats
 
     def recount(self) -> None:
-        """Read the committed counts anew on the next `stats`."""
-        self._counted_at = -_COUNTS_EVERY_S
+        """Read the committed counts now (`PipelineRun.wait_released` promises counts that
+        hold what was released), retrying what passes; on a failure that does not pass,
+        the next `stats` tries again."""
+        if not self.run_id:
+            return
+        try:
+            self._stats = kafka_retry(
+                f"cannot read the counts of stage {self.spec.stage.id}", self._committed_counts
+            )
+            self._counted_at = time.monotonic()
+        except KafkaClientError as exc:
+            _log.warning("stage %s: counts not read now: %s", self.spec.stage.id, exc)
+            self._counted_at = -_COUNTS_EVERY_S
 
     def _committed_counts(self) -> StageStats:
         stats = StageStats()
