@@ -59,6 +59,7 @@ __all__ = [
     "CONTINUOUS_SUFFIX",
     "ContinuousJob",
     "ContinuousQuery",
+    "cancelled_with_all_jobs",
     "check_slots",
     "held_slots",
     "local_master",
@@ -175,6 +176,12 @@ def held_slots(spark: Any) -> int:
     return sum(job.tasks for job in list(_RUNNING) if job.holds(spark))
 
 
+def cancelled_with_all_jobs(error: str) -> bool:
+    """Whether a job's ``error`` says Spark cancelled it with all its jobs: pyspark's own
+    Ctrl-C handler does that before the driver unwinds, so it is no task's failure."""
+    return "SPARK_JOB_CANCELLED" in error and "cancellation of all jobs" in error
+
+
 class ContinuousJob:
     """One Spark job of long-running tasks for one or more stages (steps 1-3): task ``i``
     runs partition ``i`` of every member stage that has one. Members start it together
@@ -235,7 +242,14 @@ class ContinuousJob:
                 _log.debug("stages %s: tasks ended by the stop: %s", stages, essence(exc))
             else:
                 self.last_error = essence(exc)
-                _log.error("stages %s: continuous tasks failed: %s", stages, self.last_error)
+                if cancelled_with_all_jobs(self.last_error):
+                    _log.warning(
+                        "stages %s: tasks cancelled with all of Spark's jobs (Ctrl-C, or "
+                        "SparkContext.cancelAllJobs); they start again unless the run stops",
+                        stages,
+                    )
+                else:
+                    _log.error("stages %s: continuous tasks failed: %s", stages, self.last_error)
 
     def failure(self) -> str | None:
         """Why the tasks ended, or None while they run (or before they start)."""

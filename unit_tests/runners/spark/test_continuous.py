@@ -10,8 +10,13 @@ import pytest
 
 from framework.config import Settings
 from framework.errors import ConfigError
-from framework.runners.spark.continuous import ContinuousQuery, check_slots, local_master
-from framework.runners.spark.queries import StageStats
+from framework.runners.spark.continuous import (
+    ContinuousQuery,
+    cancelled_with_all_jobs,
+    check_slots,
+    local_master,
+)
+from framework.runners.spark.queries import StageStats, essence
 from framework.runners.spark.runner import _mode, _overlaps
 from unit_tests.plan.test_task import programs, wordcount
 
@@ -117,3 +122,23 @@ def test_counts_read_back_from_kafka_are_cached_until_a_recount(tmp_path: Path) 
     assert query.stats.dead_letters == 1  # within a second: the cached counts
     query.recount()  # after a release was waited for: what committed before it counts
     assert query.stats.dead_letters == 2
+
+
+def test_a_cancellation_of_all_jobs_is_told_apart_from_a_task_failure() -> None:
+    # What pyspark's Ctrl-C handler makes a running job raise (Spark 4), as py4j shows it.
+    cancelled = Exception(
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 1 cancelled as part of "
+        "cancellation of all jobs SQLSTATE: XXKDA\n\tat org.apache.spark.scheduler.DAGScheduler"
+    )
+    assert cancelled_with_all_jobs(essence(cancelled))
+    failed = Exception(
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage "
+        "3.0 failed 1 times, most recent failure: ... KafkaClientError: broker down"
+    )
+    assert not cancelled_with_all_jobs(essence(failed))
+    group = Exception(
+        ": org.apache.spark.SparkException: [SPARK_JOB_CANCELLED] Job 4 cancelled part of "
+        "cancelled job group flamepipe-x SQLSTATE: XXKDA"
+    )
+    assert not cancelled_with_all_jobs(essence(group))  # the run's own stop: not this
