@@ -198,8 +198,10 @@ def combine_runs(
     codes = _codes(keys)
     if numbers is None or codes is None:
         return None
-    if kind in (Sum, Mean) and int(np.abs(numbers).max()) >= _I64 // count:
-        return None  # the sum might leave 64 bits, where Python's ints do not
+    # The sum might leave 64 bits, where Python's ints do not (the largest magnitude from
+    # max and min: NumPy's abs of -2**63 is -2**63).
+    if kind in (Sum, Mean) and max(int(numbers.max()), -int(numbers.min())) >= _I64 // count:
+        return None
     # Panes never decrease: number their runs, then one group per (run, key).
     runs = np.concatenate(([0], np.cumsum(panes[1:] != panes[:-1])))
     groups = runs * (int(codes.max()) + 1) + codes

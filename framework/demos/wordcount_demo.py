@@ -106,18 +106,27 @@ class _Reader:
         """Items read so far."""
         return int(self.released.value)
 
+    def alive(self) -> bool:
+        """Whether the reader still runs (it ends only when stopped, or on an error)."""
+        return self._process.is_alive()
+
     def finish(self, timeout_s: float = 30.0) -> tuple[Counter[str], list[float]]:
-        """Stop reading; the items read per pair key and their latencies (ms)."""
+        """Stop reading; the items read per pair key and their latencies (ms). The result
+        is taken before the process is joined: it exits only once its queue has flushed."""
         self._stop.set()
-        try:
-            error, items, latencies = self._out.get(timeout=timeout_s)
-        except queue.Empty:
-            self._process.kill()
-            raise PipelineError(
-                f"the demo's reader did not stop within {timeout_s:.0f} s"
-            ) from None
-        finally:
-            self._process.join(timeout_s)
+        deadline = Deadline(timeout_s)
+        while True:
+            try:
+                error, items, latencies = self._out.get(timeout=0.2)
+                break
+            except queue.Empty:
+                if deadline.expired or not self._process.is_alive():
+                    code = self._process.exitcode
+                    self.abandon()
+                    raise PipelineError(
+                        f"the demo's reader gave no result (exit code {code})"
+                    ) from None
+        self._process.join(timeout_s)
         if error:
             raise PipelineError(f"the demo's reader failed: {error}")
         return Counter(items), latencies
@@ -148,15 +157,17 @@ def _read_bundles(output: _Output, released: Any, stop: Any, out: Any) -> None:
     # abandons it, so the signals that reach the whole process group are not its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    install(output.security)
+    parent = multiprocessing.parent_process()
     delta_ms = output.delta_ms
     items: Counter[str] = Counter()
     latencies: list[float] = []
     error = ""
     group = f"demo-reader-{uuid.uuid4().hex}"
     try:
+        install(output.security)
         with BundleConsumer(output.bootstrap, output.topic, group, Json()) as consumer:
-            while not stop.is_set():
+            # A demo killed without a word (SIGKILL) leaves no one to stop it: it stops.
+            while not stop.is_set() and (parent is None or parent.is_alive()):
                 bundle = consumer.poll(0.2)
                 if bundle is None:
                     continue
@@ -197,7 +208,7 @@ def run_demo(
         _say("all lines produced; waiting for the barrier to release the last bundles")
         _wait_released(run, until, reader, quiet=quiet)
         deadline = Deadline(60)
-        while reader.total() < result.words and not deadline.expired:
+        while reader.total() < result.words and reader.alive() and not deadline.expired:
             run.check()
             time.sleep(0.1)
         result.figures = live.stop()

@@ -108,6 +108,7 @@ def test_arrow_structs_reduce_their_field() -> None:
         (["a", "a"], [1.5, 2.5]),  # floats: a sum depends on its order
         (["a", "a"], [True, 1]),  # bools are ints to Python, not to a sum's type
         (["a", "a"], [2**62, 2**62]),  # might leave 64 bits
+        (["a", "a"], [-(2**63), -1]),  # might leave 64 bits below (abs(-2**63) is negative)
         ([1.0, 1.0], [1, 2]),  # float keys: NaN and -0.0 are not Python's equality
         (["a", b"a"], [1, 2]),  # keys Arrow cannot hold in one array
         ([("a",), ("a",)], [1, 2]),  # nested keys

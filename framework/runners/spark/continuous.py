@@ -79,6 +79,8 @@ _POLL_MS = 5
 _SETTLE_S = 5.0
 # How often the driver reads the tasks' counts (a committed-offsets request per stage).
 _COUNTS_EVERY_S = 1.0
+# How long `recount` retries a read that fails for a passing reason.
+_RECOUNT_S = 5.0
 
 
 def stage_tasks(graph: Graph, settings: Settings) -> dict[str, int]:
@@ -310,6 +312,8 @@ class ContinuousQuery:
         )
         self._stats = StageStats()
         self._counted_at = -_COUNTS_EVERY_S
+        self._counts_lock = threading.Lock()
+        self._counts_from = -1.0  # when the kept counts' read started
         self.lifts: tuple[Lift, ...] = ()
         self.run_id = ""
         self.job = job or ContinuousJob(f"{spec.graph.name}-{spec.stage.id}")
@@ -323,25 +327,37 @@ class ContinuousQuery:
         if self.run_id and now - self._counted_at >= _COUNTS_EVERY_S:
             self._counted_at = now
             try:
-                self._stats = self._committed_counts()
+                self._publish(now, self._committed_counts())
             except (KafkaClientError, KafkaException) as exc:
                 _log.debug("stage %s: counts not read now: %s", self.spec.stage.id, exc)
         return self._stats
 
     def recount(self) -> None:
         """Read the committed counts now (`PipelineRun.wait_released` promises counts that
-        hold what was released), retrying what passes; on a failure that does not pass,
-        the next `stats` tries again."""
+        hold what was released), retrying what passes for at most `_RECOUNT_S`; on a
+        failure that does not pass, the next `stats` tries again."""
         if not self.run_id:
             return
+        started = time.monotonic()
         try:
-            self._stats = kafka_retry(
-                f"cannot read the counts of stage {self.spec.stage.id}", self._committed_counts
+            counts = kafka_retry(
+                f"cannot read the counts of stage {self.spec.stage.id}",
+                self._committed_counts,
+                _RECOUNT_S,
             )
-            self._counted_at = time.monotonic()
         except KafkaClientError as exc:
             _log.warning("stage %s: counts not read now: %s", self.spec.stage.id, exc)
             self._counted_at = -_COUNTS_EVERY_S
+            return
+        self._counted_at = started
+        self._publish(started, counts)
+
+    def _publish(self, started: float, counts: StageStats) -> None:
+        """Keep ``counts``, read from ``started`` on, unless a read that started later is
+        kept already (the live table's thread and `recount` read at the same time)."""
+        with self._counts_lock:
+            if started >= self._counts_from:
+                self._counts_from, self._stats = started, counts
 
     def _committed_counts(self) -> StageStats:
         stats = StageStats()

@@ -15,6 +15,7 @@ from framework.local.jars import NIO_LOCAL_FS, flamepipe_jar, jar_bundle
 from framework.local.servers import local_jvm_flags
 from framework.local.tools import pyspark_jars_dir
 from framework.logs import spark_log4j_options
+from framework.runners.spark.continuous import held_slots
 from framework.runners.spark.warmup import warm_workers
 
 if TYPE_CHECKING:
@@ -166,5 +167,8 @@ def spark_session(
     session.sparkContext.setLogLevel("WARN")
     # Python workers start while the driver prepares the pipeline, not in its first tasks
     # (`framework.runners.spark.warmup`: the measurement).
-    warm_workers(session, plain=settings.execution == "continuous")
+    # Not when running continuous stages hold task slots (a session made again): the job
+    # would wait for a slot that frees only when they stop.
+    if not held_slots(session):
+        warm_workers(session, plain=settings.execution == "continuous")
     return session

@@ -12,7 +12,7 @@ every slot.
 
 Continuous stages run plain (RDD) tasks, whose workers Spark keeps apart from the
 ``mapInArrow`` ones: for them the warm-up is a plain job (``plain``) of one task per task
-slot, at most one per core of the driver's machine (``local[32]`` on 2 cores would fork 32
+slot, with a local master at most one per core (``local[32]`` on 2 cores would fork 32
 workers to warm the few its first tasks take). Measured with the peer benchmark's windowed
 count (`benchmarks/bench_peer_table.py --phases throughput --lines 200000`, ``local[*]`` on
 2 cores, five runs each, alternating): 140 000 words/s from launch (median) and 9.2 CPU-s
@@ -111,7 +111,7 @@ class WorkerWarmup:
         self.modules = modules
         self.plain = plain
         self.slots = max(1, int(spark.sparkContext.defaultParallelism))
-        if plain:
+        if plain and str(spark.sparkContext.master).startswith("local"):
             self.slots = min(self.slots, os.cpu_count() or 1)
         self.seconds: float | None = None  # the slowest task's import time, once done
         self.pids: frozenset[int] = frozenset()  # the warmed workers' process ids, once done
