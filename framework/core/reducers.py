@@ -131,12 +131,11 @@ class _Tallying(Reducer):
         """The subtotal of one payload."""
         raise NotImplementedError
 
-    def start(self, value: Any) -> Any:
+    def start(self, value: Any) -> Subtotal:
         return value if type(value) is Subtotal else self.lift(value)
 
     def __call__(self, a: Any, b: Any) -> Subtotal:
-        a = a if type(a) is Subtotal else self.lift(a)
-        b = b if type(b) is Subtotal else self.lift(b)
+        a, b = self.start(a), self.start(b)
         return Subtotal(a.count + b.count, a.total + b.total)
 
 
@@ -152,7 +151,7 @@ class Tally(_Tallying):
         return Subtotal(1)
 
     def finish(self, value: Any) -> Any:
-        return (value if type(value) is Subtotal else self.lift(value)).count
+        return self.start(value).count
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +164,7 @@ class Mean(_Tallying):
         return Subtotal(1, value if self.field is None else value[self.field])
 
     def finish(self, value: Any) -> Any:
-        subtotal = value if type(value) is Subtotal else self.lift(value)
+        subtotal = self.start(value)
         return subtotal.total / subtotal.count
 
 

@@ -77,7 +77,7 @@ class RollingAggregator(WindowAggregator):
         out: list[Record] = []
         keys = self._due.get(0, {})
         op_id, append, step = self.op_id, out.append, self.aggregation.step
-        finish = self.aggregation.finish
+        finish = self.aggregation.finisher()
         for key in list(keys):
             bucket = self._buckets[key]
             # Step 1
@@ -100,7 +100,8 @@ class RollingAggregator(WindowAggregator):
                         self.without_output += 1
                 else:
                     acc = self.aggregation.carry(acc, (value,))
-                    append(Record(meta.child(op_id, 0), KeyValue(key, finish(acc))))
+                    shown = acc if finish is None else finish(acc)
+                    append(Record(meta.child(op_id, 0), KeyValue(key, shown)))
                 last = at
             assert last is not None
             if acc is NO_VALUE:  # a step deleted the key's value (a table's None)
