@@ -54,13 +54,21 @@ def _compose() -> dict[str, Any]:
 
 
 def _image_env() -> dict[str, str]:
-    """The ``ENV`` lines of the Dockerfile: every container of the image has them."""
+    """The ``ENV`` lines of the Dockerfile: every container of the image has them. Not
+    ``PATH`` (the image's virtualenv first: here this interpreter's, `_entrypoint`) nor
+    the build's ``DEBIAN_FRONTEND``."""
     env: dict[str, str] = {}
     for line in (ROOT / "Dockerfile").read_text().splitlines():
         if line.startswith("ENV "):
             key, _, value = line[4:].strip().partition("=")
-            env[key] = value
+            if key not in ("PATH", "DEBIAN_FRONTEND"):
+                env[key] = value
     return env
+
+
+def _interpolated(value: str) -> str:
+    """``${NAME:-default}`` as compose fills it in from the environment it runs in."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: os.environ.get(m[1]) or m[2], value)
 
 
 @dataclass(frozen=True)
@@ -154,7 +162,7 @@ def _components(stack: Settings, volumes: Path, logs: Path) -> tuple[dict[str, C
     components = {}
     for name in FLAMEPIPE_SERVICES:
         service = services[name]
-        env = {k: network.value(str(v)) for k, v in service["environment"].items()}
+        env = {k: network.value(_interpolated(str(v))) for k, v in service["environment"].items()}
         argv = _entrypoint(service) + network.argv(
             [str(a) for a in service.get("command", [])], flag_ports
         )

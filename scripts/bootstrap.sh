@@ -40,6 +40,34 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
   fi
 fi
 
+# Only the tests need containers (integration_tests/test_compose_containers.py runs
+# docker-compose.yml on Podman; the images build from a Debian base made by mmdebstrap).
+podman_pkgs=(podman runc netavark aardvark-dns slirp4netns uidmap catatonit fuse-overlayfs
+  mmdebstrap docker-compose)
+if ! { command -v podman && command -v docker-compose && command -v mmdebstrap; } >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing podman, docker-compose and mmdebstrap with apt-get (for the container tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${podman_pkgs[@]}" >/dev/null
+  else
+    say "no podman/docker-compose/mmdebstrap: the container tests will fail until ${podman_pkgs[*]} are installed"
+  fi
+fi
+# Root Podman asks for more open files than some sandboxes allow, and crun refuses some
+# cgroup layouts: runc and explicit limits work everywhere this was tried.
+conf=/etc/containers/containers.conf
+if [ "$(id -u)" = 0 ] && command -v podman >/dev/null 2>&1 && [ ! -e "$conf" ]; then
+  say "writing $conf (runc, open-file and process limits for containers)"
+  mkdir -p /etc/containers
+  cat > "$conf" <<'CONF'
+# Written by flamepipe's scripts/bootstrap.sh
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+
+[engine]
+runtime = "runc"
+CONF
+fi
+
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   say "creating .venv"
