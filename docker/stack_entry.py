@@ -6,7 +6,8 @@ the environment as the official images are, so docker-compose.yml's settings for
     python stack_entry.py kafka       # KAFKA_* variables: KAFKA_LOG_DIRS -> log.dirs
 
 ZooKeeper runs from pyspark's bundled jars, Kafka from the broker bundle flamepipe fetches
-(`framework.local.jars`), both with the image's Java. The process replaces this one
+(`framework.local.jars` puts it in ``jars/kafka-broker-<hash>`` of its cache), both with
+the image's Java; flamepipe itself is not in this image. The process replaces this one
 (``exec``), so a container's signals and exit code are the server's own.
 """
 
@@ -63,14 +64,14 @@ def kafka_properties(env: dict[str, str]) -> dict[str, str]:
 
 
 def kafka() -> None:
-    from framework.local.jars import jar_bundle
-
     props = kafka_properties(dict(os.environ))
     log_dirs = props.setdefault("log.dirs", "/var/lib/kafka/data")
     path = Path("/tmp/server.properties")
     path.write_text("".join(f"{key}={value}\n" for key, value in sorted(props.items())))
     cache = Path(os.environ.get("FLAMEPIPE_CACHE_DIR", "/opt/flamepipe/cache"))
-    classpath = ":".join(str(j) for j in jar_bundle("kafka-broker", cache, quiet=True))
+    # The bundle's directory as `framework.local.jars` lays it out (the image has one).
+    [bundle] = (cache / "jars").glob("kafka-broker-*")
+    classpath = ":".join(str(j) for j in sorted(bundle.glob("*.jar")))
     heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xmx512m").split()
     jvm = [_java(), *heap, "-cp", classpath]
     first_dir = Path(log_dirs.split(",")[0])

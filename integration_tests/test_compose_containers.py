@@ -113,9 +113,15 @@ def test_compose_is_exactly_once_through_kill_9_of_every_component(
     try:
         seen = _await_progress(0, "the start")
         for victim in VICTIMS:
+            killed = time.monotonic()
             took = deployed.kill9(victim)
-            _log.info("%s killed and restarted in %.1f s", victim, took)
             seen = _await_progress(seen, f"kill -9 of {victim}")
+            _log.info(
+                "%s killed: restarted in %.1f s, new output %.1f s after the kill",
+                victim,
+                took,
+                time.monotonic() - killed,
+            )
     finally:
         lines.stop.set()
         lines.join(180)

@@ -82,19 +82,20 @@ def base_image(log: Path) -> None:
 
 
 def build_context(log: Path) -> None:
-    """Step 2."""
+    """Step 2: the dependencies and the build backend as wheels (not flamepipe itself: the
+    image builds it from the checkout, so the dependencies' layer stays cached)."""
     wheels = ROOT / "docker" / "wheels"
-    for old in wheels.glob("*.whl"):
-        old.unlink()
     frozen = run([sys.executable, "-m", "pip", "freeze", "--exclude-editable"], log)
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
         constraints.write(frozen)
         constraints.flush()
         run(
             [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(wheels),
-             "-c", constraints.name, f"{ROOT}[rocksdb]"],
+             "-c", constraints.name, f"{ROOT}[rocksdb]", "setuptools", "wheel"],
             log,
         )  # fmt: skip
+    for own in wheels.glob("flamepipe-*.whl"):
+        own.unlink()
     cache = Settings.load().cache_dir
     jars = ROOT / "docker" / "cache" / "jars"
     shutil.rmtree(jars, ignore_errors=True)
