@@ -191,6 +191,8 @@ def breakdown(args: Any) -> None:
             started_ms = time.time_ns() // 1_000_000
             produce(bootstrap, source, text.lines(args.rate * args.seconds, seed=5), args.rate)
             time.sleep(3)
+            for barrier in run.barriers():
+                print(f"barrier {barrier.sink_node}: {barrier.stats.timings()}")
         finally:
             stop.set()
             watcher.join()

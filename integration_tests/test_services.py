@@ -21,7 +21,6 @@ from framework.acker import AckerService
 from framework.barrier import BarrierService
 from framework.barrier.speculation import Speculation
 from framework.cli.consume import consume_main
-from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, BundleHeader, Heartbeat
 from framework.core.meta import Meta
 from framework.core.time import GlobalTime
@@ -270,7 +269,8 @@ SINK_NODE = "9-sink"
 @dataclass
 class Stage:
     """The last stage, played by hand: items to the pre-barrier topic in frames of up to
-    three (so frames mix slots), then their sent-acks."""
+    three (so frames mix slots). Items for a sink are not acked: their write is their
+    receipt. ``node`` acks the stage's own input in the tests that need it."""
 
     app: str
     producer: Producer
@@ -284,7 +284,6 @@ class Stage:
         encode = sink.encode if sink is not None else lambda text: (None, text.encode())
         topic = sink.topic if sink is not None else f"{self.app}.out"
         barriers = sink.barriers if sink is not None else 1
-        acks: dict[int, list[Ack]] = {}
         pre = Topics(self.app).pre(SINK_NODE)
         for first in range(0, len(items), per_frame):
             frames: dict[int, FrameBuilder] = {}  # per barrier instance, as a stage routes
@@ -295,14 +294,11 @@ class Stage:
                 to = barrier_instance(key, meta, sink.partitions, barriers) if sink else 0
                 signed = signed_item(meta, key, value, topic)
                 frames.setdefault(to, FrameBuilder(keyed=False)).add(meta, ack, signed)
-                slot = meta.gt.slot
-                acks.setdefault(shard_of(slot, SHARDS), []).append(Ack(SEGMENT, slot, ack))
             for partition, frame in frames.items():
                 for value in frame.frames():
                     record = OutRecord(pre, partition, None, value, FRAME_HEADERS)
                     produce_record(self.producer, record)
         self.producer.flush(TIMEOUT)
-        self.node.batch(acks)
 
 
 @dataclass
@@ -432,6 +428,31 @@ def test_barrier_releases_bundles_past_min_time_in_meta_order(rig: Rig) -> None:
     assert read_headers(rig.bootstrap, rig.sink.topic) == [(0, 2), (1, 1)]
 
 
+@pytest.mark.parametrize("retracts", [True, False], ids=["per-item", "per-slot"])
+def test_a_min_time_waits_until_the_frames_committed_before_it_are_read(
+    rig: Rig, retracts: bool
+) -> None:
+    """Nothing is acked on receipt, so min time 11 comes while most of slot 10's frames
+    are unread (the barrier takes one frame a step): it must wait for them (the fence),
+    not release slot 10 without them and then meet them after GT_last."""
+    items = [(meta(10, i), f"v{i}") for i in range(120)]
+    with rig.barrier(max_batch=1, retracts=retracts) as barrier:
+        barrier.wait_ready()
+        take = barrier._take
+
+        def slow_take(msg: Any) -> None:  # 120 frames take >= 0.6 s, min time ~0.05 s
+            time.sleep(0.005)
+            take(msg)
+
+        barrier._take = slow_take  # type: ignore[method-assign]
+        rig.stage.send(items, per_frame=1)
+        rig.heartbeat(11)
+        wait_until(lambda: barrier.released_through() >= 11, "release through 11")
+        assert barrier.stats.fence_waits >= 1  # the min time came before the frames were read
+        assert barrier.stats.records_in == 120
+    assert sorted(read_output(rig.bootstrap, rig.sink.topic)) == sorted(v for _, v in items)
+
+
 def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -441,7 +462,7 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
         lambda: (
             (crashing.stats.items_in == 5 and crashing.stats.commits >= 1) or not crashing.running
         ),
-        "receipt",
+        "the frames and a positions commit",
     )
     crashing.check()
 
@@ -462,7 +483,7 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
     ):
         (first,) = bundles(out, 1)
         assert (first.header.seq, values(first)) == (0, ["a", "b"])
-        rig.heartbeat(12)  # reaches 12 only if no receipt was acked twice
+        rig.heartbeat(12)
         (second,) = bundles(out, 1)
         assert (second.header.seq, values(second)) == (1, ["d"])
         assert rig.view.min_time(SEGMENT) == 12
@@ -573,14 +594,13 @@ def test_a_sink_no_grouping_precedes_is_released_per_slot_exactly_once_through_a
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The per-slot barrier (`framework.barrier.blocks`): a release that dies before its
-    commit shows nothing and comes once after the restart, whose receipts are not acked
-    twice; a restart resumes GT_last and seq and drops replays; a tombstone stops it."""
+    commit shows nothing and comes once after the restart; a restart resumes GT_last and
+    seq and drops replays; a tombstone stops it."""
     rig.stage.send(FINAL)
     spec = Speculation(min_pending=0)
     crashing = rig.barrier(retracts=False, speculation=spec).start()
     wait_until(lambda: crashing.stats.items_in == 4 or not crashing.running, "the frames")
     wait_until(lambda: crashing.stats.ahead == 3 or not crashing.running, "written ahead")
-    wait_until(lambda: crashing.stats.commits >= 1 or not crashing.running, "the receipts")
     crashing.check()
 
     def crash(self: TransactionalProducer) -> None:
@@ -601,7 +621,7 @@ def test_a_sink_no_grouping_precedes_is_released_per_slot_exactly_once_through_a
         (first,) = bundles(out, 1)
         assert (first.header.seq, values(first)) == (0, ["a", "b"])
         assert first.header.gt_last == GlobalTime.slot_end(10)
-        rig.heartbeat(13)  # reaches 13 only if no receipt was acked twice
+        rig.heartbeat(13)
         (second,) = bundles(out, 1)
         assert (second.header.seq, values(second)) == (1, ["d", "e"])
         assert barrier.stats.items_in == 4 and barrier.stats.items_released == 4
@@ -614,8 +634,8 @@ def test_a_sink_no_grouping_precedes_is_released_per_slot_exactly_once_through_a
             ),
             "the positions past the release",
         )
-        offset, mark = committed_mark(rig) or (None, None)
-        assert (offset, mark and mark.acked) == (2, 2)  # P_rel and P_ack past both frames
+        offset, _ = committed_mark(rig) or (None, None)
+        assert offset == 2  # P_rel past both frames
     barrier = rig.barrier(retracts=False).start()
     try:
         barrier.wait_ready()
@@ -660,19 +680,16 @@ def test_at_least_once_mode_writes_verifiable_bundles(rig: Rig) -> None:
         assert (again.next_seq, again.gt_last) == (2, GlobalTime.slot_end(11))
 
 
-def test_an_at_least_once_barrier_killed_before_its_positions_acks_each_item_once(
+def test_an_at_least_once_barrier_killed_before_its_positions_reads_its_frames_again(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At least once, a barrier that dies after producing its output and receipt acks but
-    before committing its positions reads the same frames again after the restart: their
-    receipts must count once (an XOR applied twice re-opens its slot, and min time would
-    wait for it forever; the receipts and positions once went out separately, and this
-    stopped at min time 10)."""
+    """At least once, a barrier that dies before committing its positions reads the same
+    frames again after the restart and releases them once min time passes them."""
 
     def crash(self: TransactionalProducer) -> None:
         raise PipelineError("simulated crash before the positions")
 
-    # The receipts are produced (and the output), the positions never committed.
+    # The positions are never committed.
     monkeypatch.setattr(TransactionalProducer, "commit", crash)
     rig.stage.send(FIRST)
     crashing = rig.barrier(exactly_once=False).start()

@@ -111,10 +111,9 @@ class SlotBuffer:
         """Sequence number of the next non-empty bundle."""
         return self._next_seq
 
-    def take(self, rows: Sequence[Any], acks: dict[int, int] | None, where: str) -> GlobalTime:
+    def take(self, rows: Sequence[Any], where: str) -> GlobalTime:
         """Buffer the rows of a pre-barrier frame (`framework.wire.frames`, not keyed),
-        each an output record signed by the last stage; XOR each item's ack into ``acks``
-        by slot, if given (replays too: their acks were not sent). Returns the latest
+        each an output record signed by the last stage. Returns the latest
         item's time. `ProtocolViolation` for a tombstone, a payload that is no signed
         output record, or (strict) an item after a release passed its slot."""
         if not rows:
@@ -124,9 +123,7 @@ class SlotBuffer:
         crc32 = zlib.crc32
         taken = 0
         try:
-            for s, f, o, _c, _t, b, a, (key, value, meta_bytes, mac) in rows:
-                if acks is not None:
-                    acks[s] = acks.get(s, 0) ^ a
+            for s, f, o, _c, _t, b, _a, (key, value, meta_bytes, mac) in rows:
                 if s <= floor and self._replayed(GlobalTime(s, f, o)):
                     continue
                 if b or type(value) is not bytes:

@@ -1,49 +1,60 @@
-"""The barrier service of one sink: buffers, acks receipt, releases bundles by min time.
+"""The barrier service of one sink: buffers, reads to the committed end, releases by min time.
 
 It reads ``<app>.<sink>.pre`` (read_committed, every partition; each record a frame of
-items, `framework.wire.frames`), acks each item into the sink's segment as received,
-buffers it in the core `Barrier` and, whenever the min time of
-that segment grows, writes the released bundle to the sink's topic (format:
-`framework.wire.bundles`). Receipt acks must not wait for a bundle (the min time that
-releases a bundle needs them), so every round with new records commits too.
+items, `framework.wire.frames`), buffers each item in the core `Barrier` and, whenever the
+min time of the sink's segment grows, writes the released bundle to the sink's topic
+(format: `framework.wire.bundles`).
 
-Positions (docs/decisions/barrier-positions.md): with every commit that carries receipt
-acks, and at least every ``checkpoint_s``, per pre-barrier partition, the group offset is
-``P_rel`` and the metadata holds ``P_ack``, the node time and ``GT_last``
-(`framework.wire.positions`). A commit of a bundle alone skips them: the bundle's
-header holds ``GT_last`` and ``seq``, and no ``P_ack`` moved. Start-up protocol:
+Nothing is acked on receipt. The stage that writes a frame commits it in the transaction
+that acks its own input, and does not ack the frame's items as sent, so the acker counts a
+frame as received the moment its transaction commits (docs/decisions/barrier-positions.md,
+"A frame counts as received when it is committed"). A min time ``M`` of the sink's segment
+therefore promises only that every frame with an item below ``M`` is *committed*, not that
+this barrier has read it. Release protocol:
 
-1. Start the writers: transactional producers (one for bundles, one for receipt acks and
-   positions) fence any older barrier of this sink and abort its open transactions.
+1. On a min time ``M`` greater than the last one applied, ask the broker for the end
+   ``L`` (high watermark) of the pre-barrier partition. ``M`` was published after every
+   transaction with a frame below it committed, so after the frame was appended, and
+   ``L`` is asked for after ``M`` was seen: every such frame is below ``L``.
+2. Go on reading; once the consumer's position reaches ``L`` (read_committed, it passes
+   an offset only once its transaction has ended; librdkafka's position moves past
+   transaction markers and aborted records too), apply ``M``: release the bundle.
+3. A later min time waits for its own ``L``; one seen while a fence is pending is asked for
+   after that fence is applied.
+
+Positions (docs/decisions/barrier-positions.md): at least every ``checkpoint_s`` and with
+bundles when due, per pre-barrier partition, the group offset is ``P_rel`` and the
+metadata holds ``GT_last`` (`framework.wire.positions`). Start-up protocol:
+
+1. Start the writers: transactional producers (one for bundles, one for positions) fence
+   any older barrier of this sink and abort its open transactions.
 2. Read the committed positions and their metadata.
 3. Read the last bundle header of every partition of the sink's bundle topic
    (read_committed; FlameStream fault tolerance: "the consumer returns the last bundle").
 4. Resume: ``GT_last`` is the later of the metadata's and the header's, the next bundle
-   follows the header's ``seq``; the node time continues past the metadata's.
-5. Seek every pre-barrier partition to ``P_rel``; records below ``P_ack`` are buffered
-   again but not acked again, items at or before ``GT_last`` are dropped as replays.
+   follows the header's ``seq``.
+5. Seek every pre-barrier partition to ``P_rel``; items at or before ``GT_last`` are
+   dropped as replays. The release protocol's fence makes a restarted barrier read again
+   everything committed before the first min time it applies.
 
 A sink with several barrier instances (`connectors.KafkaSink` ``barriers``) runs this
 service once per instance: instance ``k`` reads pre-barrier partition ``k``, writes the
 output partitions it owns (`framework.wire.bundles.owned_partitions`) under transactional
-ids of its own, acks as a node of its own, and commits its positions in the barrier's
-group. Step 3 reads the last headers of its own partitions only; they must agree (one
-writer made them), or the output topic was written with another instance count and the
-start fails.
+ids of its own, and commits its positions in the barrier's group. Step 3 reads the last
+headers of its own partitions only; they must agree (one writer made them), or the output
+topic was written with another instance count and the start fails.
 
-Positions are per record, so per frame: a frame is acked whole (all its items in one
-transaction) and is needed until its latest item is at or before ``GT_last``.
+Positions are per record, so per frame: a frame is needed until its latest item is at or
+before ``GT_last``.
 
 Exactly once into a sink no tombstone can reach (`Graph.retracts`), items are kept per slot
 as the output records they become and written ahead in blocks (`framework.barrier.blocks`);
 into any other, each item is matched against its tombstones (`framework.core.barrier`).
 Either way, bundles have a transaction of their own that takes items as they arrive,
-ahead of their release (`framework.barrier.speculation`); receipt acks cannot wait in it
-(the min time that releases it needs them), so they and the positions commit in a second
-transaction, except in a round that releases a bundle: then they commit with it. At
-least once, a release produces the bundle without a transaction, then commits the receipt
-acks and the positions in one (`PlainWriter`: a receipt acked twice would re-open its
-slot, so only the output may come twice).
+ahead of their release (`framework.barrier.speculation`); positions commit in it when a
+bundle is released, else in a second transaction. At least once, a release produces the
+bundle without a transaction, then commits the positions (`PlainWriter`: only the output
+may come twice).
 """
 
 from __future__ import annotations
@@ -61,12 +72,10 @@ from framework.barrier.stats import BarrierStats
 from framework.barrier.writer import (
     OutputWriter,
     PlainWriter,
-    ReceiptSender,
     TransactionalWriter,
 )
 from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph
-from framework.core.ids import service_node_id
 from framework.core.meta import Record
 from framework.core.time import GlobalTime
 from framework.errors import (
@@ -76,7 +85,7 @@ from framework.errors import (
     PipelineError,
     ProtocolViolation,
 )
-from framework.kafka.admin import partition_count
+from framework.kafka.admin import end_offsets, partition_count
 from framework.kafka.clients import (
     assign,
     authentic_message,
@@ -177,17 +186,15 @@ class BarrierService(Service):
         # and node ids are per instance (instance 0 keeps the names of a single barrier).
         self.group = f"{app}.{sink_node}.barrier"
         self.transactional_id = self.group + (f".{instance}" if instance else "")
-        named = (str(instance),) if instance else ()
-        self.node = service_node_id(app, sink_node, "barrier", *named)
-        self._receipts = ReceiptSender(self.topics.acks, self.node, segment, shards)
         self.stats = BarrierStats()
         self._view = view
         self._own_view = view is None
         self._segments = tuple(segments)
         self._barrier = Barrier()
         self._ledgers: dict[int, PartitionLedger] = {}
-        self._acks: dict[int, int] = {}
-        self._node_time = 0
+        # (min time, the end offset to read to, when the min time was seen)
+        self._fence: tuple[int, int, float] | None = None
+        self._releasable = 0  # the latest min time whose fence is passed
         self._min_seen = 0
         self._released = 0
         self._out_partitions = 1
@@ -284,9 +291,7 @@ class BarrierService(Service):
             else:
                 self._bundles = bundles
         else:
-            self._writer = PlainWriter(
-                self.bootstrap, consumer, self.transactional_id, self.topics.acks
-            )
+            self._writer = PlainWriter(self.bootstrap, consumer, self.transactional_id)
         self._writer.open()
         producers = time.monotonic()
         # Step 2
@@ -315,11 +320,10 @@ class BarrierService(Service):
             self._slots = self._blocks.buffer = SlotBuffer(
                 self._out_partitions, max(gts) if gts else None, next_seq, strict=True
             )
-        self._node_time = max((mark.node_time for _, mark in marks.values()), default=0)
         # Step 5
         p = self.instance
-        start, mark = marks.get(p, (None, BarrierMark(0, 0, None)))
-        self._ledgers[p] = PartitionLedger(start or 0, mark.acked)
+        start, _ = marks.get(p, (None, BarrierMark(None)))
+        self._ledgers[p] = PartitionLedger(start or 0)
         starts: dict[int, int | None] = {p: start}
         assign(consumer, self.pre, starts)
         if self._view is None:
@@ -369,20 +373,20 @@ class BarrierService(Service):
             )
         self._view.check()
         bundle: Bundle | SlotBundle | None = None
-        min_time = self._view.min_time(self.segment)
+        min_time = self._fenced(self._view.min_time(self.segment))
         seen_at = time.monotonic()
         for writer in (self._bundles, self._blocks):
             if writer is not None:
                 writer.expire()
-        if min_time > self._min_seen and not self.replaying and not self._held(min_time):
+        if min_time > self._min_seen and not self._held(min_time):
             self._min_seen = min_time
             buffer = self._buffer()
             before = buffer.gt_last
             bundle = buffer.on_min_time(min_time)
             self._dirty = self._dirty or buffer.gt_last != before
         overdue = time.monotonic() - self._last_commit > self.checkpoint_s
-        if self._acks or bundle is not None or (self._dirty and overdue):
-            self._commit(bundle, positions=bool(self._acks) or overdue)
+        if bundle is not None or (self._dirty and overdue):
+            self._commit(bundle, positions=overdue)
             if isinstance(bundle, SlotBundle):
                 self.stats.release_s.append(time.monotonic() - seen_at)
                 self.stats.note_slot_latencies(bundle.slots, self.delta_ms)
@@ -399,11 +403,58 @@ class BarrierService(Service):
         bundles = self._bundles
         return bundles is not None and bundles.holds(min_time, self._barrier)
 
+    def _fenced(self, seen: int) -> int:
+        """The latest min time that may be applied now (the release protocol, steps 1-3):
+        one seen before everything then committed was read."""
+        fence = self._fence
+        if fence is not None and self._read_to() >= fence[1]:
+            self._pass(fence)
+            fence = None
+        if fence is None and seen > max(self._min_seen, self._releasable):
+            # Step 1
+            began = time.monotonic()
+            fence = self._fence = (seen, self._log_end(), began)
+            self.stats.end_s.append(time.monotonic() - began)
+            # Step 2: mostly read already (the barrier polls while the acker works)
+            if self._read_to() >= fence[1]:
+                self._pass(fence)
+            else:
+                self.stats.fence_waits += 1
+        # Step 3
+        return max(self._min_seen, self._releasable)
+
+    def _pass(self, fence: tuple[int, int, float]) -> None:
+        self._releasable = max(self._releasable, fence[0])
+        self._fence = None
+        self.stats.fence_s.append(time.monotonic() - fence[2])
+
+    def _log_end(self) -> int:
+        """The pre-barrier partition's end (high watermark), asked of the broker now.
+
+        Not the last stable offset: a transaction's markers reach its partitions one by
+        one, so the acks of a committed frame may be visible (and min time past it)
+        while its own partition still shows it as open. Every frame below min time was
+        appended before min time was published, so below the end asked for after it;
+        reading up to that end waits for whatever transactions were open there. Asked
+        through the admin client: the consumer's own connection is held by its waiting
+        fetch (up to ``fetch.wait.max.ms``, measured 500 ms on an idle partition).
+        """
+        ends = end_offsets(self.bootstrap, self.pre, partitions=self.sink.barriers)
+        return ends[self.instance]
+
+    def _read_to(self) -> int:
+        """The offset up to which the pre-barrier partition is read: the consumer's
+        position (past markers and aborted records), at least the ledger's."""
+        assert self._consumer is not None
+        own = self._ledgers[self.instance].position
+        (tp,) = self._consumer.position([TopicPartition(self.pre, self.instance)])
+        return max(own, tp.offset)
+
     @property
-    def replaying(self) -> bool:
-        """Whether records acked before the restart are still being read again (no release
-        happens until they are)."""
-        return any(ledger.replaying for ledger in self._ledgers.values())
+    def catching_up(self) -> bool:
+        """Whether a min time waits for the barrier to read what was committed before it
+        (after a restart: the records read again)."""
+        return self._fence is not None
 
     @property
     def replays_dropped(self) -> int:
@@ -422,18 +473,16 @@ class BarrierService(Service):
             self.stats.refused += 1
             return
         at = f"{self.pre}[{partition}]@{offset}"
-        acking = ledger.needs_ack(offset)
         if self._slots is not None:
             keyed, rows = frame_rows(msg.headers(), msg.value(), at)
             if keyed:
                 raise ProtocolViolation(f"{at}: a keyed frame on a pre-barrier topic")
-            ledger.read(offset, self._slots.take(rows, self._acks if acking else None, at))
+            ledger.read(offset, self._slots.take(rows, at))
             self.stats.records_in += 1
             self.stats.items_in += len(rows)
             self._dirty = True
             return
         items = read_items(msg.headers(), msg.value(), at)
-        acks = self._acks
         barrier = self._barrier
         push = barrier.push
         bundles = self._bundles
@@ -441,11 +490,8 @@ class BarrierService(Service):
         admit = bundles.speculation.admit if speculating and bundles is not None else None
         ahead: list[Record] = []  # written ahead once per frame: one client loop, not n calls
         latest = items[0][0].gt
-        for meta, ack, payload in items:  # one pass: this runs once per output item
-            gt = meta.gt
-            latest = max(latest, gt)
-            if acking:
-                acks[gt.slot] = acks.get(gt.slot, 0) ^ ack
+        for meta, _ack, payload in items:  # one pass: this runs once per output item
+            latest = max(latest, meta.gt)
             record = _new(Record, (meta, payload))
             change = push(record)
             if admit is not None:
@@ -465,34 +511,24 @@ class BarrierService(Service):
         self._dirty = True
 
     def _commit(self, bundle: Bundle | SlotBundle | None, positions: bool = True) -> None:
-        """Write a bundle, the receipt acks and the positions.
+        """Write a bundle and the positions.
 
-        1. The receipt acks since the last commit: one ack batch per shard, closed by the
-           next node time of this barrier (every shard gets one, as from any sender).
-        2. Per pre-barrier partition ``P_rel`` with ``P_ack``, node time, ``GT_last`` --
-           unless ``positions`` is false: a bundle without receipt acks needs none (its
-           header carries ``GT_last`` and ``seq``, which a restart reads back, and no
-           ``P_ack`` moved), so the write that releases output skips the two round trips
-           of committing offsets in a transaction. They follow within ``checkpoint_s``.
-        3. Exactly once, release the bundle in its own transaction (`BundleWriter.release`),
-           which takes the acks and positions of steps 1-2 too: one commit per round
-           instead of two (a round of a steady flow: 7 ms for the bundle, 8 for the
-           receipts; the receipts of the next frames wait for both). At least once, take
-           the bundle's records: items, then a header on every output partition.
-        4. Write the rest, if any, at once (`OutputWriter.write`: one transaction when
+        1. Per pre-barrier partition ``P_rel`` with ``GT_last`` as its metadata -- unless
+           ``positions`` is false: a bundle's header carries ``GT_last`` and ``seq``, which
+           a restart reads back, so the write that releases output skips the two round
+           trips of committing offsets in a transaction. They follow within
+           ``checkpoint_s``.
+        2. Exactly once, release the bundle in its own transaction (`BundleWriter.release`),
+           which takes the positions of step 1 too. At least once, take the bundle's
+           records: items, then a header on every output partition.
+        3. Write the rest, if any, at once (`OutputWriter.write`: one transaction when
            exactly once).
-        5. Only then take the acks as sent and the positions as committed.
+        4. Only then take the positions as committed.
         """
         assert self._writer is not None
         began = time.monotonic()
         records: list[OutRecord] = []
         # Step 1
-        node_time = self._node_time
-        acks = {slot: value for slot, value in self._acks.items() if value}
-        if acks:
-            node_time = max(node_time + 1, time.time_ns() // 1000)
-            records.extend(self._receipts.records(acks, node_time))
-        # Step 2
         gt_last = self._buffer().gt_last
         marks = signed_positions(
             self.group,
@@ -501,13 +537,13 @@ class BarrierService(Service):
                     self.pre,
                     p,
                     ledger.release_position(gt_last),
-                    metadata=ledger.mark(node_time, gt_last).encode(),
+                    metadata=BarrierMark(gt_last).encode(),
                 )
                 for p, ledger in self._ledgers.items()
                 if positions
             ],
         )
-        # Step 3
+        # Step 2
         # Crash tests kill the barrier here, between producing a bundle and committing it.
         crash = "barrier.bundle" if isinstance(bundle, Bundle) and bundle.records else None
         if isinstance(bundle, SlotBundle):
@@ -525,18 +561,14 @@ class BarrierService(Service):
             records, marks, crash = [], [], None
         elif bundle is not None:
             records[:0] = bundle_records(bundle, self.sink.topic, self._out_partitions, self._owned)
-        # Step 4
+        # Step 3
         if records or marks:
             started = time.monotonic()
             self._writer.write(records, marks, crash)
             self.stats.write_s.append(time.monotonic() - started)
             self.stats.commits += 1
-        # Step 5
-        self._acks = {}
-        self._node_time = node_time
+        # Step 4
         if positions:
-            for ledger in self._ledgers.values():
-                ledger.acked_all()
             self._dirty = False
             self._last_commit = time.monotonic()
         if bundle is not None:
@@ -546,10 +578,9 @@ class BarrierService(Service):
             )
         if _log.isEnabledFor(logging.DEBUG):
             _log.debug(
-                "%s: committed %s, receipts of %d slots, positions %s, in %.3f s",
+                "%s: committed %s, positions %s, in %.3f s",
                 self.name,
                 "no bundle" if bundle is None else f"bundle {bundle.seq}",
-                len(acks),
                 "yes" if positions else "no",
                 time.monotonic() - began,
             )

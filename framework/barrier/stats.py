@@ -28,6 +28,12 @@ class BarrierStats:
     ahead: int = 0
     holds: int = 0
     aborts: int = 0
+    # Min times that waited for the barrier to read what was committed before them; the
+    # seconds of asking for the committed end, and from seeing a min time to being free
+    # to apply it (the query plus any reading still to do).
+    fence_waits: int = 0
+    end_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
+    fence_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
     # Seconds from seeing a min time that releases a bundle to its write being done, and
     # of every write (bundle or not): the price of the write mode (transaction or not).
     release_s: deque[float] = field(default_factory=lambda: deque(maxlen=_RECENT))
@@ -69,7 +75,10 @@ class BarrierStats:
     def timings(self) -> str:
         """Recent release and write times, p50/p99 in ms, and what was written ahead (for
         status lines)."""
-        text = f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}"
+        text = (
+            f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}, "
+            f"fence {_p50_p99(self.fence_s)} (end query {_p50_p99(self.end_s)})"
+        )
         if self.ahead or self.aborts:
             text += f", ahead {self.ahead} items (held {self.holds}, aborted {self.aborts})"
         return text

@@ -1,4 +1,4 @@
-"""How the barrier makes its output, its receipt acks and its positions visible together.
+"""How the barrier makes its output and its positions visible together.
 
 `TransactionalWriter` (exactly once) puts them in one Kafka transaction under a stable
 transactional.id, so a restarted or zombie barrier is fenced and its open transaction
@@ -9,14 +9,12 @@ producer and commits the positions afterwards: a crash in between shows a bundle
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from framework import failpoints
-from framework.core.messages import Ack
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import KafkaClientError, PipelineError
 from framework.kafka.clients import (
@@ -26,29 +24,8 @@ from framework.kafka.clients import (
     produce_record,
 )
 from framework.kafka.transactions import TransactionalProducer
-from framework.wire.acks import shard_batches
-from framework.wire.records import OutRecord
 
-__all__ = ["OutputWriter", "PlainWriter", "ReceiptSender", "TransactionalWriter"]
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptSender:
-    """The barrier as a sender of acks: its node id, its segment, the acker's shards."""
-
-    topic: str
-    node: int
-    segment: str
-    shards: int
-
-    def records(self, acks: Mapping[int, int], node_time: int) -> list[OutRecord]:
-        """Receipt acks (slot -> XOR) as one ack batch per shard, each closed by this
-        node's ``node_time`` (every shard must see every node time of a sender)."""
-        batch = [Ack(self.segment, slot, value) for slot, value in sorted(acks.items())]
-        return [
-            OutRecord(self.topic, shard, None, value)
-            for shard, value in shard_batches(self.node, node_time, batch, self.shards)
-        ]
+__all__ = ["OutputWriter", "PlainWriter", "TransactionalWriter"]
 
 
 class OutputWriter(ABC):
@@ -143,30 +120,21 @@ class TransactionalWriter(OutputWriter):
 
 class PlainWriter(OutputWriter):
     """At least once: the output produced and flushed without a transaction, then the
-    receipt acks and the positions in one transaction.
-
-    The receipts must not come twice: a barrier that dies between its output and its
-    positions reads the same frames again after a restart, and a receipt applied twice
-    re-opens its slot at the acker (XOR), so min time would wait for it forever. In one
-    transaction with the positions, a receipt is committed exactly when its frame's
-    ``P_ack`` is (and on every acker shard at once); only the output may come twice.
+    positions in a transaction (under the barrier's transactional id, which fences an older
+    barrier). A barrier that dies between the two writes its output again after a restart:
+    only the output may come twice.
     """
 
-    def __init__(
-        self, bootstrap: str, consumer: Consumer, transactional_id: str, acks_topic: str
-    ) -> None:
-        """Receipts are the records for ``acks_topic``, committed under
-        ``transactional_id`` (which fences an older barrier's receipts too)."""
+    def __init__(self, bootstrap: str, consumer: Consumer, transactional_id: str) -> None:
         super().__init__(bootstrap, consumer)
-        self.acks_topic = acks_topic
         self._producer: Producer | None = None
-        self._receipts = TransactionalWriter(bootstrap, consumer, transactional_id)
+        self._positions = TransactionalWriter(bootstrap, consumer, transactional_id)
 
     def open(self) -> None:
-        """Start an idempotent producer for the output and the receipts' transactional
+        """Start an idempotent producer for the output and the positions' transactional
         one (fencing an older barrier's)."""
         self._producer = new_producer(self.bootstrap, {"linger.ms": 0})
-        self._receipts.open()
+        self._positions.open()
 
     def write(
         self,
@@ -174,8 +142,7 @@ class PlainWriter(OutputWriter):
         positions: list[TopicPartition],
         failpoint: str | None = None,
     ) -> None:
-        """Produce and flush the output among ``records``, then commit the receipts among
-        them with ``positions`` in one transaction."""
+        """Produce and flush ``records``, then commit ``positions`` in a transaction."""
         producer = self._producer
         if producer is None:
             raise PipelineError("the at-least-once writer is not open")
@@ -185,20 +152,18 @@ class PlainWriter(OutputWriter):
             if error is not None:
                 failures.append(str(error))
 
-        receipts = [record for record in records if record.topic == self.acks_topic]
         for record in records:
-            if record.topic != self.acks_topic:
-                produce_record(producer, record, delivered)
+            produce_record(producer, record, delivered)
         producer.poll(0)
         if producer.flush(DEFAULT_TIMEOUT_S) > 0 or failures:
             raise KafkaClientError(f"at-least-once write failed: {failures or 'flush timed out'}")
         if failpoint is not None:  # crash tests: output written, positions not committed
             failpoints.hit(failpoint)
-        if receipts or positions:
-            self._receipts.write(receipts, positions)
+        if positions:
+            self._positions.write([], positions)
 
     def close(self) -> None:
         """Release the producers."""
         producer, self._producer = self._producer, None
         close_quietly(producer)
-        self._receipts.close()
+        self._positions.close()

@@ -12,11 +12,13 @@ transaction. Per task and batch:
    that starts with a grouping hands it the whole batch (`Grouping.push_batch`), then
    runs each of its outputs through the rest of the stage.
 3. Every output leaving the stage gets a fresh random ack value and is acked as sent into
-   the segment of the node it travels to; the outputs of the task to one partition of a
-   topic are written as a few frames. An item bound for a sink leaves as the sink's
-   output record (`Sink.encode_item`: a Kafka sink's key and value bytes with the item's
-   meta header and tag), so the barrier only moves bytes; a payload the sink cannot
-   encode is a dead letter here.
+   the segment of the node it travels to, except an item bound for a sink: the barrier
+   acks no receipt, the transaction that writes the item is its receipt (the barrier
+   reads to the committed end before it applies a min time, `framework.barrier.service`).
+   The outputs of the task to one partition of a topic are written as a few frames. An
+   item bound for a sink leaves as the sink's output record (`Sink.encode_item`: a Kafka
+   sink's key and value bytes with the item's meta header and tag), so the barrier only
+   moves bytes; a payload the sink cannot encode is a dead letter here.
    Items that reach a ``map_async`` node wait there until the batch has run through the
    stage; then their calls run together (`framework.core.calls`) and each output goes on
    from the node, in the items' order, until no item waits.
@@ -109,7 +111,9 @@ class _ExitRoute(NamedTuple):
     encode: Callable[[Meta, Any], Any] | None  # a sink's: the item as its output record
     encode_many: Callable[[list[Meta], list[Any]], list[Any]] | None  # the same, in bulk
     sink_partitions: int  # a sink's with several barriers: its topic's partition count
-    acked: bool  # False across a fused query's shuffle: the items never leave the batch
+    # False across a fused query's shuffle (the items never leave the batch) and into a
+    # sink (the commit that writes them is their receipt)
+    acked: bool
 
 
 class StageProgram:
@@ -197,7 +201,7 @@ class StageProgram:
             target.endpoint.encode_item if isinstance(target.endpoint, Sink) else None,
             target.endpoint.encode_items if isinstance(target.endpoint, Sink) else None,
             sink_partitions,
-            exit_.target != self.spec.fused_exit,
+            exit_.target != self.spec.fused_exit and exit_.kind is not ExitKind.SINK,
         )
 
     def _sink_partitions(self, sink: Sink) -> int:

@@ -1,20 +1,19 @@
-"""The barrier's positions on its pre-barrier topic: what is read, acked and still needed.
+"""The barrier's positions on its pre-barrier topic: what is read and what is still needed.
 
-Per partition the barrier keeps two offsets and commits both with every transaction:
-
-* ``P_rel``, the group offset: the lowest offset of a record the barrier may still need
-  (buffered, not yet released). A restarted barrier seeks there and buffers again.
-* ``P_ack``, in the offset's metadata: everything below it was acked as received. A
-  restarted barrier does not ack those records twice (an XOR acked twice re-opens its slot).
+Per partition the barrier commits ``P_rel``, the group offset: the lowest offset of a
+record the barrier may still need (buffered, not yet released). A restarted barrier seeks
+there and buffers again. Nothing is acked on receipt (a frame counts as received when the
+transaction that wrote it commits: docs/decisions/barrier-positions.md), so a record read
+twice costs a replay, never a stalled min time.
 
 A record is done once its global time is at or before ``GT_last``: it was released, or
 cancelled, or dropped as a replay. A record is a frame of items with several global times
 (`framework.wire.frames`): it is done once its latest item is, and the bookkeeping stays
-per offset, i.e. per frame (a frame is read, acked and needed whole).
+per offset, i.e. per frame (a frame is read and needed whole).
 
-``GT_last`` travels in the same metadata, so a restart never resumes with a ``GT_last``
-older than the one its ``P_rel`` was computed with; that would re-read a tombstone without
-the item it cancelled.
+``GT_last`` travels in the offset's metadata, so a restart never resumes with a
+``GT_last`` older than the one its ``P_rel`` was computed with; that would re-read a
+tombstone without the item it cancelled.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ __all__ = [
 ]
 
 _VERSION = "fp1"
+_BARRIER_VERSION = "fp2"  # fp1 barrier marks also held P_ack and a node time (receipt acks)
 
 
 def format_gt(gt: GlobalTime | None) -> str:
@@ -57,13 +57,11 @@ def parse_gt(text: str) -> GlobalTime | None:
 class BarrierMark:
     """What the barrier commits as the offset metadata of each pre-barrier partition."""
 
-    acked: int
-    node_time: int
     gt_last: GlobalTime | None
 
     def encode(self) -> str:
-        """``fp1 ack=<P_ack> nt=<node time> gt=<GT_last>``."""
-        return f"{_VERSION} ack={self.acked} nt={self.node_time} gt={format_gt(self.gt_last)}"
+        """``fp2 gt=<GT_last>``."""
+        return f"{_BARRIER_VERSION} gt={format_gt(self.gt_last)}"
 
     @classmethod
     def decode(cls, text: str, where: str) -> BarrierMark:
@@ -71,9 +69,9 @@ class BarrierMark:
         try:
             version, *fields = text.split(" ")
             values = dict(field.split("=", 1) for field in fields)
-            if version != _VERSION:
+            if version != _BARRIER_VERSION:
                 raise ValueError(f"version {version!r}")
-            return cls(int(values["ack"]), int(values["nt"]), parse_gt(values["gt"]))
+            return cls(parse_gt(values["gt"]))
         except (ValueError, KeyError, DecodeError) as exc:
             raise ProtocolViolation(
                 f"{where}: offset metadata {text!r} was not written by a flamepipe barrier "
@@ -172,26 +170,12 @@ class TaskCounts:
 class PartitionLedger:
     """Offsets of one pre-barrier partition (see the module docstring)."""
 
-    __slots__ = ("_held", "acked", "position")
+    __slots__ = ("_held", "position")
 
-    def __init__(self, start: int, acked: int) -> None:
-        """Resume reading at ``start`` (``P_rel``); records below ``acked`` were acked."""
+    def __init__(self, start: int) -> None:
+        """Resume reading at ``start`` (``P_rel``)."""
         self.position = start
-        self.acked = max(acked, start)
         self._held: deque[tuple[int, GlobalTime]] = deque()
-
-    @property
-    def replaying(self) -> bool:
-        """Whether records acked before a restart are still to be read again.
-
-        A min time may count on them (their receipt was acked), so it must not be applied
-        to the barrier before they are buffered again.
-        """
-        return self.position < self.acked
-
-    def needs_ack(self, offset: int) -> bool:
-        """Whether the record at ``offset`` has not been acked yet."""
-        return offset >= self.acked
 
     def read(self, offset: int, gt: GlobalTime) -> None:
         """Record that the record at ``offset`` was read; ``gt``: its latest item's time."""
@@ -206,10 +190,6 @@ class PartitionLedger:
             raise ProtocolViolation(f"offset {offset} read again (position {self.position})")
         self.position = offset + 1
 
-    def acked_all(self) -> None:
-        """Every record read so far is acked (its transaction committed)."""
-        self.acked = max(self.acked, self.position)
-
     def release_position(self, gt_last: GlobalTime | None) -> int:
         """``P_rel``: the lowest offset of a record after ``gt_last``, else the position.
 
@@ -221,7 +201,3 @@ class PartitionLedger:
             while held and held[0][1] <= gt_last:
                 held.popleft()
         return held[0][0] if held else self.position
-
-    def mark(self, node_time: int, gt_last: GlobalTime | None) -> BarrierMark:
-        """The metadata to commit with ``P_rel``, once every record read so far is acked."""
-        return BarrierMark(max(self.acked, self.position), node_time, gt_last)

@@ -35,10 +35,9 @@ def values(items: list[Any]) -> list[bytes]:
 
 def test_items_are_buffered_per_slot_and_released_in_slot_order() -> None:
     buffer = SlotBuffer(4)
-    acks: dict[int, int] = {}
-    latest = buffer.take([row(3, 0, ack=5), row(2, 1, ack=6), row(3, 2, ack=1)], acks, "t")
+    latest = buffer.take([row(3, 0, ack=5), row(2, 1, ack=6), row(3, 2, ack=1)], "t")
     assert latest == GlobalTime(3, 1, 2)
-    assert acks == {3: 5 ^ 1, 2: 6} and buffer.pending == 3 and buffer.frontier == 3
+    assert buffer.pending == 3 and buffer.frontier == 3
     assert not buffer.releasable(2) and buffer.releasable(3)
     bundle = buffer.on_min_time(4)
     assert bundle is not None
@@ -52,7 +51,7 @@ def test_items_are_buffered_per_slot_and_released_in_slot_order() -> None:
 
 def test_items_become_signed_output_records_on_their_partition() -> None:
     buffer = SlotBuffer(4)
-    buffer.take([row(1, key=b"word"), row(1, key=None, front=7)], None, "t")
+    buffer.take([row(1, key=b"word"), row(1, key=None, front=7)], "t")
     bundle = buffer.on_min_time(2)
     assert bundle is not None
     keyed, unkeyed = bundle.unwritten
@@ -63,15 +62,15 @@ def test_items_become_signed_output_records_on_their_partition() -> None:
 
 def test_the_open_transaction_holds_a_prefix_of_each_slot() -> None:
     buffer = SlotBuffer(1)
-    buffer.take([row(1, 0), row(2, 0), row(3, 0)], None, "t")
+    buffer.take([row(1, 0), row(2, 0), row(3, 0)], "t")
     written, top = buffer.unwritten(3)  # the frontier's items wait
     assert values(written) == [b"1:0", b"2:0"] and top == 2
     assert buffer.unwritten(3) == ([], -1)
-    buffer.take([row(1, 1), row(3, 1)], None, "t")
+    buffer.take([row(1, 1), row(3, 1)], "t")
     assert values(buffer.unwritten(3)[0]) == [b"1:1"]
     bundle = buffer.on_min_time(3)
     assert bundle is not None and bundle.items == 3 and bundle.unwritten == []
-    buffer.take([row(4, 0)], None, "t")
+    buffer.take([row(4, 0)], "t")
     assert values(buffer.unwritten(4)[0]) == [b"3:0", b"3:1"]
     buffer.forget_written()  # aborted: everything is to be written again
     assert values(buffer.unwritten(5)[0]) == [b"3:0", b"3:1", b"4:0"]
@@ -79,7 +78,7 @@ def test_the_open_transaction_holds_a_prefix_of_each_slot() -> None:
 
 def test_a_release_that_does_not_cover_the_open_transaction_is_refused() -> None:
     buffer = SlotBuffer(1)
-    buffer.take([row(1), row(5), row(6)], None, "t")
+    buffer.take([row(1), row(5), row(6)], "t")
     buffer.unwritten(6)
     with pytest.raises(ProtocolViolation, match="holds items of slot 5"):
         buffer.on_min_time(3)
@@ -89,17 +88,15 @@ def test_a_release_that_does_not_cover_the_open_transaction_is_refused() -> None
 def test_replays_are_dropped_and_a_late_item_stops_a_strict_buffer() -> None:
     restored = GlobalTime.slot_end(4)
     buffer = SlotBuffer(1, restored, 7, strict=True)
-    acks: dict[int, int] = {}
-    buffer.take([row(4, ack=3), row(5, ack=9)], acks, "t")
+    buffer.take([row(4, ack=3), row(5, ack=9)], "t")
     assert buffer.replays_dropped == 1 and buffer.pending == 1
-    assert acks == {4: 3, 5: 9}  # a replay's ack was not sent before either
     bundle = buffer.on_min_time(6)
     assert bundle is not None and bundle.seq == 7
     with pytest.raises(ProtocolViolation, match="after min time released"):
-        buffer.take([row(5, 1)], None, "t")
+        buffer.take([row(5, 1)], "t")
     lenient = SlotBuffer(1, restored)
     lenient.on_min_time(6)
-    lenient.take([row(5, 1)], None, "t")
+    lenient.take([row(5, 1)], "t")
     assert lenient.replays_dropped == 1
 
 
@@ -114,12 +111,12 @@ def test_replays_are_dropped_and_a_late_item_stops_a_strict_buffer() -> None:
 )
 def test_items_a_sink_without_groupings_cannot_get_are_refused(bad: Any, message: str) -> None:
     with pytest.raises(ProtocolViolation, match=message):
-        SlotBuffer(1).take([row(1), bad], None, "t")
+        SlotBuffer(1).take([row(1), bad], "t")
 
 
 def test_an_empty_frame_is_refused() -> None:
     with pytest.raises(ProtocolViolation, match="without items"):
-        SlotBuffer(1).take([], None, "t")
+        SlotBuffer(1).take([], "t")
 
 
 class _Run:
@@ -178,7 +175,7 @@ def test_each_item_is_committed_once_in_the_bundle_of_its_slot(seed: int, min_pe
             rows.append(row(slot, offset))
             sent[f"{slot}:{offset}".encode()] += 1
             offset += 1
-        run.buffer.take(rows, None, "t")
+        run.buffer.take(rows, "t")
         run.write_ahead()
         run.now += rng.choice([0.0, 0.05, 0.2])
         if rng.random() < 0.1 and run.spec.size:

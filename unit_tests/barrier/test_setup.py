@@ -6,7 +6,6 @@ import pytest
 
 from framework.barrier import BarrierService
 from framework.core.graph import Kind
-from framework.core.ids import service_node_id
 from framework.errors import PipelineError
 from framework.kafka.endpoints import KafkaSink, KafkaSource
 from framework.pipeline import Pipeline
@@ -22,7 +21,6 @@ def test_for_graph_finds_the_sinks_segment_topics_and_ids() -> None:
     barrier = BarrierService.for_graph("kafka:9092", graph, sink.id, 3)
     assert barrier.segment == graph.segments().of_node[sink.id] != graph.nodes[0].id
     assert (barrier.pre, barrier.group) == (f"shop.{sink.id}.pre", f"shop.{sink.id}.barrier")
-    assert barrier.node == service_node_id("shop", sink.id, "barrier") < 2**63
     assert barrier.sink.topic == "out" and barrier.shards == 3 and barrier.exactly_once
     assert not barrier.running and barrier.released_through() == 0
 
@@ -49,7 +47,6 @@ def test_barrier_instances_have_their_own_names_and_ids() -> None:
     # Instance 0 keeps a single barrier's names; every instance commits in one group.
     assert first.transactional_id == first.group == second.group == f"shop.{sink.id}.barrier"
     assert second.transactional_id == f"shop.{sink.id}.barrier.2"
-    assert first.node == service_node_id("shop", sink.id, "barrier") != second.node
     assert first.name != second.name and second.instance == 2
     with pytest.raises(PipelineError, match=r"instances 0\.\.2, not 3"):
         BarrierService.for_graph("kafka:9092", graph, sink.id, 1, instance=3)

@@ -127,19 +127,13 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
     else:
         assert items == words
     assert all(s.next_due() is None for s in states.values())
-    # Every item sent into the aggregate was received; every hold came back.
+    # Every item sent into the aggregate was received; every hold came back; the results
+    # in flight to the barrier are not acked (their commit is their receipt).
     table: dict[tuple[str, int], int] = defaultdict(int)
     for records in (one.records, early, late):
         for cell, value in xor_table(records, topics.acks).items():
             table[cell] ^= value
-    assert all(value == 0 for (segment, _), value in table.items() if segment != "map")
-    # What remains in the results' segment is exactly the results in flight to the barrier.
-    in_flight: dict[tuple[str, int], int] = defaultdict(int)
-    for r in early + late:
-        if r.topic == pre:
-            for meta, ack, _ in read_items(r.headers, r.value, "t"):
-                in_flight[("map", meta.gt.slot)] ^= ack
-    assert {k: v for k, v in table.items() if v} == {k: v for k, v in in_flight.items() if v}
+    assert table and all(value == 0 for value in table.values())
 
 
 def test_window_results_into_a_kafka_sink_are_its_records_and_a_bad_one_fails_the_task() -> None:

@@ -75,13 +75,8 @@ def _results(result: TaskResult, acks: str, state_topic: str) -> list[Any]:
 
 
 def _received(program: StageProgram, result: TaskResult) -> dict[tuple[str, int], int]:
-    """The acks a batch sent but for its results' (receipts and holds): each result is
-    acked as sent with the value its frame carries (checked here)."""
+    """The acks a batch sent (receipts and holds; results into a sink are not acked)."""
     table = xor_table(result.records, program.spec.topics.acks)
-    for record in result.records:
-        if record.topic.endswith(".pre"):
-            for meta, ack, _ in items_of(record):
-                table[(program.hold_segment, meta.gt.slot)] ^= ack
     return {key: value for key, value in table.items() if value}
 
 

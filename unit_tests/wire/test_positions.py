@@ -1,7 +1,9 @@
-"""Barrier positions: P_rel / P_ack bookkeeping and its restart, against a crash-free run.
+"""Barrier positions: P_rel bookkeeping, the read-to-the-committed-end fence and restarts,
+against a crash-free run.
 
-A pre-barrier record is a frame of items; the simulation reads logs of frames (a frame of
-one is the record per item of before).
+A pre-barrier record is a frame of items; the simulation has a writer append frames to a
+log while a barrier reads it, crashes and restarts. Min time is the acker's: the lowest
+slot of an item not yet written (a frame counts as received when it is committed).
 """
 
 from __future__ import annotations
@@ -37,16 +39,10 @@ def test_global_times_round_trip_through_text() -> None:
 
 
 def test_mark_round_trips_and_rejects_foreign_metadata() -> None:
-    mark = BarrierMark(12, 1_700_000_000_000_000, GlobalTime.slot_end(4))
+    mark = BarrierMark(GlobalTime.slot_end(4))
     assert BarrierMark.decode(mark.encode(), "here") == mark
-    assert BarrierMark.decode(BarrierMark(0, 0, None).encode(), "here").gt_last is None
-    for text in (
-        "",
-        "fp1 ack=1",
-        "fp2 ack=1 nt=2 gt=-",
-        "fp1 ack=x nt=2 gt=-",
-        "fp1 ack=1 nt=2 gt=1,2",
-    ):
+    assert BarrierMark.decode(BarrierMark(None).encode(), "here").gt_last is None
+    for text in ("", "fp2", "fp1 ack=1 nt=2 gt=-", "fp2 gt=x", "fp2 gt=1,2"):
         with pytest.raises(ProtocolViolation, match="here: offset metadata"):
             BarrierMark.decode(text, "here")
 
@@ -54,13 +50,13 @@ def test_mark_round_trips_and_rejects_foreign_metadata() -> None:
 def test_consumer_mark_round_trips_and_rejects_foreign_metadata() -> None:
     mark = BundleMark(41, GlobalTime(9, 8, 7))
     assert BundleMark.decode(mark.encode(), "there") == mark
-    for text in ("", "fp1 seq=1 gt=-", "fp1 seq=x gt=1,2,3", BarrierMark(1, 2, None).encode()):
+    for text in ("", "fp1 seq=1 gt=-", "fp1 seq=x gt=1,2,3", BarrierMark(None).encode()):
         with pytest.raises(ProtocolViolation, match="there: offset metadata"):
             BundleMark.decode(text, "there")
 
 
 def test_release_position_is_the_first_record_still_needed() -> None:
-    ledger = PartitionLedger(start=10, acked=10)
+    ledger = PartitionLedger(start=10)
     for offset, slot in ((10, 5), (11, 3), (12, 6), (13, 3)):
         ledger.read(offset, gt(slot, offset))
     assert ledger.release_position(None) == 10
@@ -72,7 +68,7 @@ def test_release_position_is_the_first_record_still_needed() -> None:
 
 
 def test_a_frame_is_held_until_its_latest_item_is_released() -> None:
-    ledger = PartitionLedger(start=0, acked=0)
+    ledger = PartitionLedger(start=0)
     frames = [[gt(5, 0), gt(3, 1)], [gt(4, 2)], [gt(3, 3), gt(6, 4), gt(2, 5)]]
     for offset, times in enumerate(frames):
         ledger.read(offset, max(times))
@@ -81,19 +77,15 @@ def test_a_frame_is_held_until_its_latest_item_is_released() -> None:
     assert ledger.release_position(GlobalTime.slot_end(6)) == 3
 
 
-def test_acks_and_replay_after_a_restart() -> None:
-    ledger = PartitionLedger(start=4, acked=7)
-    assert ledger.replaying
-    assert [ledger.needs_ack(o) for o in (4, 6, 7, 8)] == [False, False, True, True]
-    for offset in range(4, 6):
-        ledger.read(offset, gt(1, offset))
-    assert ledger.replaying  # offset 6 was acked before the restart and is not read yet
-    ledger.read(6, gt(1, 6))
-    assert not ledger.replaying
-    ledger.read(7, gt(2, 7))
-    assert ledger.mark(5, None) == BarrierMark(8, 5, None)
-    ledger.acked_all()
-    assert not ledger.needs_ack(7)
+def test_a_refused_record_moves_the_position_and_holds_nothing() -> None:
+    ledger = PartitionLedger(start=3)
+    ledger.skip(3)
+    ledger.read(4, gt(2, 4))
+    assert ledger.position == 5
+    assert ledger.release_position(None) == 4
+    assert ledger.release_position(GlobalTime.slot_end(2)) == 5
+    with pytest.raises(ProtocolViolation, match="read again"):
+        ledger.skip(4)
 
 
 # -- a barrier that crashes and restarts, against one that does not ----------------------
@@ -101,62 +93,64 @@ def test_acks_and_replay_after_a_restart() -> None:
 
 @dataclass
 class Committed:
-    """What Kafka holds: positions with their metadata, bundles, acked items."""
+    """What Kafka holds: the frames written so far, positions with their metadata,
+    bundles."""
 
+    log: list[list[Record]]
+    written: int = 0  # frames committed by the writer (the last stable offset)
     p_rel: int = 0
-    mark: BarrierMark = field(default_factory=lambda: BarrierMark(0, 0, None))
+    mark: BarrierMark = field(default_factory=lambda: BarrierMark(None))
     bundles: list[tuple[int, GlobalTime, list[Record]]] = field(default_factory=list)
-    acked: list[tuple[int, int]] = field(default_factory=list)  # (offset, index in frame)
+
+    def write(self, count: int) -> None:
+        self.written = min(self.written + count, len(self.log))
+
+    def min_time(self) -> int:
+        """The acker's: the lowest slot of an item not written yet."""
+        slots = [r.meta.gt.slot for frame in self.log[self.written :] for r in frame]
+        return min(slots, default=1 << 20)
 
 
 class SimBarrier:
-    """The barrier service's bookkeeping around the core Barrier, without Kafka."""
+    """The barrier service's bookkeeping around the core Barrier, without Kafka: it reads
+    at most ``count`` frames a step and applies a min time only once it has read every
+    frame committed when it saw that min time (the fence of `BarrierService`)."""
 
-    def __init__(self, log: list[list[Record]], kafka: Committed) -> None:
-        self.log = log
+    def __init__(self, kafka: Committed) -> None:
         self.kafka = kafka
         header_gt = kafka.bundles[-1][1] if kafka.bundles else None
         gts = [g for g in (kafka.mark.gt_last, header_gt) if g is not None]
         next_seq = kafka.bundles[-1][0] + 1 if kafka.bundles else 0
         self.barrier = Barrier(max(gts) if gts else None, next_seq)
-        self.ledger = PartitionLedger(kafka.p_rel, kafka.mark.acked)
-        self.acks: list[tuple[int, int]] = []
+        self.ledger = PartitionLedger(kafka.p_rel)
+        self.fence: tuple[int, int] | None = None
         self.pending: list[tuple[int, GlobalTime, list[Record]]] = []
 
     def read(self, count: int) -> None:
-        for offset in range(self.ledger.position, min(self.ledger.position + count, len(self.log))):
-            frame = self.log[offset]
-            if self.ledger.needs_ack(offset):
-                self.acks.extend((offset, index) for index in range(len(frame)))
+        end = min(self.ledger.position + count, self.kafka.written)
+        for offset in range(self.ledger.position, end):
+            frame = self.kafka.log[offset]
             self.ledger.read(offset, max(record.meta.gt for record in frame))
             for record in frame:
                 self.barrier.push(record)
 
-    def min_time(self, acked: set[tuple[int, int]]) -> int:
-        """The acker's view: the lowest slot of an item whose receipt is not acked."""
-        slots = [
-            r.meta.gt.slot
-            for o, frame in enumerate(self.log)
-            for i, r in enumerate(frame)
-            if (o, i) not in acked
-        ]
-        return min(slots, default=1 << 20)
-
     def step(self, count: int) -> None:
+        if self.fence is None:
+            self.fence = (self.kafka.min_time(), self.kafka.written)
         self.read(count)
-        if not self.ledger.replaying:  # min time counts on records acked before a restart
-            bundle = self.barrier.on_min_time(self.min_time(set(self.kafka.acked)))
+        min_time, end = self.fence
+        if self.ledger.position >= end:
+            self.fence = None
+            bundle = self.barrier.on_min_time(min_time)
             if bundle is not None:
                 self.pending.append((bundle.seq, bundle.gt_last, list(bundle.records)))
 
     def commit(self) -> None:
         gt_last = self.barrier.gt_last
         self.kafka.p_rel = self.ledger.release_position(gt_last)
-        self.kafka.mark = self.ledger.mark(0, gt_last)
+        self.kafka.mark = BarrierMark(gt_last)
         self.kafka.bundles += self.pending
-        self.kafka.acked += self.acks
-        self.ledger.acked_all()
-        self.pending, self.acks = [], []
+        self.pending = []
 
 
 def make_log(seed: int, groups: int, largest_frame: int = 1) -> list[list[Record]]:
@@ -178,19 +172,26 @@ def make_log(seed: int, groups: int, largest_frame: int = 1) -> list[list[Record
     return frames
 
 
-def run(log: list[list[Record]], steps: list[int], crashes: set[int]) -> Committed:
-    kafka = Committed()
-    barrier = SimBarrier(log, kafka)
-    for index, count in enumerate(steps):
-        barrier.step(count)
+def run(log: list[list[Record]], steps: list[tuple[int, int]], crashes: set[int]) -> Committed:
+    """Per step the writer commits some frames and the barrier reads some."""
+    kafka = Committed(log)
+    barrier = SimBarrier(kafka)
+    for index, (written, read) in enumerate(steps):
+        kafka.write(written)
+        barrier.step(read)
         if index in crashes:  # everything since the last commit is lost
-            barrier = SimBarrier(log, kafka)
+            barrier = SimBarrier(kafka)
         else:
             barrier.commit()
-    while barrier.ledger.position < len(log) or barrier.barrier.pending:
+    kafka.write(len(log))
+    while barrier.ledger.position < len(log) or barrier.barrier.pending or barrier.fence:
         barrier.step(len(log))
         barrier.commit()
     return kafka
+
+
+def released(kafka: Committed) -> list[list[object]]:
+    return [[r.value for r in records] for _, _, records in kafka.bundles]
 
 
 @settings(max_examples=300, deadline=None)
@@ -198,21 +199,53 @@ def run(log: list[list[Record]], steps: list[int], crashes: set[int]) -> Committ
     seed=st.integers(0, 2**32),
     groups=st.integers(1, 12),
     largest_frame=st.sampled_from([1, 3]),
-    steps=st.lists(st.integers(0, 4), min_size=1, max_size=30),
+    steps=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=30),
     crashes=st.sets(st.integers(0, 29), max_size=6),
 )
 def test_restarts_deliver_what_a_crash_free_run_delivers(
-    seed: int, groups: int, largest_frame: int, steps: list[int], crashes: set[int]
+    seed: int,
+    groups: int,
+    largest_frame: int,
+    steps: list[tuple[int, int]],
+    crashes: set[int],
 ) -> None:
     log = make_log(seed, groups, largest_frame)
     clean = run(log, steps, set())
     crashed = run(log, steps, crashes)
-    every_item = [(o, i) for o, frame in enumerate(log) for i in range(len(frame))]
-    assert sorted(crashed.acked) == every_item  # each receipt acked exactly once
     assert [seq for seq, _, _ in crashed.bundles] == list(range(len(crashed.bundles)))
     delivered = [record for _, _, records in crashed.bundles for record in records]
     expected = [record for _, _, records in clean.bundles for record in records]
     assert delivered == expected
+    # Nothing lost: every item without its tombstone is out, in slot order per bundle.
+    balance: dict[Meta, int] = {}
+    for frame in log:
+        for record in frame:
+            meta = record.meta
+            key = meta.as_tombstone() if not meta.tombstone else meta
+            balance[key] = balance.get(key, 0) + (-1 if meta.tombstone else 1)
+    assert len(delivered) == sum(balance.values())
+
+
+def test_a_min_time_waits_for_the_frames_committed_before_it() -> None:
+    """The writer commits frames 0-1 (slots 1 and 2) and then min time is 3; a barrier
+    that read only frame 0 must not release slot 1 alone into a bundle whose GT_last
+    passes slot 2: frame 1 would then be dropped as a replay."""
+    a, b = Record(Meta(GlobalTime(1, 1, 0)), "a"), Record(Meta(GlobalTime(2, 1, 1)), "b")
+    c = Record(Meta(GlobalTime(3, 1, 2)), "c")
+    kafka = Committed([[a], [b], [c]])
+    barrier = SimBarrier(kafka)
+    kafka.write(2)
+    barrier.step(1)  # saw min time 3 with two frames committed; read one
+    barrier.commit()
+    assert kafka.bundles == [] and barrier.fence == (3, 2)
+    barrier.step(1)
+    barrier.commit()
+    assert released(kafka) == [["a", "b"]]
+    kafka.write(1)
+    barrier.step(1)
+    barrier.step(1)
+    barrier.commit()
+    assert released(kafka) == [["a", "b"], ["c"]]
 
 
 def test_gt_last_of_a_release_without_output_survives_a_restart() -> None:
@@ -226,35 +259,30 @@ def test_gt_last_of_a_release_without_output_survives_a_restart() -> None:
         item.tombstone(),
         Record(Meta(GlobalTime(4, 1, 2)), "z"),
     ]
-    kafka = run([[record] for record in log], [3, 0, 1], crashes={2})
-    assert [[r.value for r in records] for _, _, records in kafka.bundles] == [["z", "y"]]
+    kafka = run([[record] for record in log], [(3, 3), (0, 0), (1, 1)], crashes={2})
+    assert released(kafka) == [["z", "y"]]
 
 
 def test_a_frame_straddling_a_release_is_read_again_and_its_released_items_dropped() -> None:
     """Frame 0 holds slots 1 and 4: the release through slot 2 keeps ``P_rel`` at 0, so
-    after a crash the restart reads frame 0 again, acks nothing twice, and drops its
-    slot-1 item as a replay while keeping the slot-4 one."""
+    after a crash the restart reads frame 0 again and drops its slot-1 item as a replay
+    while keeping the slot-4 one."""
     a, d = Record(Meta(GlobalTime(1, 1, 0)), "a"), Record(Meta(GlobalTime(4, 1, 1)), "d")
     b, c = Record(Meta(GlobalTime(2, 1, 2)), "b"), Record(Meta(GlobalTime(3, 1, 3)), "c")
-    log = [[a, d], [b], [c]]
-    kafka = Committed()
-    first = SimBarrier(log, kafka)
-    first.step(2)  # read frames 0 and 1; no min time yet
+    kafka = Committed([[a, d], [b], [c]])
+    first = SimBarrier(kafka)
+    kafka.write(2)  # frames 0 and 1 committed; min time 3 (c is not written)
+    first.step(2)
     first.commit()
-    first.step(0)  # min time 3 (c is unread): a and b are released
-    first.commit()
-    assert (kafka.p_rel, kafka.mark.acked) == (0, 2)
-    assert [[r.value for r in records] for _, _, records in kafka.bundles] == [["a", "b"]]
+    assert kafka.p_rel == 0
+    assert released(kafka) == [["a", "b"]]
+    kafka.write(1)
     first.step(1)  # reads c; then crashes before committing
-    again = SimBarrier(log, kafka)
-    while again.ledger.position < len(log) or again.barrier.pending:
-        again.step(len(log))
+    again = SimBarrier(kafka)
+    while again.ledger.position < len(kafka.log) or again.barrier.pending or again.fence:
+        again.step(len(kafka.log))
         again.commit()
-    assert sorted(kafka.acked) == [(0, 0), (0, 1), (1, 0), (2, 0)]
-    assert [[r.value for r in records] for _, _, records in kafka.bundles] == [
-        ["a", "b"],
-        ["c", "d"],
-    ]
+    assert released(kafka) == [["a", "b"], ["c", "d"]]
 
 
 @given(st.lists(st.tuples(*[st.integers(0, 10**6)] * 8), max_size=5))

@@ -8,8 +8,12 @@ Ack discipline (FlameStream runtime; the tracker paper), which every delivery mo
    segment), and only then acks the receipt of the input.
 3. An aggregate acks a hold into its downstream segment for every slot it buffers items
    of, and acks it again after the results that needed them were sent.
-4. A barrier acks receipt after buffering. Min-time notifications of a segment prune its
-   groupings, complete its aggregates' windows and release its barriers' bundles.
+4. An item bound for a barrier is not acked at all: on Kafka the transaction that writes
+   it is its receipt. So before a min-time notification releases a barrier's bundle, the
+   barrier takes every item still on its way to it (on Kafka: it reads its input to the
+   last stable offset asked for after the notification). Min-time notifications of a
+   segment prune its groupings, complete its aggregates' windows and release its
+   barriers' bundles.
 """
 
 from __future__ import annotations
@@ -108,8 +112,9 @@ class _Run:
         gt, payload = front.items[front.next]
         front.next += 1
         segment = self.plan.segment(front.target)
-        value = self.value()
-        self.acker.ack(segment, gt.slot, value)
+        value = self.value() if self.plan.kinds[front.target] is not Kind.SINK else 0
+        if value:
+            self.acker.ack(segment, gt.slot, value)
         self.inflight.append(_Message(front.target, Record(Meta(gt), payload), segment, value))
 
     def ingest_columns(self, front: Front, chain: Chain) -> bool:
@@ -121,10 +126,12 @@ class _Run:
             return False
         front.next += len(items)
         segment = self.plan.segment(chain.exit)
+        into_sink = self.plan.kinds[chain.exit] is Kind.SINK
         acks: list[tuple[str, int, int]] = []
         for out in outputs:
-            value = self.value()
-            acks.append((segment, out.meta.gt.slot, value))
+            value = 0 if into_sink else self.value()
+            if value:
+                acks.append((segment, out.meta.gt.slot, value))
             self.inflight.append(_Message(chain.exit, out, segment, value))
         self.acker.ack_many(acks)
         return True
@@ -174,7 +181,8 @@ class _Run:
             if isinstance(payload, Keyed):
                 payload = payload.value
             self.dead_letters.append(DeadLetter(node, str(exc), payload))
-        acks.append((message.segment, record.meta.gt.slot, message.ack))
+        if message.ack:  # step 4: an item for a barrier was never acked as sent
+            acks.append((message.segment, record.meta.gt.slot, message.ack))
         self.acker.ack_many(acks)
 
     def send(self, node: str, outputs: list[Record], acks: list[tuple[str, int, int]]) -> None:
@@ -183,8 +191,9 @@ class _Run:
         for i, out in enumerate(outputs):
             target = routes[i] if broadcast else routes[0]
             segment = self.plan.segment(target)
-            value = self.value()
-            acks.append((segment, out.meta.gt.slot, value))
+            value = 0 if self.plan.kinds[target] is Kind.SINK else self.value()
+            if value:
+                acks.append((segment, out.meta.gt.slot, value))
             self.inflight.append(_Message(target, out, segment, value))
 
     def move_holds(self, node: str, acks: list[tuple[str, int, int]]) -> None:
@@ -213,9 +222,21 @@ class _Run:
                 self.acker.ack_many(acks)
         for node, barrier in plan.barriers.items():
             if plan.segment(node) == note.segment:
+                self.drain(node)
                 bundle = barrier.on_min_time(slot)
                 if bundle is not None:
                     plan.sinks[node].write(bundle)
+
+    def drain(self, barrier: str) -> None:
+        """Step 4: the barrier takes every item on its way to it, in any order."""
+        inflight = self.inflight
+        if self.rng is not None:
+            self.rng.shuffle(inflight)
+        kept = [message for message in inflight if message.node != barrier]
+        for message in inflight:
+            if message.node == barrier:
+                self.process(message)
+        inflight[:] = kept
 
     # -- scheduling --------------------------------------------------------------------
 

@@ -608,7 +608,7 @@ class PipelineRun:
         ]
         parts += [
             f"{b.sink_node} bundles={b.stats.bundles} items={b.stats.items_out}"
-            f"{' (re-reading acked records)' if b.replaying else ''}"
+            f"{' (reading to the committed end)' if b.catching_up else ''}"
             f" dropped={b.replays_dropped} applied min time={b.released_through()}"
             for b in self.barriers()
         ]
