@@ -22,7 +22,7 @@ Release protocol (`BlockWriter.release`, a bundle released at min time ``M``):
 2. Produce the released slots' items the transaction does not hold yet (it holds no item
    at or after ``M``: `SlotBuffer.on_min_time` raises `ProtocolViolation` before anything is
    written otherwise), then the headers, then the records and offsets the barrier adds
-   (its receipt acks and positions).
+   (its positions, when due).
 3. Commit; the next transaction starts with every buffered item before the frontier.
 
 No item is ever cancelled, so no transaction is poisoned: the first step of the general

@@ -29,7 +29,7 @@ Release protocol (`BundleWriter.release`, a bundle released at min time ``M``):
    speculation.
 3. Produce the bundle's items the transaction does not hold yet; it must hold nothing
    else (`ProtocolViolation` before any commit otherwise), then the headers, then the
-   records and offsets the barrier adds (its receipt acks and positions).
+   offsets the barrier adds (its positions, when due).
 4. Commit.
 
 A release must not start while the transaction holds items at or after ``M``: they are

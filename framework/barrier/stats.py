@@ -75,10 +75,9 @@ class BarrierStats:
     def timings(self) -> str:
         """Recent release and write times, p50/p99 in ms, and what was written ahead (for
         status lines)."""
-        text = (
-            f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}, "
-            f"fence {_p50_p99(self.fence_s)} (end query {_p50_p99(self.end_s)})"
-        )
+        text = f"release {_p50_p99(self.release_s)}, write {_p50_p99(self.write_s)}"
+        if self.fence_s:
+            text += f", fence {_p50_p99(self.fence_s)} (end query {_p50_p99(self.end_s)})"
         if self.ahead or self.aborts:
             text += f", ahead {self.ahead} items (held {self.holds}, aborted {self.aborts})"
         return text

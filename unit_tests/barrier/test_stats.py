@@ -21,3 +21,12 @@ def test_timings_keep_only_recent_writes() -> None:
 def test_timings_say_what_was_written_ahead() -> None:
     stats = BarrierStats(ahead=7, holds=1, aborts=2)
     assert stats.timings() == "release -, write -, ahead 7 items (held 1, aborted 2)"
+
+
+def test_timings_say_how_long_min_times_waited_for_the_committed_end() -> None:
+    stats = BarrierStats()
+    stats.fence_s.extend([0.001, 0.002, 0.040])
+    stats.end_s.extend([0.001, 0.001, 0.003])
+    assert stats.timings() == (
+        "release -, write -, fence p50 2 ms / p99 40 ms (end query p50 1 ms / p99 3 ms)"
+    )
