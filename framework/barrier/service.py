@@ -439,7 +439,10 @@ class BarrierService(Service):
         through the admin client: the consumer's own connection is held by its waiting
         fetch (up to ``fetch.wait.max.ms``, measured 500 ms on an idle partition).
         """
-        ends = end_offsets(self.bootstrap, self.pre, partitions=self.sink.barriers)
+        try:
+            ends = end_offsets(self.bootstrap, self.pre, partitions=self.sink.barriers)
+        except ConfigError as exc:  # the topic was read at the start: this is Kafka's trouble
+            raise KafkaClientError(f"{self.name}: {exc}") from exc
         return ends[self.instance]
 
     def _read_to(self) -> int:
