@@ -4,9 +4,9 @@ stage task runs a batch (`framework.plan.columnar`).
 
 Ack discipline: the items of a run are ingested and received by the chain in one step, so
 their ingest and receipt acks (one segment: a chain has no segment head) cancel and are
-not sent; each output is acked as sent into its target's segment, as the per-item path
-acks it. A function that raises leaves the run to the per-item path, which makes the one
-item a dead letter.
+not sent; each output is acked as sent into its target's segment (none into a sink), as
+the per-item path acks it. A function that raises leaves the run to the per-item path,
+which makes the one item a dead letter.
 """
 
 from __future__ import annotations
