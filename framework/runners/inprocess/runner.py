@@ -11,7 +11,7 @@ Ack discipline (FlameStream runtime; the tracker paper), which every delivery mo
 4. An item bound for a barrier is not acked at all: on Kafka the transaction that writes
    it is its receipt. So before a min-time notification releases a barrier's bundle, the
    barrier takes every item still on its way to it (on Kafka: it reads its input to the
-   last stable offset asked for after the notification). Min-time notifications of a
+   end it asked the broker for after the notification). Min-time notifications of a
    segment prune its groupings, complete its aggregates' windows and release its
    barriers' bundles.
 """
@@ -102,6 +102,11 @@ class _Run:
     def value(self) -> int:
         return self.acks.getrandbits(64) | 1
 
+    def sent_ack(self, target: str) -> int:
+        """The ack value an item sent to ``target`` is acked with; 0 (not acked) into a
+        barrier (step 4)."""
+        return 0 if self.plan.kinds[target] is Kind.SINK else self.value()
+
     # -- actions -----------------------------------------------------------------------
 
     def ingest(self, front: Front) -> None:
@@ -112,7 +117,7 @@ class _Run:
         gt, payload = front.items[front.next]
         front.next += 1
         segment = self.plan.segment(front.target)
-        value = self.value() if self.plan.kinds[front.target] is not Kind.SINK else 0
+        value = self.sent_ack(front.target)
         if value:
             self.acker.ack(segment, gt.slot, value)
         self.inflight.append(_Message(front.target, Record(Meta(gt), payload), segment, value))
@@ -126,10 +131,9 @@ class _Run:
             return False
         front.next += len(items)
         segment = self.plan.segment(chain.exit)
-        into_sink = self.plan.kinds[chain.exit] is Kind.SINK
         acks: list[tuple[str, int, int]] = []
         for out in outputs:
-            value = 0 if into_sink else self.value()
+            value = self.sent_ack(chain.exit)
             if value:
                 acks.append((segment, out.meta.gt.slot, value))
             self.inflight.append(_Message(chain.exit, out, segment, value))
@@ -191,7 +195,7 @@ class _Run:
         for i, out in enumerate(outputs):
             target = routes[i] if broadcast else routes[0]
             segment = self.plan.segment(target)
-            value = 0 if self.plan.kinds[target] is Kind.SINK else self.value()
+            value = self.sent_ack(target)
             if value:
                 acks.append((segment, out.meta.gt.slot, value))
             self.inflight.append(_Message(target, out, segment, value))
