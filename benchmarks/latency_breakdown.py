@@ -6,16 +6,25 @@ driver (a subscription to the run's min-time view), then reads every topic the r
 crossed and splits each slot's latency (a slot: ``delta_ms`` of input) into:
 
 - ``stage``: the record's LogAppendTime -> its frame produced to the pre-barrier topic
-  (the source stage: poll or micro-batch, operators, encoding; the frame's CreateTime)
+  (the source stage: poll or micro-batch, operators, encoding; the frame's CreateTime);
+  through a shuffle (``--pipeline pairs``) split into ``source`` (-> the source stage's
+  frame produced), ``its commit`` (-> readable with read_committed) and ``keyed stage``
+  (-> the keyed stage's frame produced: its fetch, program and the wait for its commit)
 - ``min time``: frame produced -> the driver sees min time pass the slot, split into
   ``commit`` (frame produced -> readable with read_committed: the stage's transaction),
-  ``acks in`` / ``fronts in`` (frame readable -> the slot's last ack, in practice the
-  barrier's receipt ack, and the fronts' heartbeats past it readable on the acks topic:
-  the barrier's fetch and its transaction, the other partition's next commit),
-  ``acker`` (the later of those -> the acker's report on the min-time topic) and
-  ``notify`` (report appended -> the driver's view has it)
+  ``fronts in`` (frame readable -> the fronts' heartbeats past the slot readable on the
+  acks topic: the other partition's next commit), ``acker`` (the later of those and the
+  slot's last ack -> the acker's report on the min-time topic) and ``notify`` (report
+  appended -> the driver's view has it)
 - ``release``: min time passed -> the output record produced (the barrier's bundle)
-- ``read``: output produced -> a read_committed reader has it (the commit, the fetch)
+- ``read``: output produced -> a read_committed reader has it (the commit, the fetch);
+  not shown when output values repeat (the pairs), which leaves no way to tell which
+  record was read when: ``total to release`` is then the last figure
+
+``--pipeline windowed`` times each window's last result from the window's end instead,
+and shows beside the chain when the aggregate's segment passed the window's end
+(``fronts in``, ``agg min time``) and the emission after it. ``--task-logs DIR`` runs at
+DEBUG, so every commit of every continuous task is timed in the worker logs kept there.
 
 p50 and p99 over slots, each slot timed by its earliest record (its worst latency)::
 
@@ -27,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import shutil
 import statistics
 import sys
 import threading
@@ -45,11 +55,14 @@ from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec, partition_count
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
+from framework.logs import log_dir
 from framework.runners.spark import SparkRunner, spark_session
 from framework.wire.avro import decode_ack_batch, decode_meta, decode_min_time
 from framework.wire.bundles import META_HEADER
 from framework.wire.frames import read_items
 from framework.wire.topics import Topics
+
+_KEYED = ("GROUP", "AGGREGATE")  # the nodes whose input crosses a shuffle topic
 
 
 class MinTimes:
@@ -158,7 +171,11 @@ def breakdown(args: Any) -> None:
         master = "local[4]" if args.execution == "continuous" else "local[2]"
         # Not trimmed: the report reads the internal topics back after the run.
         settings = stack.with_(
-            parallelism=2, spark_master=master, execution=args.execution, trim_interval_ms=0
+            parallelism=2,
+            spark_master=master,
+            execution=args.execution,
+            trim_interval_ms=0,
+            log_level="DEBUG" if args.task_logs else stack.log_level,
         )
         tag = f"lb{uuid.uuid4().hex[:6]}"
         source, sink = f"{tag}-in", f"{tag}-out"
@@ -178,7 +195,8 @@ def breakdown(args: Any) -> None:
         run.services.view.subscribe(mins)
         sink_node = next(n.id for n in graph.nodes if n.kind.name == "SINK")
         topics = Topics(tag)
-        watched = [topics.pre(sink_node), topics.acks, topics.mintime]
+        shuffles = [topics.shuffle(n.id) for n in graph.nodes if n.kind.name in _KEYED]
+        watched = [topics.pre(sink_node), topics.acks, topics.mintime, *shuffles]
         spawn = multiprocessing.get_context("spawn")
         stop, rows = spawn.Event(), Path(f"/tmp/{tag}-hops.json")
         watcher = spawn.Process(
@@ -199,6 +217,8 @@ def breakdown(args: Any) -> None:
             reader.close()
             run.stop()
             spark.stop()
+            if args.task_logs:  # every commit of every task timed (DEBUG), kept
+                shutil.copytree(log_dir(settings.state_dir), args.task_logs, dirs_exist_ok=True)
         seen = {(t, p, o): at for t, p, o, at in json.loads(rows.read_text())}
         rows.unlink()
         (window_report if args.pipeline == "windowed" else report)(
@@ -224,6 +244,7 @@ def window_report(
     mins: MinTimes,
     reader: Reader,
     since_ms: int,
+    delta_ms: int,
     seen: dict[tuple[str, int, int], int],
     **_: Any,
 ) -> None:
@@ -240,7 +261,11 @@ def window_report(
             frames[payload[2]] = (msg.timestamp()[1], at)  # (key, value, fp.meta, fp.mac)
     received: dict[bytes, float] = {value: at for at, value in reader.got}
     passed = mins.passed(segment)
+    # The aggregate's side: its segment's min time must reach the window end's slot.
+    aggregate = next(n.id for n in graph.nodes if n.kind.name == "AGGREGATE")
+    hops = Hops(bootstrap, topics, graph.segments().of_node[aggregate], seen)
     last: dict[int, list[float]] = {}  # window end -> the stages' latest times
+    due: dict[int, tuple[int, int, int]] = {}  # window end -> hops.ready of its last slot
     for msg in read_to_end(bootstrap, sink):
         raw = dict(msg.headers() or []).get(META_HEADER)
         value = msg.value() or b""
@@ -253,6 +278,9 @@ def window_report(
         past = first_past(passed, meta.gt.slot)
         if end < since_ms or frame is None or past is None:
             continue
+        ready = hops.ready(end // delta_ms - 1)
+        if ready is not None:
+            due[end] = ready
         times = [frame[0], frame[1], past, msg.timestamp()[1], received[value] * 1000]
         last[end] = [max(a, b) for a, b in zip(last.get(end, times), times, strict=True)]
     names = ("emit", "commit", "min time", "release", "read")
@@ -261,12 +289,53 @@ def window_report(
         for i, name in enumerate(names):
             parts[name].append(times[i] - (times[i - 1] if i else end))
         parts["total"].append(times[-1] - end)
+        if end in due:  # from the window's end, each on its own (they overlap)
+            _, fronts_in, reported = due[end]
+            parts["  (fronts in)"].append(fronts_in - end)
+            parts["  (agg min time)"].append(reported - end)
+            parts["  (emit after it)"].append(times[0] - reported)
     print(f"{len(last)} windows timed (ms, each window's last result, from the window's end):")
     for name, values in parts.items():
         print(
             f"  {name:<12} p50 {pct(values, 0.5):7.1f}  p99 {pct(values, 0.99):7.1f}  "
             f"mean {statistics.fmean(values):7.1f}"
         )
+
+
+def shuffle_frames(
+    bootstrap: str, graph: Any, topics: Topics, seen: dict[tuple[str, int, int], int]
+) -> dict[int, tuple[int, int]]:
+    """Through a shuffle (the pairs' grouping): slot -> when the latest frame holding it
+    was produced by the source stage, and when it was readable."""
+    shuffled: dict[int, tuple[int, int]] = {}
+    for node in (n.id for n in graph.nodes if n.kind.name in _KEYED):
+        for msg in read_to_end(bootstrap, topics.shuffle(node)):
+            at = seen.get((msg.topic(), msg.partition(), msg.offset()), 0)
+            for meta, _, _ in read_items(msg.headers(), msg.value(), "shuffle"):
+                made, got = shuffled.get(meta.gt.slot, (0, 0))
+                shuffled[meta.gt.slot] = (max(made, msg.timestamp()[1]), max(got, at))
+    return shuffled
+
+
+def sink_outputs(
+    bootstrap: str, sink: str, reader: Reader
+) -> tuple[dict[int, int], dict[int, float]]:
+    """Per slot, the latest output record's timestamp and when the reader had it (none
+    when output values repeat, as the pairs do: which record was read when is unknown)."""
+    outputs: dict[int, int] = {}
+    received: dict[bytes, float] = {value: at for at, value in reader.got}
+    timed_reads = len(received) == len(reader.got)
+    read_at: dict[int, float] = {}
+    for msg in read_to_end(bootstrap, sink):
+        meta = dict(msg.headers() or []).get(META_HEADER)
+        if meta is None:
+            continue
+        slot = decode_meta(meta).gt.slot
+        outputs[slot] = max(outputs.get(slot, 0), msg.timestamp()[1])
+        at = received.get(msg.value() or b"")
+        if at is not None and timed_reads:
+            read_at[slot] = max(read_at.get(slot, 0.0), at * 1000)
+    return outputs, read_at
 
 
 def report(
@@ -300,40 +369,35 @@ def report(
             produced[slot] = max(produced.get(slot, 0), msg.timestamp()[1])
             readable[slot] = max(readable.get(slot, 0), at)
     hops = Hops(bootstrap, topics, segment, seen)
-    outputs: dict[int, int] = {}  # slot -> latest output record timestamp
-    received: dict[bytes, float] = {value: at for at, value in reader.got}
-    read_at: dict[int, float] = {}
-    for msg in read_to_end(bootstrap, sink):
-        meta = dict(msg.headers() or []).get(META_HEADER)
-        if meta is None:
-            continue
-        slot = decode_meta(meta).gt.slot
-        outputs[slot] = max(outputs.get(slot, 0), msg.timestamp()[1])
-        at = received.get(msg.value() or b"")
-        if at is not None:
-            read_at[slot] = max(read_at.get(slot, 0.0), at * 1000)
+    shuffled = shuffle_frames(bootstrap, graph, topics, seen)
+    outputs, read_at = sink_outputs(bootstrap, sink, reader)
     passed = mins.passed(segment)
     parts: dict[str, list[float]] = defaultdict(list)
     for slot, first_in in sorted(inputs.items()):
-        frame, out, got = produced.get(slot), outputs.get(slot), read_at.get(slot)
+        frame, out, got = produced.get(slot), outputs.get(slot), read_at.get(slot, 0.0)
         past = first_past(passed, slot)
-        if None in (frame, out, got, past):
+        if frame is None or out is None or past is None:
             continue
-        assert frame is not None and out is not None and got is not None and past is not None
         parts["stage"].append(frame - first_in)
+        if slot in shuffled and shuffled[slot][1]:
+            made, shuffled_in = shuffled[slot]
+            parts["  source"].append(made - first_in)
+            parts["  its commit"].append(shuffled_in - made)
+            parts["  keyed stage"].append(frame - shuffled_in)
         parts["min time"].append(past - frame)
         visible, ready = readable.get(slot, 0), hops.ready(slot)
         if visible and ready is not None:
             acks_in, fronts_in, reported = ready
             parts["  commit"].append(visible - frame)
-            parts["  acks in"].append(acks_in - visible)
             parts["  fronts in"].append(fronts_in - visible)
             parts["  acker"].append(reported - max(acks_in, fronts_in))
             parts["  notify"].append(past - reported)
         parts["release"].append(out - past)
-        parts["read"].append(got - out)
-        parts["total"].append(got - first_in)
-    print(f"{len(parts['total'])} slots of {len(inputs)} timed (ms, each slot's earliest record):")
+        parts["total to release"].append(out - first_in)
+        if got:
+            parts["read"].append(got - out)
+            parts["total"].append(got - first_in)
+    print(f"{len(parts['stage'])} slots of {len(inputs)} timed (ms, each slot's earliest record):")
     for name, values in parts.items():
         print(
             f"  {name:<12} p50 {pct(values, 0.5):7.1f}  p99 {pct(values, 0.99):7.1f}  "
@@ -346,6 +410,11 @@ def main() -> None:
     ap.add_argument("--execution", choices=("micro-batch", "continuous"), default="micro-batch")
     ap.add_argument("--rate", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument(
+        "--task-logs",
+        metavar="DIR",
+        help="run at DEBUG (every commit of a continuous task timed) and copy the logs here",
+    )
     ap.add_argument(
         "--pipeline",
         choices=("stateless", "windowed", "pairs"),

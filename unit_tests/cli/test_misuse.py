@@ -71,7 +71,9 @@ def test_misuse_is_one_clear_line_before_anything_starts(
     assert not (cwd / "state" / "kafka.pid").exists()
 
 
-@pytest.mark.parametrize("argv", [["demo", "--rate", "0"], ["demo", "--lines", "-3"]])
+@pytest.mark.parametrize(
+    "argv", [["demo", "--rate", "0"], ["demo", "--lines", "-3"], ["demo", "--parallelism", "0"]]
+)
 def test_bad_numbers_are_refused_by_the_parser(
     cwd: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
