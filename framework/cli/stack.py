@@ -128,8 +128,8 @@ DEMO_PARALLELISM = 2
 def _cmd_demo(args: argparse.Namespace) -> int:
     from framework.demos.wordcount_demo import run_demo
 
-    with stack_for(args) as settings:
-        settings = settings.with_(parallelism=args.parallelism)
+    with stack_for(args) as stack:
+        settings = stack.with_(parallelism=args.parallelism)
         result = run_demo(settings, lines=args.lines, rate=args.rate)
     print(result.summary())
     return 0 if result.exact else 1
