@@ -84,6 +84,8 @@ class PaneAggregator(WindowAggregator):
         # key -> pane -> [largest meta, reduced value] (a buffered cell, `_put_item`: and
         # its items); panes in arrival order.
         self._cells: dict[object, dict[int, list[Any]]] = {}
+        # Keys whose deletion a changelog writer put off to its next commit (`defer`).
+        self._deferred: dict[object, None] = {}
 
     def push(self, record: Record) -> list[Record]:
         """Reduce an item into its key's cell; results come only on min time."""
@@ -271,6 +273,49 @@ class PaneAggregator(WindowAggregator):
         cell[2].append((meta, value))
         cell[0] = max(cell[0], meta)
         self._hold(slot, silent=True)
+
+    def defer(self, keys: list[object]) -> None:
+        """Keys gone from the state whose changelog deletion waits for the next commit:
+        `take_deferred` hands them back then. An emission's commit then carries its
+        results without a deletion record per emitted key (~1 200 a window in the peer
+        benchmark's count: half that commit's time, docs/latency.md)."""
+        self._deferred.update(dict.fromkeys(keys))
+
+    def take_deferred(self) -> list[object]:
+        """The keys `defer` put off, now due."""
+        keys = list(self._deferred)
+        self._deferred.clear()
+        return keys
+
+    @property
+    def deferred(self) -> int:
+        """How many deletions wait for the next commit."""
+        return len(self._deferred)
+
+    def settle(self) -> None:
+        """After a replay of the changelog: drop, silently, every cell whose last window
+        ended by the min time it recorded, and mark its key changed.
+
+        Such a cell was emitted and dropped, its hold released, in the commit that
+        recorded that min time; only its deletion was put off to the next commit
+        (`defer`), and the task stopped before that one. Kept, it would hold its slot here
+        but not in the acker, and release it a second time when dropped."""
+        done = self._min_time
+        for key in list(self._cells):
+            cells = self._cells[key]
+            ended = [pane for pane in cells if self._last_end(pane) <= done]
+            if not ended:
+                continue
+            for pane in ended:
+                self._unhold_cell(cells.pop(pane), silent=True)
+            if not cells:
+                del self._cells[key]
+            self._changed[key] = None
+
+    def _last_end(self, pane: int) -> int:
+        """The end slot of the last window holding ``pane`` (windows start at multiples of
+        the step, which a pane divides)."""
+        return (pane * self._pane) // self._step * self._step + self._size
 
     def snapshot(self) -> dict[str, Any]:
         """The state as plain data: each key's cells as items, and the last min time."""

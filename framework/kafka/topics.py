@@ -28,6 +28,7 @@ __all__ = [
     "dlq_topic_spec",
     "lifts_topic_spec",
     "mintime_topic_spec",
+    "positions_topic_spec",
     "pre_topic_spec",
     "shuffle_topic_spec",
 ]
@@ -87,6 +88,12 @@ def changelog_topic_spec(name: str, partitions: int) -> TopicSpec:
     """The changelog of a stateful stage: compacted by key (an aggregate's bucket, a
     grouping's item)."""
     return compacted_spec(name, partitions, CHANGELOG_CONFIG)
+
+
+def positions_topic_spec(name: str, partitions: int) -> TopicSpec:
+    """A continuous stage's input positions, one record per commit, compacted by input
+    partition (`framework.kafka.stage_positions`)."""
+    return compacted_spec(name, partitions, SEGMENTS)
 
 
 def pre_topic_spec(app: str, sink_node: str, epoch: int = 0, barriers: int = 1) -> TopicSpec:

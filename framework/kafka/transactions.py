@@ -501,7 +501,9 @@ class TaskCommitter:
            init_transactions fences every older producer of the transactional.id and
            aborts their open transaction).
         2. Produce every record, polling while the local queue is full.
-        3. Add ``positions`` ((topic, partition) -> next offset) for ``group``: the marker.
+        3. Add ``positions`` ((topic, partition) -> next offset) for ``group``: the marker
+           (none: a writer that commits its positions as records of its own, as continuous
+           tasks do, `framework.kafka.stage_positions`).
         4. Commit, retrying while the error is retriable.
         5. If the producer was fenced (another worker or attempt used the transactional.id
            since), broke, or failed with a transient error (a broker restart), start a
@@ -554,17 +556,18 @@ class TaskCommitter:
             for index, record in enumerate(records):
                 txn.produce(record, partial(_delivered, offsets, index))
             # Step 3
-            texts = metadata or {}
-            marker = signed_positions(
-                group,
-                [
-                    TopicPartition(t, p, o, metadata=texts.get((t, p), ""))
-                    for (t, p), o in positions.items()
-                ],
-            )
-            txn.send_offsets(
-                marker, group_consumer(self.bootstrap, group).consumer_group_metadata()
-            )
+            if positions:
+                texts = metadata or {}
+                marker = signed_positions(
+                    group,
+                    [
+                        TopicPartition(t, p, o, metadata=texts.get((t, p), ""))
+                        for (t, p), o in positions.items()
+                    ],
+                )
+                txn.send_offsets(
+                    marker, group_consumer(self.bootstrap, group).consumer_group_metadata()
+                )
             # Step 4
             txn.commit()
         except KafkaException as exc:

@@ -15,6 +15,7 @@ from framework.core.grouping import Grouping, meta_from_plain
 from framework.core.ids import stable_id
 from framework.core.meta import Meta
 from framework.core.ops import key_bytes
+from framework.core.panes import PaneAggregator
 from framework.core.windows import WindowAggregator
 from framework.errors import DecodeError
 from framework.wire.changelog import (
@@ -90,9 +91,15 @@ Replayable = StageState | ChangelogImage
 """What `apply_changelog` rebuilds: a stage's state or an image of it."""
 
 
-def changelog_records(state: StageState) -> list[tuple[bytes, bytes | None]]:
+def changelog_records(
+    state: StageState, *, defer_deletions: bool = False
+) -> list[tuple[bytes, bytes | None]]:
     """``(key, value)`` records of what changed since the last call: a grouping's items,
-    an aggregate's min time and buckets."""
+    an aggregate's min time and buckets.
+
+    ``defer_deletions``: a combinable window's keys gone since the last call are written
+    by the next call instead (`PaneAggregator.defer`; a restore drops what such a put-off
+    deletion would have, `PaneAggregator.settle`); those put off by the last call now."""
     if isinstance(state, Grouping):
         raw: dict[object, bytes] = {}  # a hot key changes many items per commit
         out: list[tuple[bytes, bytes | None]] = []
@@ -106,9 +113,21 @@ def changelog_records(state: StageState) -> list[tuple[bytes, bytes | None]]:
     records: list[tuple[bytes, bytes | None]] = []
     if state.min_time:
         records.append(min_time_record(state.min_time))
-    records.extend(
-        bucket_record(key, _plain_state(state.bucket_state(key))) for key in state.take_changed()
-    )
+    if not isinstance(state, PaneAggregator):
+        records.extend(
+            bucket_record(key, _plain_state(state.bucket_state(key)))
+            for key in state.take_changed()
+        )
+        return records
+    due = dict.fromkeys(state.take_deferred())
+    later: list[object] = []
+    for key in dict.fromkeys([*state.take_changed(), *due]):
+        bucket = state.bucket_state(key)
+        if bucket is None and defer_deletions and key not in due:
+            later.append(key)
+        else:
+            records.append(bucket_record(key, _plain_state(bucket)))
+    state.defer(later)
     return records
 
 

@@ -257,6 +257,7 @@ class StageProgram:
         slots: Mapping[int, int] | None = None,
         partition: int = -1,
         heartbeats: Sequence[Heartbeat] = (),
+        defer_deletions: bool = False,
     ) -> TaskResult:
         """Process one partition's batch; see the module docstring for the steps.
 
@@ -267,6 +268,9 @@ class StageProgram:
         its state's changelog partition and its windows' hold acks are that partition's.
         ``heartbeats``: front heartbeats the batch's ack batches carry (a continuous
         source task's, covering what the batch read: they commit with its acks).
+        ``defer_deletions``: a combinable window's emitted keys are deleted from the
+        changelog by the next run's commit, not this one's (`changelog_records`): a
+        continuous task, whose next commit comes at once.
         """
         run = _TaskRun(self, state, rng or _ack_value)
         try:
@@ -295,7 +299,7 @@ class StageProgram:
             run.close(node, node_time, heartbeats)
             # Step 6
             if state is not None:
-                run.changelog(state, record_partition=run.partition)
+                run.changelog(state, run.partition, defer_deletions)
             return result
         finally:
             # The run's closures refer back to it and the cyclic collector is off in a
@@ -702,10 +706,10 @@ class _TaskRun:
         for shard, value in batches:
             self.result.records.append(OutRecord(topic, shard, None, value))
 
-    def changelog(self, state: StageState, record_partition: int) -> None:
+    def changelog(self, state: StageState, record_partition: int, defer: bool = False) -> None:
         """Step 6: the new state of every changed bucket (None: deleted), the min time."""
         topic = self.spec.topics.state(self.spec.stage.entry)
-        for key, value in changelog_records(state):
+        for key, value in changelog_records(state, defer_deletions=defer):
             self.result.records.append(OutRecord(topic, record_partition, key, value))
 
 

@@ -9,12 +9,13 @@ Two kinds of garbage, two collectors:
   - ``<app>.acks``: the offset of the acker's latest checkpoint of that shard (a
     restarted acker resumes there; the acks before it are folded into the checkpoint);
   - a shuffle topic: the end offset of its stage query's last completed micro-batch
-    (Spark re-runs at most the batch after it, which starts there);
+    (Spark re-runs at most the batch after it, which starts there), or a continuous
+    task's committed position (its latest position record);
   - ``<app>.<sink>.pre``: the barrier's committed ``P_rel`` (a restarted barrier reads from
     it), taken only from positions whose MAC verifies.
 
-  Changelogs, min times and acker checkpoints are compacted (bounded by their keys); the
-  dead-letter topic is for people and keeps its retention.
+  Changelogs, min times, acker checkpoints and continuous stages' positions are compacted
+  (bounded by their keys); the dead-letter topic is for people and keeps its retention.
 
 * **Old epochs** (`old_epoch_topics`, run by a driver that starts in epoch ``e > 0``, and by
   ``flamepipe gc``): a replay or a recovery starts epoch ``e`` from a snapshot kept in the
@@ -29,8 +30,8 @@ Example::
     >>> p = Pipeline("wc")
     >>> _ = p.source(KafkaSource("in")).key_by(str).group(window=2).sink(KafkaSink("out"))
     >>> sorted(epoch_topics(p.graph(), 1))  # doctest: +NORMALIZE_WHITESPACE
-    ['wc.e1.acker', 'wc.e1.acks', 'wc.e1.group', 'wc.e1.group.state', 'wc.e1.mintime',
-     'wc.e1.sink-out.pre']
+    ['wc.e1.acker', 'wc.e1.acks', 'wc.e1.group', 'wc.e1.group.positions', 'wc.e1.group.state',
+     'wc.e1.mintime', 'wc.e1.sink-out.pre', 'wc.e1.source-in.positions']
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def epoch_topics(graph: Graph, epoch: int) -> set[str]:
     for stage in plan_stages(graph, sources, epoch):
         if not stage.is_source:
             names |= {stage.topic, topics.state(stage.id)}
+        names.add(topics.positions(stage.id))  # made by continuous execution only
     names |= {topics.pre(sink) for sink in sink_nodes(graph)}
     return names
 

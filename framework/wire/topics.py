@@ -60,6 +60,11 @@ class Topics:
         """The changelog of stateful ``node`` (compacted)."""
         return f"{self.prefix}.{node}.state"
 
+    def positions(self, stage: str) -> str:
+        """Where continuous ``stage``'s tasks commit their input positions (compacted,
+        `framework.kafka.stage_positions`)."""
+        return f"{self.prefix}.{stage}.positions"
+
     def pre(self, sink: str) -> str:
         """Items and tombstones on their way to the barrier of ``sink``."""
         return f"{self.prefix}.{sink}.pre"

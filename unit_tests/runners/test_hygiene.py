@@ -23,6 +23,7 @@ def test_epoch_topics_are_named_from_the_graph_never_the_users() -> None:
     graph = _graph().graph()
     zero, one = epoch_topics(graph, 0), epoch_topics(graph, 1)
     assert {"wc.acks", "wc.mintime", "wc.acker"} <= zero
+    assert {n for n in zero if n.endswith(".positions")}, "continuous stages' positions"
     assert all(name.startswith("wc.e1.") for name in one)
     assert not ({"in", "out", "out.bundles", "wc.dlq"} & (zero | one))
 

@@ -38,9 +38,9 @@ from framework.core.graph import Graph
 from framework.deadline import Deadline
 from framework.errors import ConfigError, KafkaClientError
 from framework.kafka import security
-from framework.kafka.clients import kafka_retry, verified_metadata
+from framework.kafka.clients import kafka_retry
 from framework.kafka.endpoints import kafka_sources
-from framework.kafka.transactions import group_consumer
+from framework.kafka.stage_positions import read_positions
 from framework.logs import WorkerLog, log_dir
 from framework.plan.records import StageSpec
 from framework.plan.stages import plan_stages
@@ -77,7 +77,7 @@ CONTINUOUS_SUFFIX = "@continuous"
 _POLL_MS = 5
 # How long ``auto`` waits for more executors once it has the slots to share tasks.
 _SETTLE_S = 5.0
-# How often the driver reads the tasks' counts (a committed-offsets request per stage).
+# How often the driver reads the tasks' counts (their latest position records, per stage).
 _COUNTS_EVERY_S = 1.0
 # How long `recount` retries a read that fails for a passing reason.
 _RECOUNT_S = 5.0
@@ -376,13 +376,19 @@ class ContinuousQuery:
         return stats
 
     def _committed(self) -> list[tuple[TopicPartition, str]]:
-        """Each partition's committed position with its metadata (MAC checked)."""
-        wanted = [TopicPartition(self.topic, p) for p in range(self.tasks)]
-        found = group_consumer(self.bootstrap, self.group).committed(wanted, timeout=10)
+        """Each partition's committed position with its metadata (MAC checked): the
+        records the tasks commit them as (`framework.kafka.stage_positions`)."""
+        found = read_positions(
+            self.bootstrap,
+            self.spec.topics.positions(self.spec.stage.id),
+            group=self.group,
+            source=self.topic,
+            partitions=range(self.tasks),
+            timeout_s=10,
+        )
         return [
-            (tp, verified_metadata(self.group, tp))
-            for tp in found
-            if tp.error is None and tp.offset >= 0
+            (TopicPartition(self.topic, p, offset), text)
+            for p, (offset, text) in sorted(found.items())
         ]
 
     @property

@@ -12,8 +12,9 @@ Protocol of `run_continuous` (docs/runtime.md, "Continuous stages"):
    init_transactions fences every earlier task of the partition and aborts its open
    transaction. Fencing is final here: a task fenced later stops, because a newer task
    owns the partition.
-2. Read the partition's position (the committed offset of the stage's group; none yet:
-   the epoch's start offset, else the beginning) and, for a keyed stage, its state from
+2. Read the partition's position (its latest committed position record,
+   `framework.kafka.stage_positions`; none yet: the epoch's start offset, else the
+   beginning) and, for a keyed stage, its state from
    the changelog; open a consumer at the position.
 3. Loop until the task is killed:
    a. Take what arrived: at most ``max_batch_records``, waiting at most ``poll_ms`` for
@@ -23,7 +24,7 @@ Protocol of `run_continuous` (docs/runtime.md, "Continuous stages"):
    c. If records arrived, or min time moved past a window still to emit, or a grouping
       has state to prune: lift late source records (the floors are this task's own
       heartbeats), run the stage program, and commit outputs, dead letters, acks,
-      changelog, a new lift and the new position in one transaction.
+      changelog, a new lift and the new position (a record) in one transaction.
    d. Source stages: heartbeat the partition's front (`framework.runners.spark.fronts`,
       steps 1-4, for this partition alone): every commit's ack batches carry the
       heartbeat its last record allows (it commits with the acks it covers), and every
@@ -51,9 +52,12 @@ from framework.coordination.processes import process_age_s
 from framework.core.graph import Kind
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
+from framework.core.panes import PaneAggregator
 from framework.core.windows import WindowAggregator
+from framework.errors import PipelineError
 from framework.kafka.clients import is_record, kafka_call, new_consumer, take
 from framework.kafka.mintime import MinTimeView
+from framework.kafka.stage_positions import position_record, read_positions
 from framework.kafka.transactions import TaskCommitter
 from framework.plan.state import StageState
 from framework.plan.task import StageProgram
@@ -180,6 +184,10 @@ class _Loop:
         self.partition = partition
         self.topic = spec.stage.topic
         self.app, self.stage = spec.graph.name, spec.stage.id
+        self.positions = spec.topics.positions(spec.stage.id)
+        if self.positions not in spec.partitions:
+            raise PipelineError(f"stage {self.stage}: the driver made no {self.positions}")
+        self.positions_count = spec.partitions[self.positions]
         began = time.monotonic()
         # Step 1
         self.committer = TaskCommitter(
@@ -236,10 +244,16 @@ class _Loop:
 
     def _position(self) -> tuple[int | None, TaskCounts]:
         """Step 2: where to read from, and what was counted up to there."""
-        committed = self.committer.committed(self.ctx.group, self.topic, self.partition)
-        if committed is None:
+        found = read_positions(
+            self.ctx.task.bootstrap,
+            self.positions,
+            group=self.ctx.group,
+            source=self.topic,
+            partitions=[self.partition],
+        )
+        if self.partition not in found:
             return dict(self.ctx.starts).get(self.partition), TaskCounts()
-        offset, metadata = committed
+        offset, metadata = found[self.partition]
         return offset, TaskCounts.decode(metadata, f"{self.ctx.group} on {self.topic}")
 
     def _consumer(self, position: int | None) -> Consumer:
@@ -254,6 +268,17 @@ class _Loop:
         tp = TopicPartition(self.topic, self.partition, -2 if position is None else position)
         kafka_call(f"cannot read {self.topic}[{self.partition}]", lambda: consumer.assign([tp]))
         return consumer
+
+    def _position_record(self, offset: int, counts: TaskCounts) -> OutRecord:
+        return position_record(
+            self.positions,
+            self.positions_count,
+            group=self.ctx.group,
+            source=self.topic,
+            partition=self.partition,
+            offset=offset,
+            text=counts.encode(),
+        )
 
     def _first(self) -> int:
         """The partition's first offset: nothing below it was ever to be read."""
@@ -369,9 +394,14 @@ class _Loop:
         return out
 
     def _due(self, min_slot: int) -> bool:
-        """Whether min time alone gives the stage work: a window to emit. (A grouping
-        prunes with its next records, as a micro-batch task does.)"""
-        return 0 <= self.next_due <= min_slot
+        """Whether min time alone gives the stage work: a window to emit, or the
+        deletions an emission put off (`PaneAggregator.defer`), once the commit interval
+        allows. (A grouping prunes with its next records, as a micro-batch task does.)"""
+        if 0 <= self.next_due <= min_slot:
+            return True
+        state = self.state
+        waited = time.monotonic() - self.committed_at >= self.ctx.commit_ms / 1000
+        return isinstance(state, PaneAggregator) and state.deferred > 0 and waited
 
     def _commit(self, records: list[InRecord], min_slot: int) -> None:
         task, spec = self.ctx.task, self.ctx.task.spec
@@ -399,6 +429,7 @@ class _Loop:
             slots=slots,
             partition=self.partition,
             heartbeats=() if beat is None else (beat,),
+            defer_deletions=True,
         )
         if result.next_due != -2:
             self.next_due = result.next_due
@@ -422,10 +453,11 @@ class _Loop:
         ran = time.monotonic()
         if out or records:
             # Every commit moves the counts, so every one commits the position (moved or
-            # not) with them in its metadata: they count exactly what committed.
-            where = (self.topic, self.partition)
-            positions = {} if self.position is None else {where: self.position}
-            self.committer.commit(out, self.ctx.group, positions, {where: counts.encode()})
+            # not) with them: they count exactly what committed. As a record of the
+            # transaction, not the group's offsets (`framework.kafka.stage_positions`).
+            if self.position is not None:
+                out.append(self._position_record(self.position, counts))
+            self.committer.commit(out, self.ctx.group, {})
             self.counts = counts
         # Where a backlog's time goes, commit by commit (docs/latency.md).
         _log.debug(

@@ -61,6 +61,7 @@ from framework.kafka.topics import (
     dlq_topic_spec,
     lifts_topic_spec,
     mintime_topic_spec,
+    positions_topic_spec,
     pre_topic_spec,
     shuffle_topic_spec,
 )
@@ -427,10 +428,14 @@ class PipelineRun:
             dlq_topic_spec(self.graph.name),
             lifts_topic_spec(self.graph.name),
         ]
+        continuous = self.settings.execution == "continuous"
         for stage in stages:
             if not stage.is_source:
                 specs.append(shuffle_topic_spec(stage.topic, parallelism))
                 specs.append(changelog_topic_spec(topics.state(stage.id), parallelism))
+            if continuous:
+                tasks = counts[stage.topic] if stage.is_source else parallelism
+                specs.append(positions_topic_spec(topics.positions(stage.id), tasks))
             for exit_ in stage.exits.values():
                 if exit_.kind is ExitKind.SINK:
                     barriers = barrier_count(self.graph, exit_.target)

@@ -33,6 +33,7 @@ from typing import Any
 
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
+from framework.core.panes import PaneAggregator
 from framework.core.time import slot_of
 from framework.errors import ProtocolViolation
 from framework.kafka import security
@@ -360,6 +361,8 @@ def partition_state(
         _states.discard(key)
         raise
     state.take_changed()  # replayed state is already in the changelog
+    if state is fresh and isinstance(state, PaneAggregator):
+        state.settle()  # a deletion put off past the last commit (`changelog_records`)
     return (
         state,
         reader,
