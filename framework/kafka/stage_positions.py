@@ -50,6 +50,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import ProtocolViolation
+from framework.kafka.admin import partitions_if_exists
 from framework.kafka.clients import (
     QUICK_END,
     close_quietly,
@@ -96,11 +97,11 @@ def read_positions(
     """Steps 1-3: the committed position of each of ``partitions`` of ``source`` that has
     one (input partition -> position)."""
     wanted = set(partitions)
+    count = partitions_if_exists(bootstrap, topic)
+    if not count:
+        return {}
     consumer = new_consumer(bootstrap, config=QUICK_END)
     try:
-        count = _partition_count(consumer, topic)
-        if not count:
-            return {}
         deadline = Deadline(timeout_s, f"reading the positions in {topic}")
         found: dict[int, bytes] = {}
         for part in range(count):
@@ -176,13 +177,3 @@ def _verified(value: bytes, group: str, source: str, partition: int, topic: str)
         _log.info("%s: the latest is another run's (group %r), not %r", where, owner, group)
         return None
     return tp.offset, metadata
-
-
-def _partition_count(consumer: Consumer, topic: str) -> int:
-    meta = kafka_retry(
-        f"cannot describe {topic}", lambda: consumer.list_topics(topic, DEFAULT_TIMEOUT_S)
-    )
-    found = meta.topics.get(topic)
-    if found is None or found.error is not None:
-        return 0
-    return len(found.partitions)
