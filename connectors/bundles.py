@@ -48,6 +48,7 @@ from framework.kafka.clients import (
     kafka_call,
     kafka_retry,
     new_consumer,
+    take,
     where,
 )
 from framework.kafka.tail import last_bundle_header
@@ -301,7 +302,9 @@ class BundleConsumer:
         if self._consumer is None:
             raise PipelineError("BundleConsumer is not open: call open() or use `with`")
         try:
-            for msg in self._consumer.consume(1000, timeout):
+            # `take`, not consume(1000, timeout): that waits out the whole timeout unless
+            # 1 000 messages come, which added ~50 ms to every bundle of the demo's reader.
+            for msg in take(self._consumer, 1000, timeout):
                 self._take(msg)
             self._check_lost()
         except ProtocolViolation as exc:

@@ -22,7 +22,7 @@ from framework.core.time import GlobalTime
 from framework.errors import FlamepipeError, ProtocolViolation
 from framework.kafka import security
 from framework.kafka.admin import partition_count
-from framework.kafka.clients import assign, close_quietly, is_record, new_consumer, where
+from framework.kafka.clients import assign, close_quietly, is_record, new_consumer, take, where
 from framework.wire.bundles import read_meta
 from framework.wire.positions import format_gt
 
@@ -61,7 +61,7 @@ def _plain(bootstrap: str, args: argparse.Namespace, serde: Serde) -> int:
         assign(consumer, args.topic, dict.fromkeys(range(partitions)))
         last = time.monotonic()
         while not args.idle or time.monotonic() - last < args.idle:
-            for msg in consumer.consume(1000, 0.1):
+            for msg in take(consumer, 1000, 0.1):  # each item as soon as it is read
                 if not is_record(msg, args.topic):
                     continue
                 raw = msg.value()

@@ -165,7 +165,10 @@ def _read_bundles(output: _Output, released: Any, stop: Any, out: Any) -> None:
     group = f"demo-reader-{uuid.uuid4().hex}"
     try:
         install(output.security)
-        with BundleConsumer(output.bootstrap, output.topic, group, Json()) as consumer:
+        # It reads once, from the first bundle, and never resumes: it keeps its positions
+        # itself (``starts``) instead of committing each bundle's, a synchronous commit
+        # (7.6 ms p50 at 200 lines/s) that every later bundle waited behind.
+        with BundleConsumer(output.bootstrap, output.topic, group, Json(), starts={}) as consumer:
             # A demo killed without a word (SIGKILL) leaves no one to stop it: it stops.
             while not stop.is_set() and (parent is None or parent.is_alive()):
                 bundle = consumer.poll(0.2)
@@ -178,7 +181,6 @@ def _read_bundles(output: _Output, released: Any, stop: Any, out: Any) -> None:
                     appended = item.meta.gt.slot * delta_ms + delta_ms / 2
                     latencies.append(max(0.0, now - appended))
                 released.value += len(bundle.items)
-                consumer.commit()
     except Exception as exc:  # handed to the demo, which raises it
         error = f"{type(exc).__name__}: {exc}"
     out.put((error, dict(items), latencies))
