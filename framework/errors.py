@@ -20,6 +20,7 @@ __all__ = [
     "Fenced",
     "FlamepipeError",
     "KafkaClientError",
+    "KafkaUnreachable",
     "PipelineError",
     "ProtocolViolation",
     "RegistryError",
@@ -66,6 +67,12 @@ class EncodeError(FlamepipeError):
 class KafkaClientError(FlamepipeError):
     """A Kafka client call failed in a way that does not pass by itself (broker, topic,
     transaction); the message names what was being done."""
+
+
+class KafkaUnreachable(KafkaClientError):  # noqa: N818 - a state of the world, not a bug
+    """No bootstrap server of Kafka accepted a connection: a broker down or restarting (a
+    running pipeline waits for it and starts again), or a wrong address (the message says
+    which setting names it)."""
 
 
 class RegistryError(FlamepipeError):

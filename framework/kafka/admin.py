@@ -1,7 +1,9 @@
 """Topics: create them idempotently, check their configuration, read their end offsets.
 
 Every function takes the bootstrap servers and shares one admin client per bootstrap in
-the process. Failures raise `ConfigError` naming the topic and what to do; no
+the process. Failures raise `ConfigError` naming the topic and what to do, an outage
+(no broker answering, or an error that stays transient for the whole deadline)
+`KafkaClientError`, which a running pipeline outlives by restarting; no
 ``confluent_kafka`` exception escapes.
 """
 
@@ -31,7 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
-from framework.errors import ConfigError, FlamepipeError
+from framework.errors import ConfigError, FlamepipeError, KafkaClientError, KafkaUnreachable
 from framework.kafka.cache import ProcessCache
 from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
@@ -105,12 +107,18 @@ def _new_admin(bootstrap: str) -> AdminClient:
 
 
 def check_reachable(bootstrap: str) -> None:
-    """`ConfigError` in one line if no address of ``bootstrap`` accepts a TCP connection
-    within a few seconds (`framework.net`): a Kafka client would otherwise retry for its
-    whole timeout and log every reconnect."""
+    """`KafkaUnreachable` in one line if no address of ``bootstrap`` accepts a TCP
+    connection within a few seconds (`framework.net`): a Kafka client would otherwise retry
+    for its whole timeout and log every reconnect.
+
+    Not a `ConfigError`: a running pipeline meets it when its broker restarts (a task
+    started meanwhile makes its first admin client), and a configuration error is final,
+    so the driver stopped for good (measured: once in a broker restart of the crash
+    harness). A wrong address at start-up is reported by the start's own wait for the
+    cluster (`framework.runners.startup`) as a `ConfigError`."""
     reasons = unreachable(bootstrap)
     if reasons is not None:
-        raise ConfigError(
+        raise KafkaUnreachable(
             f"cannot reach Kafka at {bootstrap} ({'; '.join(reasons)}): start it "
             "(`flamepipe up`) or point bootstrap_servers (FLAMEPIPE_BOOTSTRAP_SERVERS, "
             "--bootstrap) at a running broker"
@@ -134,9 +142,14 @@ def _code(exc: BaseException) -> int | None:
     return None if error is None else int(error.code())
 
 
-def _failed(bootstrap: str, what: str, exc: BaseException) -> ConfigError:
+def _failed(bootstrap: str, what: str, exc: BaseException) -> FlamepipeError:
     if _code(exc) == KafkaError.UNKNOWN_TOPIC_OR_PART:
         return ConfigError(f"Kafka at {bootstrap}: cannot {what}: no such topic")
+    if isinstance(exc, KafkaException) and is_transient(exc):
+        # Still passing when the deadline ran out: an outage, which a restart outlives.
+        return KafkaClientError(
+            f"Kafka at {bootstrap}: cannot {what} for {DEFAULT_TIMEOUT_S:.0f} s: {exc}"
+        )
     return ConfigError(f"Kafka at {bootstrap}: cannot {what}: {exc}")
 
 
@@ -163,6 +176,11 @@ def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
                 # admin client failed so for 30 s): a new client fetches fresh metadata.
                 # The old one is not closed here: another thread may be using it.
                 _clients.discard(bootstrap)
+        except KafkaUnreachable:
+            # A broker restarting refuses connections for seconds: asked again like a
+            # transient error, by a new client once it answers.
+            if deadline.expired:
+                raise
         except FlamepipeError:
             raise
         except Exception as exc:  # the futures' own timeouts and client errors

@@ -36,7 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from framework.config import Settings
 from framework.core.graph import Graph
-from framework.errors import ConfigError, DeadlineExceeded
+from framework.errors import ConfigError, DeadlineExceeded, KafkaClientError
 from framework.runners.assembly import current_epoch, view_for
 from framework.runners.keys import install_keys
 from framework.runners.observe.server import bind_http, url_of
@@ -138,7 +138,7 @@ class StateServer:
             return 200, self.reader.get(route[1], key).as_json()
         except ConfigError as exc:
             return 404, {"error": str(exc)}
-        except DeadlineExceeded as exc:
+        except (DeadlineExceeded, KafkaClientError) as exc:  # a broker restarting, say
             return 503, {"error": str(exc)}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

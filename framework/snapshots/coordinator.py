@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from framework.coordination.registry import SnapshotRegistry
 from framework.core.graph import Graph, Kind, Node
 from framework.core.ops import op_id_of
-from framework.errors import ConfigError, FlamepipeError
+from framework.errors import ConfigError, FlamepipeError, KafkaUnreachable
 from framework.kafka.admin import end_offsets, partition_count
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.kafka.lifts import read_lifts
@@ -351,7 +351,7 @@ class SnapshotCoordinator(Service):
         if topic not in self._partitions:
             try:
                 self._partitions[topic] = partition_count(self.bootstrap, topic)
-            except ConfigError:
+            except (ConfigError, KafkaUnreachable):  # not created yet, or a broker restarting
                 return None
         return self._partitions[topic]
 

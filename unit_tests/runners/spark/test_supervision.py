@@ -74,6 +74,20 @@ def test_too_many_restarts_in_the_window_stop_the_driver() -> None:
     assert query.restarts == RESTARTS + 1
 
 
+def test_a_broker_restart_seen_by_a_new_task_restarts_the_stage() -> None:
+    """A task that makes its first admin client while the broker restarts finds no broker:
+    an outage, which the next tasks outlive, not a configuration error that stops the run
+    (it stopped the driver of the crash harness once in a broker restart)."""
+    query = _Query()
+    query.failed = (
+        "continuous tasks failed: KafkaUnreachable: cannot reach Kafka at 127.0.0.1:9092 "
+        "(127.0.0.1:9092: Connection refused): start it (`flamepipe up`) or point "
+        "bootstrap_servers (FLAMEPIPE_BOOTSTRAP_SERVERS, --bootstrap) at a running broker"
+    )
+    _supervisor(query, [0.0]).heal()
+    assert query.restarts == 1
+
+
 @pytest.mark.parametrize("error", ["ProtocolViolation", "ConfigError", "UserFunctionError"])
 def test_a_final_failure_stops_without_a_restart(error: str) -> None:
     query = _Query()
