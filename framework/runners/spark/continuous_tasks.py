@@ -26,7 +26,9 @@ Protocol of `run_continuous` (docs/runtime.md, "Continuous stages"):
       heartbeats), run the stage program, and commit outputs, dead letters, acks,
       changelog, a new lift and the new position (a record) in one transaction.
    d. Source stages: heartbeat the partition's front (`framework.runners.spark.fronts`,
-      steps 1-4, for this partition alone): every commit's ack batches carry the
+      steps 1-4, for this partition alone): records taken when every record read before
+      them is committed heartbeat the slot of the first of them at once (`ahead`: the
+      acks it covers committed before it), every commit's ack batches carry the
       heartbeat its last record allows (it commits with the acks it covers), and every
       ``heartbeat_ms`` a round of its own adds the heartbeat of a partition read to its
       end (with nothing pending, read up to the consumer's position, past transaction
@@ -341,6 +343,9 @@ class _Loop:
             room = ctx.max_records - len(self.pending)
             records = self._records(take(self.consumer, room, wait_s))
             took = bool(records)
+            if records and not self.pending and self.fronts is not None:
+                # Step 3d, ahead of the commit: everything read before is committed.
+                self.fronts.ahead(self.topic, self.partition, records[0].timestamp_ms)
             self.pending.extend(records)
         # Step 3b
         min_slot = self.min_slot()

@@ -139,7 +139,9 @@ class FrontHeartbeats(Service):
         # delivered (a lower bound: the record was stamped before its report came back);
         # None until a first record was delivered.
         self.broker_offset_ms: int | None = None
-        self._producer: Producer | None = new_producer(bootstrap)
+        # A heartbeat is sent as soon as it is produced: the librdkafka default (5 ms of
+        # linger) would hold every one that long, and min time with it.
+        self._producer: Producer | None = new_producer(bootstrap, {"linger.ms": 0})
         self._partitions: dict[str, tuple[int, float]] = {}  # topic -> count, when read
         self._ends: dict[tuple[str, int], int] = {}  # the highest end offset seen
         self._wake = threading.Event()
@@ -190,6 +192,25 @@ class FrontHeartbeats(Service):
             return None
         self.promised.setdefault(topic, {})[partition] = slot
         return Heartbeat(front, slot)
+
+    def ahead(self, topic: str, partition: int, stamp: int) -> Heartbeat | None:
+        """Step 2 for a continuous source task that just read records it has not committed,
+        the first of them stamped ``stamp``, with every record before them committed: the
+        slot of ``stamp``, sent now by this service's producer (None: no rise).
+
+        No record read later lies below it (LogAppendTime grows with offsets; one that
+        does not is lifted to it, `floors`), and every item below it entered with a commit
+        that returned before this call: its acks precede this heartbeat on every shard, as
+        a read_committed reader sees them (the commit's markers come before a record
+        appended after it becomes readable). So min time may pass the slots below
+        ``stamp`` without waiting for the commit of the new records: a record of another
+        partition waited for that commit (~20 ms, docs/latency.md "Heartbeats ahead of the
+        commit")."""
+        beat = self.carried(topic, partition, stamp)
+        if beat is not None:
+            self._send([beat])
+            self.sent_with(beat)
+        return beat
 
     def sent_with(self, beat: Heartbeat) -> None:
         """A `carried` heartbeat was committed."""
@@ -324,17 +345,24 @@ class FrontHeartbeats(Service):
                     promises.append((topic, partition, slot))
         # Step 4
         if beats:
-            producer = self._producer
-            if producer is None:
+            if self._producer is None:
                 raise ServiceFailed("front heartbeats are stopped")
             # The slots about to be heartbeated, recorded before they are sent.
             for topic, partition, slot in promises:
                 self.promised.setdefault(topic, {})[partition] = slot
-            self.time += 1
-            for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
-                record = OutRecord(self.acks_topic, shard, None, value)
-                produce_record(producer, record, self._delivered)
-            producer.poll(0)
+            self._send(beats)
             # Only now: a round that fails before this point is sent again in full.
             self.sent.update((beat.front, beat.slot) for beat in beats)
         return beats
+
+    def _send(self, beats: list[Heartbeat]) -> None:
+        """Step 4's batches: ``beats`` on every shard, closed by the next node time."""
+        producer = self._producer
+        if producer is None:
+            raise ServiceFailed("front heartbeats are stopped")
+        self.time += 1
+        for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
+            produce_record(
+                producer, OutRecord(self.acks_topic, shard, None, value), self._delivered
+            )
+        producer.poll(0)

@@ -309,3 +309,29 @@ def test_a_carried_heartbeat_is_promised_at_once_and_sent_only_when_committed() 
         assert fronts.carried("a", 0, 1_240) == Heartbeat(front_id("a", 0), 124)
     finally:
         fronts.stop(flush_s=0)  # no broker: nothing to wait for
+
+
+def test_a_heartbeat_ahead_of_the_commit_is_promised_and_sent_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a continuous source task sends when it takes records with everything before
+    them committed: the first one's slot, on every shard, now, and a floor for later
+    records; the commit of those records then carries only a higher slot."""
+    sent: list[tuple[int | None, dict[int, int]]] = []
+
+    def produce(_producer: object, record: object, *_a: object, **_k: object) -> None:
+        sent.append((getattr(record, "partition", None), fronts.floors("a")))
+
+    monkeypatch.setattr("framework.runners.spark.fronts.produce_record", produce)
+    fronts = _fronts(outage_s=60)
+    fronts.shards = 2
+    try:
+        assert fronts.ahead("a", 0, 1_234) == Heartbeat(front_id("a", 0), 123)
+        assert [shard for shard, _ in sent] == [0, 1]  # every shard, before returning
+        assert all(floors == {0: 123} for _, floors in sent)  # promised before sent
+        assert fronts.sent[front_id("a", 0)] == 123
+        assert fronts.ahead("a", 0, 1_239) is None and len(sent) == 2  # no rise, nothing sent
+        assert fronts.carried("a", 0, 1_238) is None  # the commit carries only a rise
+        assert fronts.carried("a", 0, 1_240) == Heartbeat(front_id("a", 0), 124)
+    finally:
+        fronts.stop(flush_s=0)  # no broker: nothing to wait for
