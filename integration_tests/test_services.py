@@ -440,7 +440,13 @@ def test_a_min_time_waits_until_the_frames_committed_before_it_are_read(
         barrier.wait_ready()
         take = barrier._take
 
-        def slow_take(msg: Any) -> None:  # 120 frames take >= 0.6 s, min time ~0.05 s
+        def slow_take(msg: Any) -> None:
+            # The first frame waits until the barrier's view has min time 11, the others
+            # come one a step: the min time comes before the frames are read, however
+            # slowly the acker's report arrives (a loaded machine took over 0.6 s).
+            view = barrier._view
+            assert view is not None
+            wait_until(lambda: view.min_time(barrier.segment) >= 11, "min time 11 in the view")
             time.sleep(0.005)
             take(msg)
 
