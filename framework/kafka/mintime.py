@@ -1,8 +1,16 @@
 """A live view of an application's min times, for the barrier and the Spark driver.
 
-It reads ``<app>.mintime`` from the beginning, feeds every shard report to a core
-`MinTimeListener` and keeps what the listener publishes: per segment (and globally) a min
-time that only grows. Thread-safe: read it, wait for it, or subscribe to it from any thread.
+It reads ``<app>.mintime``, feeds every shard report to a core `MinTimeListener` and keeps
+what the listener publishes: per segment (and globally) a min time that only grows.
+Thread-safe: read it, wait for it, or subscribe to it from any thread.
+
+Where it starts. Not at the beginning: a partition is read from the latest offset after
+which every report key (``<shard>:<segment>``, ``*`` global) of its shards has a report,
+found by reading keys backwards in growing windows (`suffix_start`). What it skips is what
+compaction may remove (every record whose key has a later one), so it reads a log compaction
+could have left, which is safe (below). The acker reports every slot's change, and the
+topic's active segment is never compacted: a view started ten minutes into a run read
+every report of those minutes before its first min time.
 
 Compaction. The topic is compacted by ``<shard>:<segment>``, which keeps a suffix of every
 key's reports, and a listener fed any suffix is safe (docs/decisions/sharded-listener.md).
@@ -16,18 +24,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework.core.acker.sharded import MinTimeListener
 from framework.core.messages import MinTimeNotification
+from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.clients import (
+    QUICK_END,
     assign,
     authentic_message,
     close_quietly,
     is_eof,
     is_record,
+    kafka_retry,
     new_consumer,
     take,
     where,
@@ -37,9 +48,83 @@ from framework.service import Service
 from framework.wire.avro import decode_min_time
 from framework.wire.topics import Topics
 
-__all__ = ["MinTimeCallback", "MinTimeView"]
+__all__ = ["MinTimeCallback", "MinTimeView", "report_keys", "suffix_start"]
 
 MinTimeCallback = Callable[[MinTimeNotification], None]
+
+_WINDOW = 4096
+"""Records of the first window `suffix_start` reads back; each next one is four times as
+long."""
+
+_MARGIN = 1024
+"""Records `suffix_start` keeps before the oldest key's last report: reports of each shard
+from before the latest vectors all shards share, so the listener publishes without waiting
+for the acker's next reports (it may need a report of a shard from before the others'
+latest to accept one)."""
+
+
+def report_keys(shards: int, segments: Iterable[str]) -> list[tuple[bytes, int]]:
+    """Every key the acker's reports take (``framework.acker.service.report_key``), with
+    its shard."""
+    names = [*segments, "*"]
+    return [(f"{shard}:{name}".encode(), shard) for shard in range(shards) for name in names]
+
+
+def suffix_start(bootstrap: str, topic: str, partition: int, keys: set[bytes]) -> int | None:
+    """The latest offset of ``topic[partition]`` from which every one of ``keys`` that has
+    a report has one (None: its first record).
+
+    1. Read the keys (nothing decoded) of the last `_WINDOW` records; four times as many
+       while some of ``keys`` has none there and records before the window remain.
+    2. The start is the least offset of the last report of each key found, `_MARGIN`
+       records earlier.
+
+    Every record before the start has a later record of its key: compaction could have
+    removed them all, and a view fed any log compaction leaves publishes no false min time
+    (docs/decisions/sharded-listener.md). A key with no report in the whole partition
+    scans it to its first record, as a view started at the beginning would read it.
+    """
+    consumer = new_consumer(bootstrap, config=QUICK_END)
+    try:
+        tp = TopicPartition(topic, partition)
+        low, high = kafka_retry(
+            f"cannot read the offsets of {topic}[{partition}]",
+            lambda: consumer.get_watermark_offsets(tp, timeout=DEFAULT_TIMEOUT_S),
+        )
+        window = _WINDOW
+        while True:
+            # Step 1
+            start = max(low, high - window)
+            last = _last_offsets(consumer, topic, partition, start, high)
+            if keys <= last.keys() or start <= low:
+                break
+            window *= 4
+    finally:
+        close_quietly(consumer)
+    # Step 2
+    found = [last[k] for k in keys if k in last]
+    if not found or start <= low:
+        return None
+    return max(low, min(found) - _MARGIN) if min(found) - _MARGIN > low else None
+
+
+def _last_offsets(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int
+) -> dict[bytes, int]:
+    """Each key's last offset in ``[start, end)`` of ``topic[partition]``."""
+    consumer.assign([TopicPartition(topic, partition, start)])
+    deadline = Deadline(DEFAULT_TIMEOUT_S, f"reading the report keys of {topic}[{partition}]")
+    last: dict[bytes, int] = {}
+    while True:
+        deadline.check()
+        for msg in take(consumer, 1000, deadline.remaining(0.1)):
+            if is_eof(msg):
+                return last
+            if is_record(msg, topic):
+                _, offset = where(msg)
+                if offset >= end:
+                    return last
+                last[msg.key() or b""] = offset
 
 
 class MinTimeView(Service):
@@ -126,8 +211,15 @@ class MinTimeView(Service):
     def _open(self) -> None:
         ensure_topics(self.bootstrap, [mintime_topic_spec(self.app, epoch=self.epoch)])
         partitions = partition_count(self.bootstrap, self.topic)
+        keys = report_keys(self.shards, self.segments)
+        starts = {
+            p: suffix_start(
+                self.bootstrap, self.topic, p, {k for k, shard in keys if shard % partitions == p}
+            )
+            for p in range(partitions)
+        }
         self._consumer = consumer = new_consumer(self.bootstrap)
-        assign(consumer, self.topic, dict.fromkeys(range(partitions)))
+        assign(consumer, self.topic, starts)
         with self._cond:
             self._behind = set(range(partitions))
 
