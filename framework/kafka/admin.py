@@ -66,6 +66,10 @@ T = TypeVar("T")
 # An admin client has no close: dropping the last reference releases it.
 _clients: ProcessCache[str, AdminClient] = ProcessCache(lambda client: None)
 
+# Bootstraps this process has reached: refusing connections after that is an outage,
+# asked through; before it, the address may be wrong, and one line says so at once.
+_reached: set[str] = set()
+
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
@@ -103,6 +107,7 @@ def _admin(bootstrap: str) -> AdminClient:
 
 def _new_admin(bootstrap: str) -> AdminClient:
     check_reachable(bootstrap)
+    _reached.add(bootstrap)
     return AdminClient(secured({"bootstrap.servers": bootstrap}))
 
 
@@ -178,8 +183,10 @@ def _ask(bootstrap: str, what: str, ask: Callable[[], T]) -> T:
                 _clients.discard(bootstrap)
         except KafkaUnreachable:
             # A broker restarting refuses connections for seconds: asked again like a
-            # transient error, by a new client once it answers.
-            if deadline.expired:
+            # transient error, by a new client once it answers. An address this process
+            # never reached fails at once (`flamepipe consume --bootstrap` with a typo:
+            # one line within seconds, not after the deadline).
+            if bootstrap not in _reached or deadline.expired:
                 raise
         except FlamepipeError:
             raise

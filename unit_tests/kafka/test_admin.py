@@ -39,6 +39,7 @@ def test_a_question_waits_for_a_broker_that_comes_back() -> None:
         server.bind(("127.0.0.1", port))
         server.listen()
 
+    admin._reached.add(bootstrap)  # reached before: the broker restarts
     threading.Thread(target=come_back, daemon=True).start()
     asked: list[float] = []
 
@@ -52,3 +53,18 @@ def test_a_question_waits_for_a_broker_that_comes_back() -> None:
     finally:
         server.close()
     assert len(asked) > 1  # refused first, asked again
+
+
+def test_an_address_never_reached_fails_at_once() -> None:
+    """A typo in the bootstrap is one line within seconds, not a wait for the deadline."""
+    bootstrap = f"127.0.0.1:{_free_port()}"
+    asked: list[float] = []
+
+    def ask() -> str:
+        asked.append(time.monotonic())
+        admin.check_reachable(bootstrap)
+        return "answered"
+
+    with pytest.raises(KafkaUnreachable):
+        admin._ask(bootstrap, "describe a topic", ask)
+    assert len(asked) == 1
