@@ -105,7 +105,8 @@ def suffix_start(bootstrap: str, topic: str, partition: int, keys: set[bytes]) -
     found = [last[k] for k in keys if k in last]
     if not found or start <= low:
         return None
-    return max(low, min(found) - _MARGIN) if min(found) - _MARGIN > low else None
+    first = min(found) - _MARGIN
+    return first if first > low else None
 
 
 def _last_offsets(
