@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from framework.core.calls import AsyncCall
 from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
 from framework.core.joins import LEFT, RIGHT, SideKey, TableLookup, Tag, WindowPairs, check_how
-from framework.core.names import IdStyle, OperatorIds
+from framework.core.names import OperatorIds
 from framework.core.rolling import First
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.core.windows import (
@@ -86,19 +86,15 @@ class Pipeline:
     """A named pipeline under construction; ``name`` seeds every op id (keep it stable).
 
     Every operator gets a stable id (`framework.core.names`): ``name=`` pins it, otherwise
-    it comes from the operator's kind and function. ``operator_ids="positional"`` keeps the
-    ids of pipelines deployed before stable ids (docs/operations.md, "Upgrading a
-    pipeline").
+    it comes from the operator's kind and function.
     """
 
-    def __init__(
-        self, name: str, *, delta_ms: int = DEFAULT_DELTA_MS, operator_ids: IdStyle = "stable"
-    ) -> None:
+    def __init__(self, name: str, *, delta_ms: int = DEFAULT_DELTA_MS) -> None:
         if not name:
             raise PipelineError("a pipeline needs a non-empty name (it seeds the op ids)")
         self.name = name
         self.delta_ms = delta_ms
-        self._ids = OperatorIds(operator_ids)
+        self._ids = OperatorIds()
         self._nodes: list[Node] = []
 
     def source(self, source: Source, *, name: str = "") -> Stream:

@@ -15,11 +15,7 @@ positions:
   third ``-3``: adding one before it shifts those, so name the operators whose state
   must survive upgrades.
 
-``operator_ids="positional"`` keeps the ids of flamepipe before stable ids
-(``<index>-<kind>``) for pipelines deployed with them: docs/operations.md, "Upgrading a
-pipeline", says how to move them to stable ids through a savepoint.
-
->>> ids = OperatorIds("stable")
+>>> ids = OperatorIds()
 >>> ids.claim("map", "", "parse"), ids.claim("map", "", "parse"), ids.claim("group", "", "")
 ('map-parse', 'map-parse-2', 'group')
 >>> ids.claim("group", "word pairs", "")
@@ -29,14 +25,11 @@ pipeline", says how to move them to stable ids through a savepoint.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from framework.errors import PipelineError
 
-__all__ = ["ID_STYLES", "MAX_ID", "IdStyle", "OperatorIds", "slug"]
+__all__ = ["MAX_ID", "OperatorIds", "slug"]
 
-IdStyle = Literal["stable", "positional"]
-ID_STYLES: tuple[IdStyle, ...] = ("stable", "positional")
 MAX_ID = 64
 """Longest id: it lands in topic names (249 characters at most) with the app's name."""
 
@@ -51,20 +44,12 @@ def slug(text: str) -> str:
 class OperatorIds:
     """Hands out the ids of one pipeline's operators (see the module docstring)."""
 
-    def __init__(self, style: IdStyle = "stable") -> None:
-        if style not in ID_STYLES:
-            raise PipelineError(
-                f"operator_ids={style!r} is not an id style: use 'stable' (the default) or "
-                "'positional' (pipelines deployed before stable ids)"
-            )
-        self.style: IdStyle = style
+    def __init__(self) -> None:
         self._taken: dict[str, str] = {}  # id -> how it was claimed, for the error message
 
     def claim(self, kind: str, name: str, derived: str) -> str:
         """The id of the next operator of ``kind``, named ``name`` ("" if not named),
         whose function or endpoint is called ``derived`` ("" if none)."""
-        if self.style == "positional":
-            return self._take(f"{len(self._taken)}-{kind}", "")
         if name:
             pinned = slug(name)
             if not pinned:

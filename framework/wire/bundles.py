@@ -142,9 +142,7 @@ def item_record(record: Record, topic: str, partitions: int) -> tuple[int, OutRe
     """The output partition and record of a released item (see the module docstring).
 
     Every payload is already an output record: ``(key, value, fp.meta, fp.mac)`` signed
-    by the last stage (`signed_item`), or, from a stage of an earlier flamepipe, ``(key,
-    value)`` bytes that are given their meta here and signed when produced; anything else
-    is a `ProtocolViolation`.
+    by the last stage (`signed_item`); anything else is a `ProtocolViolation`.
     """
     (out,) = item_records((record,), topic, [0] * partitions)
     assert out.partition is not None
@@ -165,14 +163,11 @@ def item_records(records: Iterable[Record], topic: str, counts: list[int]) -> li
                 (META_HEADER, meta_bytes),
                 (MAC_HEADER, mac),
             )
-        elif type(payload) is tuple and len(payload) == 2 and type(payload[1]) is bytes:
-            key, value = payload  # an earlier stage's: the meta here, signed when produced
-            headers = ((META_HEADER, encode_meta(record[0])),)
         else:
             raise ProtocolViolation(
-                f"pre-barrier item at {record[0].gt} is {type(payload).__name__}, not the "
-                "(key, value) bytes of an output record: the stage that wrote it runs an "
-                "older flamepipe; run one version for the stages and the barrier"
+                f"pre-barrier item at {record[0].gt} is not a signed output record (key, "
+                "value, meta, mac) but a {type(payload).__name__}: the stage that wrote it "
+                "runs another flamepipe version; run one version for the stages and the barrier"
             )
         p = output_partition(key, record[0], partitions)
         append(_new(OutRecord, (topic, p, key, value, headers)))

@@ -8,7 +8,7 @@ import pytest
 
 import framework.core.names
 from framework import Pipeline
-from framework.core.names import OperatorIds, slug
+from framework.core.names import slug
 from framework.errors import PipelineError
 from framework.pipeline import Tumbling
 from framework.testing import ListSink, ListSource
@@ -97,13 +97,6 @@ def test_two_unnamed_joins_coexist_and_a_named_one_pins_its_parts() -> None:
     ids = set(_ids(p))
     assert {"merge-join", "merge-join-2", "aggregate-join-window-2", "map-join-left-2"} <= ids
     assert {"clicks", "clicks-window", "clicks-pairs", "clicks-left", "clicks-right"} <= ids
-
-
-def test_positional_ids_keep_pipelines_deployed_before_stable_ids() -> None:
-    p = _pairs(Pipeline("p", operator_ids="positional"), extra=False)
-    assert _ids(p) == ["0-source", "1-map", "2-flat_map", "3-key_by", "4-group", "5-sink"]
-    with pytest.raises(PipelineError, match=r"'stable' .* 'positional'"):
-        OperatorIds("numbered")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
