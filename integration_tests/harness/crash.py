@@ -179,7 +179,7 @@ class _Run:
         }
         for component in self.components.values():
             component.start()
-        self.tail = OutputTail(bootstrap, self.sink)
+        self.tail = OutputTail(bootstrap, self.sink, self.clock.say)
         self.tail.start()
 
     def _sink_node(self) -> str:

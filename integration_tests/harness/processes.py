@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from framework.config import Settings
 from framework.core.time import GlobalTime
@@ -296,18 +296,61 @@ class OutputTail(threading.Thread):
 
     For each bundle it keeps when it was produced (the record's CreateTime), when this
     reader saw it, and its GT_last.
+
+    Once (2026-11-30) this reader's consumer, assigned its partitions, read nothing more
+    after a broker and ZooKeeper restart while the output grew to completion (a fresh
+    read_committed reader read all of it; librdkafka's assign()ed consumers are known to
+    stall after leader changes). So when nothing came for `IDLE_S` while a partition's
+    committed end lies past what was read, and that end is new, the reader starts a new
+    consumer at its positions and says so (`say`): ``stalls`` counts the restarts that
+    brought records, which a plain restart would not have needed.
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    IDLE_S = 10.0
+
+    def __init__(self, bootstrap: str, topic: str, say: Callable[[str], None] = print) -> None:
         super().__init__(name="crash-harness-tail", daemon=True)
         self.bootstrap = bootstrap
         self.topic = topic
         self.items = 0
+        self.stalls = 0
         self.bundles: list[tuple[int, int, GlobalTime]] = []
+        self._say = say
+        self._next: dict[tuple[str, int], int] = {}  # next offset to read per partition
+        self._checked: dict[tuple[str, int], int] = {}  # committed ends already looked at
         self._lock = threading.Lock()
         self._halt = threading.Event()
 
     def run(self) -> None:
+        partitions = partition_count(self.bootstrap, self.topic)
+        for topic in (self.topic, bundles_topic(self.topic)):
+            for p in range(partitions):
+                self._next[(topic, p)] = 0
+        consumer = self._consumer()
+        try:
+            idle_since = time.monotonic()
+            restarted = False
+            while not self._halt.is_set():
+                # `take`: consume(1000, 0.2) waits out the 0.2 s unless 1 000 messages come,
+                # which added up to 0.2 s to every recovery time measured here.
+                taken = [m for m in take(consumer, 1000, 0.2) if m.error() is None]
+                for msg in taken:
+                    self._take(msg)
+                    self._next[(str(msg.topic()), msg.partition() or 0)] = (msg.offset() or 0) + 1
+                if taken:
+                    if restarted:
+                        self.stalls += 1
+                        self._say(f"tail: the new consumer read {len(taken)} records: a stall")
+                    idle_since, restarted = time.monotonic(), False
+                elif time.monotonic() - idle_since >= self.IDLE_S:
+                    idle_since = time.monotonic()  # the next look in IDLE_S
+                    if self._behind(consumer):
+                        consumer.close()
+                        consumer, restarted = self._consumer(), True
+        finally:
+            consumer.close()
+
+    def _consumer(self) -> Consumer:
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -318,23 +361,25 @@ class OutputTail(threading.Thread):
                 "log_level": 0,
             }
         )
-        try:
-            partitions = partition_count(self.bootstrap, self.topic)
-            consumer.assign(
-                [
-                    TopicPartition(topic, p, 0)
-                    for topic in (self.topic, bundles_topic(self.topic))
-                    for p in range(partitions)
-                ]
-            )
-            while not self._halt.is_set():
-                # `take`: consume(1000, 0.2) waits out the 0.2 s unless 1 000 messages come,
-                # which added up to 0.2 s to every recovery time measured here.
-                for msg in take(consumer, 1000, 0.2):
-                    if msg.error() is None:
-                        self._take(msg)
-        finally:
-            consumer.close()
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in self._next.items()])
+        return consumer
+
+    def _behind(self, consumer: Consumer) -> bool:
+        """Whether a partition's committed end is past what was read and not looked at
+        before (an end that only markers or aborted records fill stays put)."""
+        behind = []
+        for (topic, p), next_offset in self._next.items():
+            try:
+                _, end = consumer.get_watermark_offsets(TopicPartition(topic, p), 5, cached=False)
+            except KafkaException:
+                return False  # the broker is away: nothing to tell yet
+            if end > next_offset and self._checked.get((topic, p)) != end:
+                self._checked[(topic, p)] = end
+                behind.append(f"{topic}[{p}] at {next_offset} of {end}")
+        if behind:
+            where = ", ".join(behind)
+            self._say(f"tail: nothing read for {self.IDLE_S:.0f} s, {where}: a new consumer")
+        return bool(behind)
 
     def _take(self, msg: Message) -> None:
         with self._lock:
