@@ -31,7 +31,7 @@ from framework.core.graph import Graph, Kind
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.plan import plan_stages
-from framework.plan.records import StageSpec
+from framework.plan.stage_spec import StageSpec
 from framework.plan.task import StageProgram
 from framework.runners.spark.tasks import read_records
 from framework.wire.auth import Keyring, install

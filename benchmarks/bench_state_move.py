@@ -26,7 +26,7 @@ from framework.kafka.admin import compacted_spec, ensure_topics
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.clients import new_producer
 from framework.local.provision import provision
-from framework.plan.state import apply_changelog, changelog_records
+from framework.plan.stage_state import apply_changelog, changelog_records
 
 
 def _fill(grouping: Grouping, lines: list[str], first_slot: int) -> int:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from connectors.bundles import BundleConsumer
 from connectors.database import DatabaseSink, Table, sqlite
-from connectors.files import FileSink
-from connectors.registry import ConfluentAvro, ConfluentJson, ConfluentProtobuf
+from connectors.file_sink import FileSink
+from connectors.schema_registry import ConfluentAvro, ConfluentJson, ConfluentProtobuf
 from framework.kafka.endpoints import KafkaSink, KafkaSource
 from framework.wire.serde import AvroSerde, Bytes, Json, Serde, Utf8
 

@@ -195,7 +195,7 @@ def test_operators_restart_from_a_savepoint_with_their_state(stack: Settings, sp
     from framework.core.graph import Kind
     from framework.kafka.clients import read_to_end
     from framework.runners.inprocess.endpoints import SourceRecord
-    from framework.runners.savepoints import start_from_savepoint, take_savepoint
+    from framework.runners.savepoint_ops import start_from_savepoint, take_savepoint
     from framework.testing import InProcessRunner, ListSink, ListSource
     from integration_tests.harness.operators import operators
 

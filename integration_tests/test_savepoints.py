@@ -28,8 +28,8 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError, Unauthenticated
 from framework.kafka.clients import read_to_end
-from framework.runners.savepoints import savepoint_root, start_from_savepoint, take_savepoint
-from framework.snapshots.savepoints import Savepoint, list_savepoints, load_savepoint
+from framework.runners.savepoint_ops import savepoint_root, start_from_savepoint, take_savepoint
+from framework.snapshots.savepoint_store import Savepoint, list_savepoints, load_savepoint
 from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 from integration_tests.harness.services import run_cli
 from integration_tests.harness.upgrades import upgraded_pairs

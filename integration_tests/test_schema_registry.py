@@ -29,8 +29,8 @@ from framework.config import Settings
 from framework.errors import ConfigError
 from framework.kafka.admin import ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
+from framework.local.apicurio import SchemaRegistry
 from framework.local.provision import free_port
-from framework.local.registry import SchemaRegistry
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.spark import SparkRunner
 from framework.wire.dead_letters import read_dead_letter

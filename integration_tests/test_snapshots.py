@@ -25,7 +25,7 @@ from framework.core.time import GlobalTime
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.clients import read_to_end
-from framework.plan.state import apply_changelog
+from framework.plan.stage_state import apply_changelog
 from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
 from framework.snapshots.backends import FileBackend
 from framework.snapshots.units import unit_label

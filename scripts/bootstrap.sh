@@ -86,7 +86,7 @@ say "fetching the local stack's jars (cached after the first time)"
 .venv/bin/python - <<'PY'
 from framework.config import Settings
 from framework.local.jars import flamepipe_jar, jar_bundle
-from framework.local.registry import registry_dist
+from framework.local.apicurio import registry_dist
 settings = Settings.load()
 # hdfs-minicluster (~106 MB) only for the file sink's HDFS test, like PostgreSQL above.
 for bundle in ("kafka-broker", "spark-kafka", "hdfs-minicluster"):

@@ -67,13 +67,13 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework.barrier.blocks import BlockWriter, SlotBuffer, SlotBundle
-from framework.barrier.speculation import BundleWriter, Speculation
-from framework.barrier.stats import BarrierStats
-from framework.barrier.writer import (
+from framework.barrier.output_writer import (
     OutputWriter,
     PlainWriter,
     TransactionalWriter,
 )
+from framework.barrier.speculation import BundleWriter, Speculation
+from framework.barrier.stats import BarrierStats
 from framework.core.barrier import Barrier, Bundle
 from framework.core.graph import Graph
 from framework.core.meta import Record

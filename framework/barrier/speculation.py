@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from framework import failpoints
+from framework.barrier.output_writer import TransactionalWriter
 from framework.barrier.stats import BarrierStats
-from framework.barrier.writer import TransactionalWriter
 from framework.core.barrier import Barrier, Bundle
 from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from framework.cli import jobs, savepoints, stack, state
+from framework.cli import jobs, savepoint_commands, stack, state_commands
 from framework.cli.signals import interrupt_on_signals
 from framework.config.settings import EXECUTIONS
 from framework.errors import FlamepipeError
@@ -52,8 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     stack.add_parsers(sub, common)
     jobs.add_parsers(sub, common)
-    savepoints.add_parsers(sub, common)
-    state.add_parsers(sub, common)
+    savepoint_commands.add_parsers(sub, common)
+    state_commands.add_parsers(sub, common)
     sub.add_parser("consume", add_help=False, help="print (--verify: check) an output topic")
     sub.add_parser(
         "keygen",
@@ -72,8 +72,8 @@ def _keygen(_args: argparse.Namespace) -> int:
 _COMMANDS = {
     **stack.COMMANDS,
     **jobs.COMMANDS,
-    **savepoints.COMMANDS,
-    **state.COMMANDS,
+    **savepoint_commands.COMMANDS,
+    **state_commands.COMMANDS,
     "keygen": _keygen,
 }
 

@@ -56,7 +56,7 @@ class Settings:
     thread, so a worker may offer more than the machine's cores: continuous stages hold
     one per long-running task, which mostly waits on Kafka).
     ``registry_port`` > 0 makes it start a schema registry there too (Apicurio Registry's
-    Confluent API, `framework.local.registry`; ``flamepipe up --registry-port 8081``).
+    Confluent API, `framework.local.apicurio`; ``flamepipe up --registry-port 8081``).
     ``parallelism`` is the partition count of the topics between stages (the hash units of
     groupings); ``acker_shards`` the partitions of the acks topic; ``trigger_ms`` Spark's
     micro-batch interval; ``heartbeat_ms`` how often fronts heartbeat; ``front_lag_ms`` the

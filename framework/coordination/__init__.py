@@ -5,10 +5,10 @@ Adapters only: ``framework.core`` never imports this package. The znode layout i
 """
 
 from framework.coordination.client import zk_client
+from framework.coordination.committed_snapshot import SnapshotRegistry, read_latest
 from framework.coordination.election import LeaderElection, Leadership
 from framework.coordination.epochs import Epochs, read_epoch
 from framework.coordination.paths import app_root, leader_path
-from framework.coordination.registry import SnapshotRegistry, read_latest
 from framework.wire.znodes import EpochRecord, Offsets, SnapshotRecord
 
 __all__ = [

@@ -12,7 +12,7 @@
    wait until it accepts connections, then that many workers (one core, 1 GiB, a work
    directory each; their executors run in JVMs of their own) and wait until each has
    registered with the master.
-6. With ``registry_port`` > 0: start a schema registry there (`framework.local.registry`,
+6. With ``registry_port`` > 0: start a schema registry there (`framework.local.apicurio`,
    fetched once from Maven Central) and wait until it lists its subjects.
 """
 
@@ -29,10 +29,10 @@ from types import TracebackType
 
 from framework.config import Settings
 from framework.errors import StackError
+from framework.local.apicurio import SchemaRegistry
 from framework.local.class_archives import archive_path, dump_flags, publish, use_flags
 from framework.local.jars import jar_bundle
 from framework.local.process import Daemon, log_tail, port_free, wait_for
-from framework.local.registry import SchemaRegistry
 from framework.local.servers import (
     KafkaSpec,
     SparkMasterSpec,

@@ -74,13 +74,13 @@ from framework.errors import (
 )
 from framework.plan.columnar import emit_results, flow_columns
 from framework.plan.pane_intake import take_frames
-from framework.plan.records import StageSpec, TaskResult
-from framework.plan.stages import ExitKind
-from framework.plan.state import (
+from framework.plan.stage_spec import StageSpec, TaskResult
+from framework.plan.stage_state import (
     StageState,
     changelog_records,
     hold_value,
 )
+from framework.plan.stages import ExitKind
 from framework.wire.acks import shard_batches
 from framework.wire.auth import MAC_HEADER, authentic
 from framework.wire.bundles import barrier_instance

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from framework.coordination.registry import SnapshotRegistry
+from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph, Kind, Node
 from framework.core.ops import op_id_of
 from framework.errors import ConfigError, FlamepipeError, KafkaUnreachable
@@ -30,6 +30,7 @@ from framework.snapshots.acceptance import BarrierMarks
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.copies import ChangelogCopies, Part
 from framework.snapshots.offsets import replay_offsets
+from framework.snapshots.snapshot_writer import SnapshotWriter
 from framework.snapshots.units import (
     aggregate_shape,
     encode_aggregate_unit,
@@ -37,7 +38,6 @@ from framework.snapshots.units import (
     unit_label,
     unit_name,
 )
-from framework.snapshots.writer import SnapshotWriter
 from framework.wire.lifts import Lift
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord

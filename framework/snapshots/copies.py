@@ -54,7 +54,7 @@ from framework.kafka.clients import (
     new_consumer,
     where,
 )
-from framework.plan.state import ChangelogImage, Replayable, apply_changelog, apply_record
+from framework.plan.stage_state import ChangelogImage, Replayable, apply_changelog, apply_record
 from framework.wire.changelog import FLOOR_KEY, MIN_TIME, MIN_TIME_KEY, read_record
 
 __all__ = ["ChangelogCopies", "UnitCopy"]

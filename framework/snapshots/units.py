@@ -25,7 +25,7 @@ from typing import Any
 
 from framework.core.windows import Aggregation
 from framework.errors import DecodeError, Unauthenticated
-from framework.plan.state import plain_meta
+from framework.plan.stage_state import plain_meta
 from framework.wire.auth import MAC_HEADER, current
 from framework.wire.changelog import (
     PlainMeta,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from framework.core.graph import Graph, Kind
 from framework.errors import ConfigError, SnapshotMissing
 from framework.snapshots.backends.base import SLOT_MAX
-from framework.snapshots.savepoints import SavedOperator, Savepoint
+from framework.snapshots.savepoint_store import SavedOperator, Savepoint
 from framework.snapshots.units import (
     aggregate_shape,
     decode_unit,

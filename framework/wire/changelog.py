@@ -15,12 +15,12 @@ Layout (topic ``<app>.<node>.state``, compacted):
   item)`` for a rolling aggregate (`framework.core.rolling`), or None once the key has
   neither;
 * an aggregate's min time: Kafka key `MIN_TIME_KEY`, value = pickle of ``(None, min_time)``;
-  a task writes it first in every batch's records (`framework.plan.state`);
+  a task writes it first in every batch's records (`framework.plan.stage_state`);
 * an aggregate's restore floor: Kafka key `FLOOR_KEY`, value = pickle of ``(None, slot)``,
   written once by a restore from a snapshot at ``slot``: items below it hold no slot and
   their results were released by an earlier epoch (`WindowAggregator.put_floor`).
 
-Written by a stage task (`framework.plan.state`) and, byte for byte the same, by a restore
+Written by a stage task (`framework.plan.stage_state`) and, byte for byte the same, by a restore
 that seeds a new epoch from a snapshot (`framework.snapshots.units`). These topics are
 flamepipe's own: nothing else may write them.
 """

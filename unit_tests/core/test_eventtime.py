@@ -16,7 +16,7 @@ from framework.core.meta import Record
 from framework.core.windows import Aggregation, Tumbling, WindowSpec
 from framework.errors import PipelineError, UserFunctionError
 from framework.pipeline import Pipeline
-from framework.plan.state import apply_changelog, changelog_records
+from framework.plan.stage_state import apply_changelog, changelog_records
 from framework.testing import ListSink, ListSource, Shuffled, run_local
 from unit_tests.core.test_windows import DELTA, OP, item
 

@@ -22,7 +22,7 @@ from framework.core.windows import (
     WindowSpec,
 )
 from framework.errors import PipelineError
-from framework.plan.state import apply_changelog, changelog_records
+from framework.plan.stage_state import apply_changelog, changelog_records
 from unit_tests.core.test_windows import DELTA, OP, arrivals, item
 
 

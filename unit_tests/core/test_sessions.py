@@ -11,7 +11,7 @@ from framework.core.meta import Record
 from framework.core.sessions import SessionAggregator
 from framework.core.windows import Aggregation, Session, WindowResult
 from framework.pipeline import Pipeline
-from framework.plan.state import apply_changelog, changelog_records
+from framework.plan.stage_state import apply_changelog, changelog_records
 from framework.testing import ListSink, ListSource, Shuffled, run_local
 from unit_tests.core.test_windows import DELTA, OP, arrivals, item
 

@@ -16,7 +16,7 @@ from framework.core.ops import Keyed, key_hash
 from framework.core.panes import PaneAggregator
 from framework.core.time import GlobalTime
 from framework.core.windows import Aggregation, Sliding, Tumbling, WindowAggregator
-from framework.plan.state import apply_changelog, changelog_records
+from framework.plan.stage_state import apply_changelog, changelog_records
 from framework.wire.auth import Keyring, install
 
 OP, DELTA = 0xD1F, 10

@@ -15,7 +15,7 @@ from connectors import Json, KafkaSink
 from framework import Pipeline, Sliding, Tumbling
 from framework.core.graph import Graph
 from framework.core.panes import PaneAggregator
-from framework.plan.records import TaskResult
+from framework.plan.stage_spec import TaskResult
 from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
 from framework.wire.frames import FRAME_HEADERS

@@ -25,7 +25,7 @@ from framework.core.time import GlobalTime
 from framework.core.windows import Aggregation, Count, Session, Sliding, Tumbling
 from framework.errors import DecodeError
 from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
-from framework.plan.state import (
+from framework.plan.stage_state import (
     ChangelogImage,
     apply_changelog,
     apply_record,

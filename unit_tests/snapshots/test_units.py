@@ -17,8 +17,8 @@ from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, Unauthenticated
-from framework.plan.state import apply_changelog
-from framework.plan.state import changelog_records as task_records
+from framework.plan.stage_state import apply_changelog
+from framework.plan.stage_state import changelog_records as task_records
 from framework.snapshots import (
     changelog_records,
     decode_unit,

@@ -42,7 +42,7 @@ from framework.kafka.clients import kafka_retry
 from framework.kafka.endpoints import kafka_sources
 from framework.kafka.stage_positions import read_positions
 from framework.logs import WorkerLog, log_dir
-from framework.plan.records import StageSpec
+from framework.plan.stage_spec import StageSpec
 from framework.plan.stages import plan_stages
 from framework.runners.spark.continuous_tasks import ContinuousContext, continuous_task
 from framework.runners.spark.fronts import FrontHeartbeats

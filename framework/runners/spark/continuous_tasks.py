@@ -61,7 +61,7 @@ from framework.kafka.clients import is_record, kafka_call, new_consumer, take
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.stage_positions import position_record, read_positions
 from framework.kafka.transactions import TaskCommitter
-from framework.plan.state import StageState
+from framework.plan.stage_state import StageState
 from framework.plan.task import StageProgram
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from framework.plan.records import StageSpec
+    from framework.plan.stage_spec import StageSpec
     from framework.runners.spark.fronts import FrontHeartbeats
     from framework.runners.spark.queries import StageStats
     from framework.runners.spark.ticks import Due

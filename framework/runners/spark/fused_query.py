@@ -15,7 +15,7 @@ from typing import Any
 
 from framework.config import Settings
 from framework.core.graph import Kind
-from framework.plan.records import StageSpec
+from framework.plan.stage_spec import StageSpec
 from framework.runners.spark.fused_tasks import (
     MAP_SCHEMA,
     FusedContext,

@@ -18,7 +18,7 @@ from framework.core.graph import Kind
 from framework.errors import FlamepipeError
 from framework.kafka import security
 from framework.logs import WorkerLog, log_dir
-from framework.plan.records import StageSpec
+from framework.plan.stage_spec import StageSpec
 from framework.runners.spark.fronts import FrontHeartbeats, consumed_offsets
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.tasks import SUMMARY_SCHEMA, TaskContext, stage_task

@@ -66,7 +66,7 @@ from framework.kafka.topics import (
     shuffle_topic_spec,
 )
 from framework.plan.fusion import Fused, fuse
-from framework.plan.records import StageSpec
+from framework.plan.stage_spec import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
 from framework.runners.assembly import (
     ServiceSet,

@@ -41,8 +41,8 @@ from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.transactions import TaskCommitter
 from framework.logs import WorkerLog
-from framework.plan.records import StageSpec
-from framework.plan.state import StageState, apply_changelog
+from framework.plan.stage_spec import StageSpec
+from framework.plan.stage_state import StageState, apply_changelog
 from framework.plan.task import StageProgram
 from framework.wire.auth import Keyring, install
 from framework.wire.lifts import Lift, LiftIndex

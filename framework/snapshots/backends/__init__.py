@@ -11,7 +11,7 @@ from framework.snapshots.backends.factory import open_backend
 from framework.snapshots.backends.files import FileBackend
 from framework.snapshots.backends.memory import MemoryBackend
 from framework.snapshots.backends.rocks import RocksBackend
-from framework.snapshots.writer import Saved, SnapshotWriter
+from framework.snapshots.snapshot_writer import Saved, SnapshotWriter
 
 __all__ = [
     "SLOT_MAX",

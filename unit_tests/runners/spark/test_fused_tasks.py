@@ -10,7 +10,7 @@ import pyarrow as pa
 from framework.demos.wordcount import windowed_counts
 from framework.plan import plan_stages
 from framework.plan.fusion import fuse
-from framework.plan.records import StageSpec
+from framework.plan.stage_spec import StageSpec
 from framework.runners.spark import fused_tasks as ft
 from framework.runners.spark.tasks import TaskContext
 from framework.wire import auth

@@ -81,9 +81,9 @@ def test_registry_settings_stay_out_of_reprs() -> None:
 def test_the_docstring_examples_run() -> None:
     import doctest
 
-    import connectors.registry
+    import connectors.schema_registry
 
-    failed, tried = doctest.testmod(connectors.registry)
+    failed, tried = doctest.testmod(connectors.schema_registry)
     assert tried >= 5 and failed == 0
 
 

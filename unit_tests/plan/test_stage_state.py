@@ -1,4 +1,4 @@
-"""Changelog replay (`framework.plan.state`): a grouping's changelog of items rebuilds the
+"""Changelog replay (`framework.plan.stage_state`): a grouping's changelog of items rebuilds the
 grouping, whether read at once, in pieces, or with deletions among the records."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from framework.core.grouping import Grouping
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash
 from framework.core.time import GlobalTime
-from framework.plan.state import apply_changelog, changelog_records
+from framework.plan.stage_state import apply_changelog, changelog_records
 
 _KEYS = st.sampled_from(["a", "b", "c", 1, 2.0, ("t", None)])
 # A step: push an item (key, slot, value) or its tombstone, or move min time to a slot.

@@ -23,7 +23,7 @@ __all__ = ["COMMANDS", "add_parsers"]
 
 
 def _cmd_state(args: argparse.Namespace) -> int:
-    from framework.runners.state import StateServer, open_state, parse_key
+    from framework.runners.queryable_state import StateServer, open_state, parse_key
 
     graph = load_pipeline(args.pipeline).graph()
     key = None

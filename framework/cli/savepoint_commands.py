@@ -9,7 +9,7 @@
 ``upgrade`` starts the pipeline's next epoch from the savepoint (stop the running one
 first), for the graph as the code now builds it: operators keep their state by id, new
 groupings start empty, removed operators are reported, an incompatible change is refused
-with the operator named (`framework.snapshots.savepoints`).
+with the operator named (`framework.snapshots.savepoint_store`).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def _directory(args: argparse.Namespace) -> Path | None:
 
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
-    from framework.runners.savepoints import savepoint_root, take_savepoint
-    from framework.snapshots.savepoints import delete_savepoint, list_savepoints
+    from framework.runners.savepoint_ops import savepoint_root, take_savepoint
+    from framework.snapshots.savepoint_store import delete_savepoint, list_savepoints
 
     graph = load_pipeline(args.pipeline).graph()
     settings = settings_of(args)
@@ -83,7 +83,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
-    from framework.runners.savepoints import start_from_savepoint
+    from framework.runners.savepoint_ops import start_from_savepoint
 
     graph = load_pipeline(args.pipeline).graph()
     renames = parse_renames(args.rename)  # before any stack starts

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from connectors.bundles import OutputItem, VerifiedBundle
-from connectors.files import FileSink
+from connectors.file_sink import FileSink
 from framework import failpoints
 from framework.core.messages import BundleHeader
 from framework.core.meta import Meta

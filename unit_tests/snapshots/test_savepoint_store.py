@@ -16,7 +16,7 @@ from framework.core.time import GlobalTime
 from framework.core.windows import Tumbling
 from framework.errors import ConfigError, SnapshotMissing, Unauthenticated
 from framework.snapshots.backends.memory import MemoryBackend
-from framework.snapshots.savepoints import (
+from framework.snapshots.savepoint_store import (
     delete_savepoint,
     list_savepoints,
     load_savepoint,

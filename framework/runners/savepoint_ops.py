@@ -2,7 +2,7 @@
 
 `take_savepoint` waits for the next snapshot the running pipeline commits (or, with
 ``latest``, uses the committed one) and copies it out of the state backend
-(`framework.snapshots.savepoints`). `start_from_savepoint` is a replay
+(`framework.snapshots.savepoint_store`). `start_from_savepoint` is a replay
 (`framework.runners.replay`) whose state and start offsets are the savepoint's, for the
 graph as it is now: matching operators keep their state, new groupings start empty,
 removed operators are reported, an incompatible change is refused before anything changes.
@@ -23,7 +23,7 @@ from framework.runners.keys import install_keys
 from framework.runners.replay import Offsets, ReplayStart, resolve_start, start_replay
 from framework.snapshots.backends import open_backend
 from framework.snapshots.restore import restore_epoch
-from framework.snapshots.savepoints import (
+from framework.snapshots.savepoint_store import (
     Savepoint,
     check_savable,
     load_savepoint,

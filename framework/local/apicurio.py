@@ -1,7 +1,7 @@
 """An embedded schema registry on 127.0.0.1: Apicurio Registry with its Confluent API.
 
 Apicurio Registry 2.6 (Apache 2.0) serves the Confluent Schema Registry REST API under
-``/apis/ccompat/v7``, which confluent-kafka's serializers (`connectors.registry`) use as
+``/apis/ccompat/v7``, which confluent-kafka's serializers (`connectors.schema_registry`) use as
 they would Confluent's own server. Its Quarkus distribution comes from Maven Central once
 (``mvn dependency:unpack``) into ``<cache>/registry/apicurio-<version>``, like the broker's
 jars (`framework.local.jars`), and runs on the JDK 17 the stack already needs. Storage is
