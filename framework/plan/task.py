@@ -24,14 +24,14 @@ transaction. Per task and batch:
    from the node, in the items' order, until no item waits.
 4. A user function that raises turns the item it failed on into a dead letter (with the
    stage input's coordinates and the traceback), or fails the task in fail-fast mode.
-5. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
-   one record per shard, ending with this node's time, so the acks become visible exactly
-   when the outputs do.
-6. A grouping's or aggregate's changed buckets are appended to its changelog, in the same
-   transaction (an aggregate's min time too).
-7. An aggregate stage emits every window that the min time the driver passed completes,
+5. An aggregate stage emits every window that the min time the driver passed completes,
    through the rest of the stage, and acks its holds into its downstream segment: a slot
    becomes held with a value fixed by (aggregate, partition, slot) and released with it.
+6. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
+   one record per shard, ending with this node's time, so the acks become visible exactly
+   when the outputs do.
+7. A grouping's or aggregate's changed buckets are appended to its changelog, in the same
+   transaction (an aggregate's min time too).
 
 Map-side combining: items bound for a ``combinable`` aggregate are pre-reduced per key
 and window pane before they leave; the partial carries the largest meta of its payloads,
@@ -287,7 +287,7 @@ class StageProgram:
             else:
                 self._flow_items(run, records, state)
             if isinstance(state, WindowAggregator):
-                # Step 7
+                # Step 5
                 replayed = state.replayed
                 run.emit_windows(state, min_slot)
                 result.replayed = state.replayed - replayed
@@ -295,9 +295,9 @@ class StageProgram:
                 result.next_due = -1 if due is None else due
             run.call_services()
             run.write_frames()
-            # Step 5
-            run.close(node, node_time, heartbeats)
             # Step 6
+            run.close(node, node_time, heartbeats)
+            # Step 7
             if state is not None:
                 run.changelog(state, run.partition, defer_deletions)
             return result
@@ -345,7 +345,7 @@ class _TaskRun:
         self.frames: dict[tuple[str, int], FrameBuilder] = {}
         self._fronts: dict[tuple[str, int], int] = {}
         self.slots: Mapping[int, int] = {}  # lifted source records (`StageProgram.run`)
-        # Combining: (exit, key, pane) -> [largest meta, key hash, reduced value]
+        # Combining: (exit, key, pane) -> [largest meta, key hash, reduced value, route]
         self._partials: dict[tuple[str, object, int], list[Any]] = {}
         entry = self.spec.stage.entry
         self.entry_segment = program._segment[entry]
@@ -566,7 +566,7 @@ class _TaskRun:
         return self.state.push(record)
 
     def emit_windows(self, state: WindowAggregator, min_slot: int) -> None:
-        """Step 7: the windows ``min_slot`` completes, then the holds that moved."""
+        """Step 5: the windows ``min_slot`` completes, then the holds that moved."""
         entry = self.spec.stage.entry
         results = state.advance(min_slot)
         chain = self.program.results_chain
@@ -697,7 +697,7 @@ class _TaskRun:
         self.result.dead_letters += 1
 
     def close(self, node: int, node_time: int, heartbeats: Sequence[Heartbeat] = ()) -> None:
-        """Step 5: one ack batch per shard, closed by this node's time."""
+        """Step 6: one ack batch per shard, closed by this node's time."""
         acks = [a for a in self.acker.flush() if isinstance(a, Ack)]
         if not acks and not heartbeats:
             return
@@ -707,7 +707,7 @@ class _TaskRun:
             self.result.records.append(OutRecord(topic, shard, None, value))
 
     def changelog(self, state: StageState, record_partition: int, defer: bool = False) -> None:
-        """Step 6: the new state of every changed bucket (None: deleted), the min time."""
+        """Step 7: the new state of every changed bucket (None: deleted), the min time."""
         topic = self.spec.topics.state(self.spec.stage.entry)
         for key, value in changelog_records(state, defer_deletions=defer):
             self.result.records.append(OutRecord(topic, record_partition, key, value))

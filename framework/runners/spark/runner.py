@@ -323,7 +323,7 @@ class PipelineRun:
         self._lifts = read_lifts(self.bootstrap, self.graph.name)
         laps.mark("lifts")
         # Step 3
-        self.shipment = ship(self.spark, self.graph, self.graph, self._code_dir())
+        self.shipment = ship(self.spark, self.graph, self._code_dir())
         if not self.continuous:
             # Long-running tasks start their Python workers once, at once; a warm-up job
             # beside them only took CPU from their start (on a driver's restart its six

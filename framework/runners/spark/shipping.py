@@ -84,14 +84,14 @@ def _pickler_class() -> Any:
     return _Recorder
 
 
-def referenced_modules(graph: Graph, payload: object) -> set[str]:
-    """Step 1-2: the modules ``payload`` names when pickled as Spark pickles a task.
+def referenced_modules(graph: Graph) -> set[str]:
+    """Step 1-2: the modules ``graph`` names when pickled as Spark pickles a task.
 
     `PipelineError` naming the node whose function cannot be pickled.
     """
     recorder = _pickler_class()(io.BytesIO())
     try:
-        recorder.dump(payload)
+        recorder.dump(graph)
     except Exception as exc:
         raise PipelineError(f"{_culprit(graph)}cannot be sent to Spark's executors: {exc}") from exc
     modules: set[str] = recorder.modules
@@ -222,10 +222,10 @@ def with_imports(roots: dict[str, Path]) -> dict[str, Path]:
         roots.update(more)
 
 
-def ship(spark: Any, graph: Graph, payload: object, code_dir: Path) -> Shipment:
-    """Steps 1-4: send the user's modules that ``payload`` needs to ``spark``'s executors;
+def ship(spark: Any, graph: Graph, code_dir: Path) -> Shipment:
+    """Steps 1-4: send the user's modules that ``graph`` needs to ``spark``'s executors;
     the zip goes to ``code_dir``."""
-    roots = with_imports(user_roots(referenced_modules(graph, payload)))
+    roots = with_imports(user_roots(referenced_modules(graph)))
     if not roots:
         return Shipment(None, roots)
     data = _zip_bytes(roots)

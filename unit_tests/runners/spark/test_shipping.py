@@ -60,11 +60,11 @@ class _Spark:
 
 def test_the_user_modules_a_pipeline_names_are_shipped_whole(user_code: Path) -> None:
     graph = importlib.import_module("jobs").pipeline().graph()
-    modules = referenced_modules(graph, graph)
+    modules = referenced_modules(graph)
     assert {"helpers.words", "framework.runners.inprocess.endpoints"} <= modules
     assert user_roots(modules) == {"helpers": user_code / "helpers"}
     spark = _Spark()
-    shipment = ship(spark, graph, graph, user_code / "run")
+    shipment = ship(spark, graph, user_code / "run")
     assert shipment.zip_path is not None
     assert spark.sparkContext.added == [str(shipment.zip_path)]
     with zipfile.ZipFile(shipment.zip_path) as zf:
@@ -77,17 +77,17 @@ def test_a_new_epoch_in_the_same_context_ships_the_same_file_once(user_code: Pat
     added to a context once; changed code is another file."""
     graph = importlib.import_module("jobs").pipeline().graph()
     spark = _Spark()
-    first = ship(spark, graph, graph, user_code / "code")
-    again = ship(spark, graph, graph, user_code / "code")
+    first = ship(spark, graph, user_code / "code")
+    again = ship(spark, graph, user_code / "code")
     assert first.zip_path == again.zip_path
     assert spark.sparkContext.added == [str(first.zip_path)]
     other = _Spark()  # a new context (a restarted driver) gets it again
-    assert ship(other, graph, graph, user_code / "code").zip_path == first.zip_path
+    assert ship(other, graph, user_code / "code").zip_path == first.zip_path
     assert other.sparkContext.added == [str(first.zip_path)]
     (user_code / "helpers" / "words.py").write_text(
         "def split(line):\n    return line.split(',')\n"
     )
-    changed = ship(spark, graph, graph, user_code / "code")
+    changed = ship(spark, graph, user_code / "code")
     assert changed.zip_path != first.zip_path
     assert spark.sparkContext.added == [str(first.zip_path), str(changed.zip_path)]
 
@@ -122,11 +122,11 @@ def test_the_modules_a_shipped_module_imports_are_shipped_too(user_code: Path) -
     (user_code / "textops.py").write_text(TEXTOPS)
     try:
         graph = importlib.import_module("runner_jobs").pipeline().graph()
-        assert user_roots(referenced_modules(graph, graph)) == {
+        assert user_roots(referenced_modules(graph)) == {
             "runner_jobs": user_code / "runner_jobs.py"
         }
         spark = _Spark()
-        shipment = ship(spark, graph, graph, user_code / "run")
+        shipment = ship(spark, graph, user_code / "run")
         assert sorted(shipment.roots) == ["helpers", "runner_jobs", "textops"]
         assert shipment.zip_path is not None
         with zipfile.ZipFile(shipment.zip_path) as zf:
@@ -144,7 +144,7 @@ def test_nothing_to_ship_adds_nothing(tmp_path: Path) -> None:
     p = Pipeline("plain")
     p.source(ListSource([], topic="lines")).map(str.upper).sink(ListSink())
     spark = _Spark()
-    assert ship(spark, p.graph(), p.graph(), tmp_path).zip_path is None
+    assert ship(spark, p.graph(), tmp_path).zip_path is None
     assert spark.sparkContext.added == []
 
 
@@ -158,4 +158,4 @@ def test_a_function_that_cannot_be_pickled_is_named_on_the_driver() -> None:
     p = Pipeline("unpicklable")
     p.source(ListSource([], topic="lines")).map(locked, name="locked").sink(ListSink())
     with pytest.raises(PipelineError, match=r"\(locked\): fn .*locked.* cannot be sent"):
-        referenced_modules(p.graph(), p.graph())
+        referenced_modules(p.graph())
