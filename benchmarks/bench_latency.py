@@ -53,6 +53,7 @@ from cpu import cpu_seconds, print_cpu
 
 from connectors import KafkaSink, KafkaSource
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.local.provision import provision
 from framework.pipeline import Pipeline
 from framework.runners.assembly import acker_for, barrier_for
@@ -421,7 +422,9 @@ def measure(
         source_input.flush()
         if not wait_for(first, list(receipts.values()), 300):
             raise RuntimeError("the first record did not come through within 300 s")
-        print(f"latency, producer append -> committed output (2 cores, {settings.delta_ms=})")
+        print(
+            f"latency, producer append -> committed output (2 cores, delta_ms={DEFAULT_DELTA_MS})"
+        )
         since: dict[str, int] = {}
         for rate in RATES:
             source_input.at_rate(rate, WARMUP_S)

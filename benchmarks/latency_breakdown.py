@@ -230,7 +230,7 @@ def breakdown(args: Any) -> None:
             mins=mins,
             reader=reader,
             since_ms=started_ms,
-            delta_ms=settings.delta_ms,
+            delta_ms=graph.delta_ms,
             seen=seen,
         )
 

@@ -23,6 +23,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -132,7 +133,7 @@ def main() -> None:
             f"{produced[0]:,} lines; internal topics: max {first / 1e6:.1f} MB in the first "
             f"half, {last / 1e6:.1f} MB in the second"
         )
-        _verify(settings.kafka_bootstrap, source, sink, settings.delta_ms)
+        _verify(settings.kafka_bootstrap, source, sink, DEFAULT_DELTA_MS)
 
 
 if __name__ == "__main__":

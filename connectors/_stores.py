@@ -30,7 +30,6 @@ import json
 import logging
 import os
 import posixpath
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,8 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from framework.deadline import Deadline
 from framework.errors import ConfigError, SinkError
+from framework.retries import Retry
 
 __all__ = ["LocalStore", "Store", "WebHdfsStore", "open_store"]
 
@@ -262,19 +261,24 @@ class WebHdfsStore:
 
     def _retrying(self, what: str, attempt: Callable[[], _T]) -> _T:
         """``attempt()``, again while it fails transiently, for up to ``retry_s``."""
-        deadline = Deadline(self.retry_s, f"WebHDFS {what}")
-        pause, warned = 0.2, False
-        while True:
-            try:
-                return attempt()
-            except _TransientError as exc:
-                if deadline.expired:
-                    raise SinkError(f"{exc} (still so after {self.retry_s:g} s of tries)") from exc
-                if not warned:
-                    _log.warning("%s; trying again for up to %g s", exc, self.retry_s)
-                    warned = True
-                time.sleep(deadline.remaining(pause))
-                pause = min(2 * pause, 5.0)
+        policy = Retry(
+            lambda e: isinstance(e, _TransientError),
+            within_s=self.retry_s,
+            first_s=0.2,
+            factor=2.0,
+            most_s=5.0,
+        )
+        warned: list[bool] = []
+
+        def warn_once(exc: BaseException, _pause_s: float) -> None:
+            if not warned:
+                _log.warning("%s; trying again for up to %g s", exc, self.retry_s)
+                warned.append(True)
+
+        try:
+            return policy.call(attempt, warn_once)
+        except _TransientError as exc:
+            raise SinkError(f"{exc} (still so after {self.retry_s:g} s of tries)") from exc
 
     # -- WebHDFS ---------------------------------------------------------------------
 

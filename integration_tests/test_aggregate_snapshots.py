@@ -18,6 +18,7 @@ from collections import Counter
 from typing import Any
 
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines
 from framework.runners.savepoint_ops import start_from_savepoint, take_savepoint
@@ -49,7 +50,7 @@ def test_aggregates_restart_exactly_from_a_savepoint_taken_mid_stream(
             produce_lines(bootstrap, source, burst, partitions=2)
             time.sleep(0.3)
         # Some of what follows the savepoint is out before the stop: the replay overlaps it.
-        run.wait_released(saved.slot * settings.delta_ms + 1, timeout_s=120)
+        run.wait_released(saved.slot * DEFAULT_DELTA_MS + 1, timeout_s=120)
     assert {op.id for op in saved.operators if op.units} == {"running", "windows"}
     until = produce_lines(bootstrap, source, [x for b in bursts[9:] for x in b], partitions=2)
 

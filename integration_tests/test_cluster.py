@@ -32,6 +32,7 @@ import pytest
 
 from framework.config import Settings
 from framework.coordination import read_epoch
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.text import generate_lines
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.cache import ProcessCache
@@ -1001,7 +1002,7 @@ def test_a_stall_recovery_in_the_running_driver_completes_on_the_cluster(
         _wait(lambda: len(read_output(bootstrap, sink)) > 0 or driver.poll() is not None,
               "the first output")  # fmt: skip
         graph = _graph(user_dir, "running", app, source, sink)
-        now_slot = time.time_ns() // 1_000_000 // cluster.delta_ms
+        now_slot = time.time_ns() // 1_000_000 // DEFAULT_DELTA_MS
         lose_an_ack(bootstrap, app, graph.segments().of_node["running"], now_slot + 50,
                     cluster.acker_shards)  # fmt: skip
         for start in range(LINES, 2 * LINES, LINES // 4):

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from connectors import BundleConsumer
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -177,7 +178,7 @@ def test_killed_barrier_instance_and_acker_processes_lose_and_duplicate_nothing(
         finally:
             run.stop()
     output = _items(read_to_end(bootstrap, sink))
-    oracle = word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    oracle = word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     assert Counter(pair_key(json.loads(item)) for item in output.elements()) == oracle
     # Equal to the oracle as a multiset: nothing lost, nothing twice, the aborted bundle's
     # items included exactly as often as a failure-free run makes them.
@@ -242,7 +243,7 @@ def test_standby_acker_and_barrier_take_over_from_killed_leaders(
             run.stop()
     print(f"standbys led {takeover_s:.1f} s after the leaders were killed")
     output = _items(read_to_end(bootstrap, sink))
-    oracle = word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    oracle = word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     assert Counter(pair_key(json.loads(item)) for item in output.elements()) == oracle
     assert _plain_read_committed(bootstrap, sink) == output
     assert _verified(bootstrap, sink) == output

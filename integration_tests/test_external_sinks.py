@@ -315,7 +315,7 @@ class _SinkRun:
     def check(self) -> None:
         """The tables hold every output item once; the files every closed bucket's items."""
         output = Counter(pair_key(item) for item in read_output(self.bootstrap, self.sink))
-        assert output == word_pairs_oracle(self.bootstrap, self.source, self.settings.delta_ms)
+        assert output == word_pairs_oracle(self.bootstrap, self.source, DEFAULT_DELTA_MS)
         # The tables: every output item once.
         for table in (self.db, self.dsn):
             rows = _table_rows(table)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, word_pairs
@@ -72,7 +73,7 @@ def test_a_fused_grouping_keeps_the_order_of_every_key(stack: Settings, spark: A
         run.wait_released(until, timeout_s=120)
     items = read_output(bootstrap, sink)
     assert Counter(pair_key(item) for item in items) == word_pairs_oracle(
-        bootstrap, source, settings.delta_ms
+        bootstrap, source, DEFAULT_DELTA_MS
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -58,7 +59,7 @@ def test_late_records_are_lifted_to_the_heartbeat_and_nothing_is_lost(
     assert lifted > 0 and lifts, "no record arrived below the promise: nothing was tested"
     assert dropped == 0
     output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
-    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms, lifts)
+    assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS, lifts)
 
 
 def test_a_snapshot_after_a_lift_replays_from_the_lifted_records(stack: Settings) -> None:
@@ -68,9 +69,9 @@ def test_a_snapshot_after_a_lift_replays_from_the_lifted_records(stack: Settings
     topic = f"lifted-{uuid.uuid4().hex[:6]}"
     ensure_topics(bootstrap, [input_topic_spec(topic, 2)])
     until = produce_lines(bootstrap, topic, [f"{i} a b" for i in range(20)], partitions=2)
-    slot = until // stack.delta_ms + 1  # after every record's timestamp
-    plain = replay_offsets(bootstrap, {topic: 2}, slot, stack.delta_ms)
+    slot = until // DEFAULT_DELTA_MS + 1  # after every record's timestamp
+    plain = replay_offsets(bootstrap, {topic: 2}, slot, DEFAULT_DELTA_MS)
     assert plain == {topic: {0: 10, 1: 10}}  # the ends: nothing stamped that late
     lifts = {topic: (Lift(topic, 0, 3, 5, slot + 5), Lift(topic, 1, 2, 2, slot - 100))}
-    moved = replay_offsets(bootstrap, {topic: 2}, slot, stack.delta_ms, lifts)
+    moved = replay_offsets(bootstrap, {topic: 2}, slot, DEFAULT_DELTA_MS, lifts)
     assert moved == {topic: {0: 3, 1: 10}}  # a lift below the slot changes nothing

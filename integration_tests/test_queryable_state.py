@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.config import Settings
-from framework.core.time import GlobalTime
+from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.text import generate_lines
 from framework.kafka.clients import read_to_end
 from framework.runners.queryable_state import StateServer, open_state
@@ -134,7 +134,7 @@ def test_state_read_while_running_equals_the_oracle_as_of_its_time(
                 # Caught up: each answer is as of a time past its word's last occurrence
                 # (not past the clock: a rolling aggregate's unit answers as of its last
                 # batch, and none runs once its last item is folded).
-                occurrences = _occurrences(bootstrap, source, settings.delta_ms)
+                occurrences = _occurrences(bootstrap, source, DEFAULT_DELTA_MS)
                 last = {w: occurrences[w][-1][0].slot for w in common}
                 answers += _caught_up(server.url, last)
                 word = common[0]

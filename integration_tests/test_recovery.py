@@ -18,7 +18,7 @@ from typing import Any
 
 from framework.config import Settings
 from framework.coordination import Epochs
-from framework.core.time import GlobalTime
+from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.kafka.admin import partitions_if_exists
@@ -64,7 +64,7 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
         produce_lines(bootstrap, source, lines[:150], partitions=2)
         _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts[:150]), 180, failures)
         now_ms = time.time_ns() // 1_000_000
-        now_slot = GlobalTime.of_record(now_ms, "", 0, 0, settings.delta_ms).slot
+        now_slot = GlobalTime.of_record(now_ms, "", 0, 0, DEFAULT_DELTA_MS).slot
         segment = graph.segments().of_node["group"]
         # Half a second ahead: min time cannot have passed it yet, and the next round
         # takes longer than that to produce, so its later lines cannot be released
@@ -93,6 +93,6 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
     assert record is not None and record.epoch >= 1
     assert record.reason.startswith("recovery")
     output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
-    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     counted = released_windows(read_output(bootstrap, windows))
     assert counted == window_counts_oracle(bootstrap, source, 200)

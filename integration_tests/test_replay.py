@@ -19,6 +19,7 @@ from connectors import BundleConsumer
 from framework.cli import main
 from framework.config import Settings
 from framework.coordination import Epochs
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -58,7 +59,7 @@ def test_replaying_the_same_input_twice_adds_nothing(
         until = produce_lines(bootstrap, source, lines[:200], partitions=2)
         run.wait_released(until, timeout_s=180)
     first = _pairs(read_output(bootstrap, sink))
-    assert first == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    assert first == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
 
     # Replay 1: everything from the first offsets, nothing new.
     record = start_replay(settings, graph, resolve_start(bootstrap, graph))
@@ -97,7 +98,7 @@ def test_replaying_the_same_input_twice_adds_nothing(
         until = produce_lines(bootstrap, source, lines[200:], partitions=2)
         run.wait_released(until, timeout_s=180)
     output = _pairs(read_output(bootstrap, sink))
-    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     assert _verified_items(bootstrap, sink) == output
     assert epoch_topics(graph, 1) & set(list_topics(bootstrap)) == set()
 
@@ -145,7 +146,7 @@ def test_replay_from_a_snapshot_restores_the_groupings(stack: Settings, spark: A
         until = produce_lines(bootstrap, source, lines[200:], partitions=2)
         run.wait_released(until, timeout_s=180)
     output = _pairs(read_output(bootstrap, sink))
-    assert output == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     assert _verified_items(bootstrap, sink) == output
 
 

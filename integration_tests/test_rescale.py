@@ -22,6 +22,7 @@ import pytest
 
 from connectors import BundleConsumer
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -78,7 +79,7 @@ def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark
                 snapshot_past(settings, app, until)
     assert len(set(epochs)) == 2
     output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
-    assert output == word_pairs_oracle(bootstrap, source, base.delta_ms)
+    assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     assert _verified_pairs(bootstrap, sink) == output
 
 
@@ -157,7 +158,7 @@ def test_rescaling_continuous_stages_moves_both_kinds_of_state(
     assert sum(m.group(1).count("+") + 1 for m in started) >= 3 * 4, "not on continuous stages"
     lifts = read_lifts(bootstrap, app).get(source, ())
     seen = Counter(pair_key(item) for item in read_output(bootstrap, pairs))
-    assert seen == word_pairs_oracle(bootstrap, source, stack.delta_ms, lifts)
+    assert seen == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS, lifts)
     assert _verified_pairs(bootstrap, pairs) == seen
     totals: Counter[str] = Counter()
     for msg in read_to_end(bootstrap, source):

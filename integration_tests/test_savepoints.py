@@ -22,7 +22,7 @@ import pytest
 
 from framework.config import Settings
 from framework.coordination import read_epoch
-from framework.core.time import GlobalTime
+from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
@@ -98,7 +98,7 @@ def test_a_changed_pipeline_starts_from_a_savepoint(
         # barriers' acceptance): wait for one past it, then save the one after.
         snapshot_past(settings, app, until)
         saved = take_savepoint(settings, v1.graph(), "v1", wait_s=60)
-    assert saved.slot * settings.delta_ms > until
+    assert saved.slot * DEFAULT_DELTA_MS > until
     assert saved.app == app and saved.operator("group") is not None
     assert [sp.name for sp in list_savepoints(savepoint_root(settings, app))] == ["v1"]
     assert sum(saved.offsets[source].values()) > 0
@@ -119,7 +119,7 @@ def test_a_changed_pipeline_starts_from_a_savepoint(
         until = produce_lines(bootstrap, source, lines[150:], partitions=2)
         run.wait_released(until, timeout_s=180)
     output = Counter(pair_key(item) for item in read_output(bootstrap, pairs))
-    expected = _pairs_from(bootstrap, source, settings.delta_ms, dict(saved.offsets[source]))
+    expected = _pairs_from(bootstrap, source, DEFAULT_DELTA_MS, dict(saved.offsets[source]))
     assert output == expected
     # Carried state shows: pairs whose previous line lies before the savepoint.
     first_half = {str(i) for i in range(150)}

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines, word_counts
 from framework.demos.wordcount import rolling_counts, windowed_counts, word_pairs, wordcount
@@ -57,7 +58,7 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
         # (global time) now, but become readable only after partition 1's later lines.
         holder = open_transaction(bootstrap, f"{app}-hold", source, early)
         # Later slots for the late lines, so their global times are surely higher.
-        time.sleep(5 * settings.delta_ms / 1000)
+        time.sleep(5 * DEFAULT_DELTA_MS / 1000)
         produce_lines(bootstrap, source, late, partitions=1, first=1)
         late_words = sum(len(line.split()) - 1 for line in late)
         _wait(lambda: run.stats["group"].items_in >= late_words, run)
@@ -73,7 +74,7 @@ def test_late_partition_is_repaired_with_tombstones(stack: Settings, spark: Any)
             time.sleep(0.2)
     released = Counter(pair_key(item) for item in items)
     assert tombstones > 0, "the late partition should have forced repairs"
-    assert released == word_pairs_oracle(bootstrap, source, settings.delta_ms)
+    assert released == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
 
 
 def test_poison_record_and_raising_function_go_to_the_dead_letter_topic(
@@ -175,7 +176,7 @@ def test_repairs_absorbed_by_an_aggregate_reach_a_per_slot_barrier_as_the_harnes
     with running(settings, spark, pipeline) as run:
         assert [barrier.retracts for barrier in run.barriers()] == [False]
         holder = open_transaction(bootstrap, f"{app}-hold", source, early)
-        time.sleep(5 * settings.delta_ms / 1000)
+        time.sleep(5 * DEFAULT_DELTA_MS / 1000)
         produce_lines(bootstrap, source, late, partitions=1, first=1)
         late_words = sum(len(line.split()) - 1 for line in late)
         _wait(lambda: run.stats["group"].items_in >= late_words, run)

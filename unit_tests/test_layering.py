@@ -19,6 +19,7 @@ BASE = (
     "framework.logs",
     "framework.net",
     "framework.service",
+    "framework.retries",
 )
 CORE = (*BASE, "framework.core")
 WIRE = (*CORE, "framework.wire", "schemas")
@@ -31,6 +32,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.failpoints": ("framework.errors",),
     "framework.deadline": ("framework.errors",),
     "framework.service": ("framework.errors", "framework.deadline"),
+    "framework.retries": ("framework.errors", "framework.deadline"),
     "framework.logs": (),
     "framework.net": (),
     "framework.config": (*BASE, "framework.config"),
@@ -176,3 +178,70 @@ def test_the_table_sees_the_tree() -> None:
     assert any(m == "framework.barrier.service" for m in imports.values())
     assert not _under("framework.runners.assembly", ALLOWED["framework.core"])
     assert _under("framework.core.time", ALLOWED["framework.wire"])
+
+
+def _module_level_imports(path: Path, module: str, known: set[str]) -> set[str]:
+    """The flamepipe modules ``module`` imports when it is imported (not the imports inside
+    functions or under ``if TYPE_CHECKING``), each resolved to the longest known module."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            target = resolve(name)
+            if target is not None and target != module:
+                found.add(target)
+    return found
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle() -> None:
+    """No module imports, at import time, one that imports it back (through any others)."""
+    sources = dict(_sources())
+    known = set(sources.values())
+    graph = {module: _module_level_imports(path, module, known) for path, module in sources.items()}
+    assert _circles(graph) == []
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,8 +1,9 @@
 """Tests mirror the package: a protocol module (one whose code carries ``# Step N``
 comments) has a unit test file of its own, ``unit_tests/<package path>/test_<module>.py``.
 
-``INTEGRATION_ONLY`` lists the protocol modules still tested only through the integration
-tier (their main test there beside each). It may only shrink: a module that gets its unit
+``SHARED`` names the few whose unit tests share a file with their siblings; ``INTEGRATION_ONLY``
+lists the protocol modules still tested only through the integration tier (their main test
+there beside each). It may only shrink: a module that gets its unit
 test file leaves it, and a new protocol module without one fails here.
 """
 
@@ -17,24 +18,26 @@ _STEP = re.compile(r"#\s*Step\s+\d")
 INTEGRATION_ONLY: dict[str, str] = {
     "framework/acker/service.py": "integration_tests/test_services.py",
     "framework/barrier/service.py": "integration_tests/test_services.py",
-    "framework/barrier/output_writer.py": "integration_tests/test_services.py",
-    "framework/coordination/committed_snapshot.py": "integration_tests/test_snapshots.py",
     "framework/coordination/election.py": "integration_tests/test_zk.py",
-    "framework/coordination/epochs.py": "integration_tests/test_hygiene.py",
     "framework/demos/wordcount_demo.py": "integration_tests/test_stack_cli.py",
     "framework/local/stack.py": "integration_tests/test_stack_cli.py",
-    "framework/runners/observe/server.py": "integration_tests/test_observe.py",
-    "framework/runners/recovery.py": "integration_tests/test_recovery.py",
     "framework/runners/rescale.py": "integration_tests/test_rescale.py",
     "framework/runners/savepoint_ops.py": "integration_tests/test_savepoints.py",
     "framework/runners/spark/class_archive.py": "integration_tests/test_class_archive.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
     "framework/runners/spark/tasks.py": "integration_tests/test_spark_pipeline.py",
-    "framework/snapshots/backends/files.py": "integration_tests/test_driver_crash.py",
     "framework/snapshots/coordinator.py": "integration_tests/test_snapshots.py",
     "framework/snapshots/queryable.py": "integration_tests/test_queryable_state.py",
     "framework/snapshots/restore.py": "integration_tests/test_aggregate_snapshots.py",
 }
+
+
+SHARED: dict[str, str] = {
+    "framework/snapshots/backends/files.py": "unit_tests/snapshots/backends/test_backends.py",
+    "framework/runners/observe/server.py": "unit_tests/runners/observe/test_observe.py",
+}
+"""Protocol modules unit-tested in a file shared with their siblings (one contract, every
+implementation run through it)."""
 
 
 def _mirror(module: Path) -> Path:
@@ -58,7 +61,9 @@ def test_every_protocol_module_has_a_unit_test_file_or_is_listed() -> None:
     missing = [
         str(m.relative_to(ROOT))
         for m in _protocol_modules()
-        if not _mirror(m).exists() and str(m.relative_to(ROOT)) not in INTEGRATION_ONLY
+        if not _mirror(m).exists()
+        and str(m.relative_to(ROOT)) not in INTEGRATION_ONLY
+        and str(m.relative_to(ROOT)) not in SHARED
     ]
     assert not missing, f"protocol modules without unit_tests/.../test_<module>.py: {missing}"
 
@@ -69,3 +74,6 @@ def test_the_integration_only_list_names_what_is_still_so() -> None:
         assert module in protocol, f"{module} is no protocol module (or gone): drop it"
         assert not _mirror(ROOT / module).exists(), f"{module} has its unit tests: drop it"
         assert (ROOT / where).exists(), f"{module}: {where} does not exist"
+    for module, where in SHARED.items():
+        dotted = module.removesuffix(".py").replace("/", ".")
+        assert dotted.rpartition(".")[0] in (ROOT / where).read_text(), f"{where}: {module}"

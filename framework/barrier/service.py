@@ -191,7 +191,7 @@ class BarrierService(Service):
         self._own_view = view is None
         self._segments = tuple(segments)
         self._barrier = Barrier()
-        self._ledgers: dict[int, PartitionLedger] = {}
+        self._ledger = PartitionLedger(0)  # of its one pre-barrier partition, `instance`
         # (min time, the end offset to read to, when the min time was seen)
         self._fence: tuple[int, int, float] | None = None
         self._releasable = 0  # the latest min time whose fence is passed
@@ -323,7 +323,7 @@ class BarrierService(Service):
         # Step 5
         p = self.instance
         start, _ = marks.get(p, (None, BarrierMark(None)))
-        self._ledgers[p] = PartitionLedger(start or 0)
+        self._ledger = PartitionLedger(start or 0)
         starts: dict[int, int | None] = {p: start}
         assign(consumer, self.pre, starts)
         if self._view is None:
@@ -449,7 +449,7 @@ class BarrierService(Service):
         """The offset up to which the pre-barrier partition is read: the consumer's
         position (past markers and aborted records), at least the ledger's."""
         assert self._consumer is not None
-        own = self._ledgers[self.instance].position
+        own = self._ledger.position
         (tp,) = self._consumer.position([TopicPartition(self.pre, self.instance)])
         return max(own, tp.offset)
 
@@ -470,7 +470,7 @@ class BarrierService(Service):
 
     def _take(self, msg: Message) -> None:
         partition, offset = where(msg)
-        ledger = self._ledgers[partition]
+        ledger = self._ledger
         if not authentic_message("barrier", msg):
             ledger.skip(offset)  # never decoded; it holds nothing a release waits for
             self.stats.refused += 1
@@ -538,13 +538,13 @@ class BarrierService(Service):
             [
                 TopicPartition(
                     self.pre,
-                    p,
-                    ledger.release_position(gt_last),
+                    self.instance,
+                    self._ledger.release_position(gt_last),
                     metadata=BarrierMark(gt_last).encode(),
                 )
-                for p, ledger in self._ledgers.items()
-                if positions
-            ],
+            ]
+            if positions
+            else [],
         )
         # Step 2
         # Crash tests kill the barrier here, between producing a bundle and committing it.

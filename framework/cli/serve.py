@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from framework.cli.signals import interrupt_on_signals
 from framework.config import Settings
+from framework.retries import Retry
 
 if TYPE_CHECKING:
     from framework.runners.assembly import ServiceSet
@@ -146,17 +147,30 @@ def _start_retrying(
     """`ServiceSet.start` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
     from framework.runners.startup import PASSING, is_passing
 
-    for attempt in range(1, _START_ATTEMPTS + 1):
-        try:
-            return build(epoch).start()
-        except PASSING as exc:
-            if not is_passing(exc) or attempt == _START_ATTEMPTS:
-                raise
-            _say(f"start failed ({exc}); trying again in {_START_PAUSE_S:.0f} s")
-        time.sleep(_START_PAUSE_S)
-        if lost():
-            return None
-    return None
+    tried: list[bool] = []
+
+    def start() -> ServiceSet:
+        if tried and lost():
+            raise _LeadershipLostError
+        tried.append(True)
+        return build(epoch).start()
+
+    def say(exc: BaseException, pause_s: float) -> None:
+        _say(f"start failed ({exc}); trying again in {pause_s:.0f} s")
+
+    policy = Retry(
+        lambda e: isinstance(e, PASSING) and is_passing(e),
+        attempts=_START_ATTEMPTS,
+        first_s=_START_PAUSE_S,
+    )
+    try:
+        return policy.call(start, say)
+    except _LeadershipLostError:
+        return None
+
+
+class _LeadershipLostError(Exception):
+    """The leadership went while a start waited to be tried again."""
 
 
 def _until_change(

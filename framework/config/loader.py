@@ -34,6 +34,9 @@ def load_dataclass(
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     values: dict[str, Any] = {}
+    for name in MOVED:
+        if env.get(ENV_PREFIX + name.upper()) and name not in names:
+            _check_known(name, names, f"environment {ENV_PREFIX}{name.upper()}")
     if path is not None:
         values.update(_from_file(Path(path), names, hints))
     for name in names:
@@ -73,9 +76,17 @@ def _from_file(path: Path, names: list[str], hints: dict[str, Any]) -> dict[str,
     return out
 
 
+MOVED = {
+    "delta_ms": "a pipeline's slot width is the pipeline's own: Pipeline(name, delta_ms=...)",
+}
+"""Settings that are no longer settings, and where they went."""
+
+
 def _check_known(key: str, names: list[str], where: str) -> None:
     if key in names:
         return
+    if key in MOVED:
+        raise ConfigError(f"{where}: {key!r} is not a setting: {MOVED[key]}")
     close = difflib.get_close_matches(key, names, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"known settings: {', '.join(names)}"
     raise ConfigError(f"{where}: unknown setting {key!r}; {hint}")

@@ -126,7 +126,6 @@ class Settings:
     zookeeper_port: int = 2181
     state_dir: Path = field(default_factory=lambda: _home() / "stack")
     cache_dir: Path = field(default_factory=_cache)
-    delta_ms: int = 10
     java_heap_mb: int = 512
     parallelism: int = 4
     acker_shards: int = 2
@@ -235,8 +234,6 @@ class Settings:
             raise ConfigError(
                 f"spark_master_port={self.spark_master_port} is not a TCP port: use 1..65535"
             )
-        if self.delta_ms <= 0:
-            raise ConfigError(f"delta_ms={self.delta_ms} must be > 0 (10 is the default)")
         minimums = (
             ("parallelism", 1),
             ("acker_shards", 1),

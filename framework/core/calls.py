@@ -24,6 +24,7 @@ is one of its answers, each item's exactly once.
 from __future__ import annotations
 
 import asyncio
+import math
 import reprlib
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 
 from framework.core.meta import Record
 from framework.errors import PipelineError, UserFunctionError
+from framework.retries import Retry
 
 __all__ = ["AsyncCall", "MapAsyncOp"]
 
@@ -54,6 +56,20 @@ class AsyncCall:
             raise PipelineError(f"map_async retries={self.retries!r}: give 0..100")
         if not 0 <= self.backoff_s <= 60:
             raise PipelineError(f"map_async backoff_s={self.backoff_s!r}: give [0, 60] s")
+
+    def policy(self) -> Retry:
+        """Step 2: ``retries`` more tries after any error, pausing ``backoff_s``, doubling."""
+        return Retry(
+            _every_error,
+            attempts=self.retries + 1,
+            first_s=self.backoff_s,
+            factor=2.0,
+            most_s=math.inf,
+        )
+
+
+def _every_error(_exc: BaseException) -> bool:
+    return True
 
 
 class _Loop:
@@ -129,18 +145,21 @@ class MapAsyncOp:
     async def _with_retries(self, payload: Any) -> Any:
         errors: list[str] = []
         call = self.call
-        for attempt in range(call.retries + 1):
-            if attempt:
-                # Step 2
-                await asyncio.sleep(call.backoff_s * 2 ** (attempt - 1))
+
+        def note(exc: BaseException, _pause_s: float = 0.0) -> None:
+            timed_out = isinstance(exc, TimeoutError)
+            errors.append(f"timed out after {call.timeout_s} s" if timed_out else repr(exc))
+
+        async def once() -> Any:
             self.calls += 1
-            try:
-                # Step 1
-                return await asyncio.wait_for(self.fn(payload), call.timeout_s)
-            except TimeoutError:
-                errors.append(f"timed out after {call.timeout_s} s")
-            except Exception as exc:  # the user's function: any error is its item's
-                errors.append(repr(exc))
+            # Step 1
+            return await asyncio.wait_for(self.fn(payload), call.timeout_s)
+
+        try:
+            # Step 2: the user's function, so any error is its item's to retry
+            return await call.policy().call_async(once, note)
+        except Exception as exc:
+            note(exc)
         # Step 3
         return UserFunctionError(
             f"{self.name} failed on {reprlib.repr(payload)} after {len(errors)} attempt(s): "

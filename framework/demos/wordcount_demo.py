@@ -86,12 +86,12 @@ class _Reader:
     the acker, the latency p50 was 9.5 and 9.9 s; read here, 5.2 and 6.1 s. Unsaturated
     (200 lines/s) it is the same either way (325 and 320 ms)."""
 
-    def __init__(self, settings: Settings, topic: str) -> None:
+    def __init__(self, settings: Settings, topic: str, delta_ms: int) -> None:
         spawn = multiprocessing.get_context("spawn")
         self.released = spawn.Value("q", 0)  # items read so far (progress lines)
         self._stop = spawn.Event()
         self._out = spawn.Queue()
-        output = _Output(settings.kafka_bootstrap, installed(), topic, settings.delta_ms)
+        output = _Output(settings.kafka_bootstrap, installed(), topic, delta_ms)
         self._process = spawn.Process(
             target=_read_bundles,
             args=(output, self.released, self._stop, self._out),
@@ -196,8 +196,9 @@ def run_demo(
     result = DemoResult(lines, sum(len(line.split()) - 1 for line in text))
     # Step 1
     _say(f"starting pipeline {app} (Spark stages, acker, barrier)")
-    run = SparkRunner(settings, spark).start(word_pairs(app, source, sink).graph())
-    reader = _Reader(settings, sink)
+    graph = word_pairs(app, source, sink).graph()
+    run = SparkRunner(settings, spark).start(graph)
+    reader = _Reader(settings, sink, graph.delta_ms)
     reader.start()
     live = LiveConsole(run.figures)
     live.start()
@@ -221,7 +222,7 @@ def run_demo(
             reader.abandon()
         run.stop()
     # Step 4
-    oracle = word_pairs_oracle(settings.kafka_bootstrap, source, settings.delta_ms)
+    oracle = word_pairs_oracle(settings.kafka_bootstrap, source, graph.delta_ms)
     for key, times in items.items():
         result.released[json.loads(key)[0]] += times
     result.exact = items == oracle and result.released == word_counts(

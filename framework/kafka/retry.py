@@ -7,14 +7,14 @@ instead of failing the pipeline.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
+from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import KafkaClientError
+from framework.retries import Retry
 
 __all__ = ["TRANSIENT", "is_transient", "retry"]
 
@@ -59,11 +59,8 @@ def retry(
     Any other Kafka error, or a transient one past the deadline, becomes a
     `KafkaClientError` saying ``what`` failed.
     """
-    deadline = Deadline(timeout_s, what)
-    while True:
-        try:
-            return call()
-        except KafkaException as exc:
-            if not is_transient(exc) or deadline.expired:
-                raise KafkaClientError(f"{what}: {exc}") from exc
-        time.sleep(pause_s)
+    policy = Retry(is_transient, within_s=timeout_s, first_s=pause_s)
+    try:
+        return policy.call(call)
+    except KafkaException as exc:
+        raise KafkaClientError(f"{what}: {exc}") from exc

@@ -62,7 +62,7 @@ def take_frames(run: _TaskRun, state: PaneAggregator, records: list[InRecord]) -
     if not count:
         return True
     # Step 2
-    if not run.spec.fused_input:  # a fused query's items were never sent-acked
+    if not run.spec.unacked_input:  # items that came unacked were never sent-acked
         slots = np.fromiter((r[0] for _, rows in frames for r in rows), np.int64, count)
         acks = np.fromiter((r[6] for _, rows in frames for r in rows), np.uint64, count)
         segment, ack = run.entry_segment, run.acker.ack

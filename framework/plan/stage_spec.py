@@ -37,11 +37,11 @@ class StageSpec:
     source: SourceDecoder | None = None  # how a source stage decodes its input records
     fail_fast: bool = False
     epoch: int = 0
-    # Fused queries (framework.plan.fusion): the map side's keyed target, whose items cross
-    # a Spark shuffle and are not acked; the reduce side, whose input items are not acked
-    # on receipt (docs/decisions/fused-stages.md).
-    fused_exit: str | None = None
-    fused_input: bool = False
+    # Items that travel without acks, for a runner that moves them by other means than a
+    # Kafka topic (a Spark shuffle: docs/decisions/fused-stages.md): the keyed target whose
+    # items leave unacked, and whether this stage's input items came unacked (no receipt).
+    unacked_exit: str | None = None
+    unacked_input: bool = False
     # A source stage's chain of stateless operations runs on columns
     # (`framework.plan.columnar`).
     columnar: bool = True

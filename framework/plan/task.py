@@ -201,7 +201,7 @@ class StageProgram:
             target.endpoint.encode_item if isinstance(target.endpoint, Sink) else None,
             target.endpoint.encode_items if isinstance(target.endpoint, Sink) else None,
             sink_partitions,
-            exit_.target != self.spec.fused_exit and exit_.kind is not ExitKind.SINK,
+            exit_.target != self.spec.unacked_exit and exit_.kind is not ExitKind.SINK,
         )
 
     def _sink_partitions(self, sink: Sink) -> int:
@@ -491,7 +491,7 @@ class _TaskRun:
             return
         items = read_items(record.headers, record.value, where)
         append = into.append
-        if self.spec.fused_input:  # no receipt: the items were never sent-acked
+        if self.spec.unacked_input:  # no receipt: the items were never sent-acked
             for index, (meta, _, payload) in enumerate(items):
                 append((Record(meta, payload), record, index))
             return

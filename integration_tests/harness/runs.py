@@ -15,6 +15,7 @@ from framework.config import Settings
 from framework.coordination import SnapshotRegistry
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
+from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.text import word_counts
 from framework.kafka.clients import produce_record, read_to_end
 from framework.pipeline import Pipeline
@@ -93,7 +94,7 @@ def snapshot_past(
         deadline = time.monotonic() + timeout_s
         while True:
             latest = registry.latest()
-            if latest is not None and latest.slot * settings.delta_ms > until_ms:
+            if latest is not None and latest.slot * DEFAULT_DELTA_MS > until_ms:
                 return latest
             assert time.monotonic() < deadline, f"no snapshot of {app} past {until_ms}"
             time.sleep(0.2)

@@ -13,7 +13,6 @@ def test_defaults_are_the_embedded_stack() -> None:
     assert settings.embedded
     assert settings.kafka_bootstrap == "127.0.0.1:9092"
     assert settings.zookeeper == "127.0.0.1:2181"
-    assert settings.delta_ms == 10
     assert settings.state_backend == "file"
     assert settings.snapshot_interval_ms == 1000
     assert settings.snapshot_path == settings.state_dir / "snapshots"
@@ -50,7 +49,7 @@ def test_external_cluster_from_environment() -> None:
         ({"FLAMEPIPE_KAFKA_PORT": "2181"}, "ports must differ"),
         ({"FLAMEPIPE_REGISTRY_PORT": "-1"}, "registry_port=-1 is not a TCP port"),
         ({"FLAMEPIPE_SPARK_MASTER": "locale"}, "is not a Spark master URL"),
-        ({"FLAMEPIPE_DELTA_MS": "0"}, "delta_ms=0 must be > 0"),
+        ({"FLAMEPIPE_DELTA_MS": "20"}, r"'delta_ms' is not a setting: .*Pipeline\(name, delta_ms"),
         ({"FLAMEPIPE_ZOOKEEPER_CONNECT": "z:1"}, "needs both"),
         (
             {"FLAMEPIPE_STATE_BACKEND": "redis"},
@@ -88,6 +87,15 @@ def test_unknown_key_in_file_suggests_the_right_one(tmp_path: Path) -> None:
     cfg.write_text("kafka_prot = 1\n")
     with pytest.raises(ConfigError, match="did you mean 'kafka_port'"):
         Settings.load(cfg, env={})
+
+
+def test_the_slot_width_is_the_pipelines_not_a_setting(tmp_path: Path) -> None:
+    cfg = tmp_path / "fp.toml"
+    cfg.write_text("delta_ms = 20\n")
+    with pytest.raises(ConfigError, match=r"'delta_ms' is not a setting: .*Pipeline\(name"):
+        Settings.load(cfg, env={})
+    with pytest.raises(ConfigError, match="'delta_ms' is not a setting"):
+        Settings.load(env={}, delta_ms=20)
 
 
 def test_missing_or_broken_file(tmp_path: Path) -> None:

@@ -56,7 +56,6 @@ from framework.wire.lifts import Lift
 from framework.wire.positions import TaskCounts
 
 __all__ = [
-    "CONTINUOUS_SUFFIX",
     "ContinuousJob",
     "ContinuousQuery",
     "cancelled_with_all_jobs",
@@ -69,8 +68,6 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-CONTINUOUS_SUFFIX = "@continuous"
-"""The checkpoint directory of a continuous stage is its id with this suffix."""
 
 # How long a task waits for its first record before it looks at min time again: the
 # longest a window's result waits after min time passes its end.

@@ -10,7 +10,7 @@ topic):
 2. Source rows: refuse a record below its partition's heartbeat floor (nothing is
    committed yet), then run the source stage's program. Its frames for the keyed stage
    become rows for their unit, signed as a producer signs them; its dead letters become
-   rows for unit ``partition % units``; it acks nothing (`StageSpec.fused_exit`), and any
+   rows for unit ``partition % units``; it acks nothing (`StageSpec.unacked_exit`), and any
    other record is a `ProtocolViolation`. Its summary row travels to the same unit.
 3. Nothing is written to Kafka: the rows exist only in Spark's shuffle.
 
@@ -20,7 +20,7 @@ Protocol of `reduce_task` (the rows of one or more units):
    at ``batch_id + 1`` (offset of partition ``u`` of the keyed stage's changelog topic),
    an earlier attempt committed the unit's share of this batch: skip it.
 2. Bring the unit's state up to date from its changelog, run the keyed stage's program
-   over its frames and ticks (no receipt acks: `StageSpec.fused_input`).
+   over its frames and ticks (no receipt acks: `StageSpec.unacked_input`).
 3. Commit outputs, acks of the outputs, changelog, the map side's dead letters and the
    marker in one transaction under ``<app>.<keyed stage>.p<u>``, the keyed stage's own
    transactional id.

@@ -82,7 +82,6 @@ from framework.runners.observe.server import WatchServer
 from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.continuous import (
-    CONTINUOUS_SUFFIX,
     ContinuousJob,
     ContinuousQuery,
     check_slots,
@@ -92,6 +91,7 @@ from framework.runners.spark.execution import StageExecution
 from framework.runners.spark.fronts import FrontHeartbeats
 from framework.runners.spark.fused_query import FusedQuery
 from framework.runners.spark.queries import StageQuery, StageStats
+from framework.runners.spark.query_ids import QueryId
 from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
 from framework.runners.spark.supervision import QuerySupervisor
@@ -476,11 +476,12 @@ class PipelineRun:
         if self.continuous:
             self._start_continuous(stage, spec)
             return
-        self._refuse_other_mode(stage.id)
+        query_id = QueryId.split(stage.id)
+        self._refuse_other_mode(query_id)
         query = StageQuery(
             spec,
             self.bootstrap,
-            f"{self._checkpoints()}/{stage.id}",
+            f"{self._checkpoints()}/{query_id}",
             self.settings,
             self._min_slot(stage),
             starting_offsets=self._starting_offsets(stage),
@@ -493,12 +494,13 @@ class PipelineRun:
         self, pair: Fused, sources: Mapping[str, KafkaSource], partitions: Mapping[str, int]
     ) -> None:
         """One query for a source stage and the keyed stage it alone feeds."""
-        self._refuse_other_mode(pair.id)
+        query_id = QueryId.fused(pair.map.id, pair.reduce.id)
+        self._refuse_other_mode(query_id)
         query = FusedQuery(
-            self._spec(pair.map, sources, partitions, fused_exit=pair.reduce.entry),
-            self._spec(pair.reduce, sources, partitions, fused_input=True),
+            self._spec(pair.map, sources, partitions, unacked_exit=pair.reduce.entry),
+            self._spec(pair.reduce, sources, partitions, unacked_input=True),
             self.bootstrap,
-            f"{self._checkpoints()}/{pair.id}",
+            f"{self._checkpoints()}/{query_id}",
             self.settings,
             self._min_slot(pair.reduce),
             starting_offsets=self._starting_offsets(pair.map),
@@ -511,7 +513,7 @@ class PipelineRun:
 
     def _start_continuous(self, stage: Stage, spec: StageSpec) -> None:
         """The stage as long-running tasks (`framework.runners.spark.continuous`)."""
-        query_id = f"{stage.id}{CONTINUOUS_SUFFIX}"
+        query_id = QueryId.continuous(stage.id)
         self._refuse_other_mode(query_id)
         starts = (self.start_offsets or {}).get(stage.topic) if stage.is_source else None
         query = ContinuousQuery(
@@ -535,18 +537,18 @@ class PipelineRun:
             shared,
         )
 
-    def _refuse_other_mode(self, query_id: str) -> None:
+    def _refuse_other_mode(self, query_id: QueryId) -> None:
         """`ConfigError` if this epoch's checkpoints hold one of the query's stages in
         another mode: a fused query never reads the frames a split one left in the keyed
         stage's topic, and a split one would read them again; a continuous stage keeps its
         positions in a consumer group, not in a query's checkpoint."""
-        mode = _mode(query_id)
-        others = [c for c in checkpoint_names(self.spark, self._checkpoints()) if c != query_id]
-        clash = [c for c in others if _mode(c) != mode and _overlaps(c, query_id)]
+        names = checkpoint_names(self.spark, self._checkpoints())
+        others = [QueryId.parse(c) for c in names if c != str(query_id)]
+        clash = [c for c in others if c.mode != query_id.mode and c.overlaps(query_id)]
         if clash:
             raise ConfigError(
-                f"{self.graph.name!r} ran {_mode(clash[0])} in epoch {self.epoch} (checkpoint "
-                f"{clash[0]}) and its settings now ask for {mode}: switch in a new epoch "
+                f"{self.graph.name!r} ran {clash[0].mode} in epoch {self.epoch} (checkpoint "
+                f"{clash[0]}) and its settings now ask for {query_id.mode}: switch in a new epoch "
                 "(flamepipe replay), or set FLAMEPIPE_FUSE_STAGES / FLAMEPIPE_EXECUTION back"
             )
 
@@ -689,20 +691,3 @@ def _current_epoch(epochs: Any) -> Any:
     except CoordinationError as exc:
         _log.warning("cannot read the epoch now: %s", exc)
         return None
-
-
-def _mode(query_id: str) -> str:
-    """How a checkpoint's stages ran: ``split``, ``fused`` or ``continuous``."""
-    if query_id.endswith(CONTINUOUS_SUFFIX):
-        return "continuous"
-    return "fused" if "+" in query_id else "split"
-
-
-def _stages(query_id: str) -> set[str]:
-    return set(query_id.removesuffix(CONTINUOUS_SUFFIX).split("+"))
-
-
-def _overlaps(a: str, b: str) -> bool:
-    """Whether two query ids (``stage``, ``stage+stage`` or ``stage@continuous``) share a
-    stage."""
-    return bool(_stages(a) & _stages(b))

@@ -17,7 +17,6 @@ from framework.runners.spark.continuous import (
     local_master,
 )
 from framework.runners.spark.queries import StageStats, essence
-from framework.runners.spark.runner import _mode, _overlaps
 from unit_tests.plan.test_task import programs, wordcount
 
 
@@ -45,15 +44,6 @@ def test_stages_share_tasks_when_asked_or_when_slots_are_too_few_for_their_own()
         check_slots(_spark(2), needed, "shared")
     with pytest.raises(ConfigError, match=r"needs 5 Spark task slots"):
         check_slots(_spark(3), needed, "per-stage")
-
-
-def test_a_checkpoint_name_tells_its_mode_and_stages() -> None:
-    assert _mode("source-in") == "split"
-    assert _mode("source-in+aggregate") == "fused"
-    assert _mode("source-in@continuous") == "continuous"
-    assert _overlaps("source-in@continuous", "source-in+aggregate")
-    assert _overlaps("aggregate", "source-in+aggregate")
-    assert not _overlaps("source-in@continuous", "aggregate")
 
 
 def test_the_execution_setting_is_checked() -> None:

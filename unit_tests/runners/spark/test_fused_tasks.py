@@ -37,8 +37,8 @@ def _context(units: int = 4) -> ft.FusedContext:
     (pair,) = fuse(plan_stages(graph, {graph.nodes[0].id: "lines"}))[1]
     partitions = {"lines": 2, pair.reduce.topic: units}
     source = graph.nodes[0].endpoint
-    spec = StageSpec(graph, pair.map, partitions, 2, source, fused_exit=pair.reduce.entry)
-    keyed = StageSpec(graph, pair.reduce, partitions, 2, fused_input=True)
+    spec = StageSpec(graph, pair.map, partitions, 2, source, unacked_exit=pair.reduce.entry)
+    keyed = StageSpec(graph, pair.reduce, partitions, 2, unacked_input=True)
     keyring = auth.Keyring((b"a-test-pipeline-key-0123456789abcdef",))
     return ft.FusedContext(
         TaskContext(spec, "kafka:9092", "r" * 32, 3, 0, keyring),
