@@ -21,7 +21,6 @@ INTEGRATION_ONLY: dict[str, str] = {
     "framework/coordination/election.py": "integration_tests/test_zk.py",
     "framework/demos/wordcount_demo.py": "integration_tests/test_stack_cli.py",
     "framework/local/stack.py": "integration_tests/test_stack_cli.py",
-    "framework/runners/rescale.py": "integration_tests/test_rescale.py",
     "framework/runners/savepoint_ops.py": "integration_tests/test_savepoints.py",
     "framework/runners/spark/class_archive.py": "integration_tests/test_class_archive.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
