@@ -268,12 +268,13 @@ class WebHdfsStore:
             factor=2.0,
             most_s=5.0,
         )
-        warned: list[bool] = []
+        warned = False
 
         def warn_once(exc: BaseException, _pause_s: float) -> None:
+            nonlocal warned
             if not warned:
                 _log.warning("%s; trying again for up to %g s", exc, self.retry_s)
-                warned.append(True)
+                warned = True
 
         try:
             return policy.call(attempt, warn_once)

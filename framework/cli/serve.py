@@ -147,12 +147,13 @@ def _start_retrying(
     """`ServiceSet.start` of ``build(epoch)``, again while the cluster fails it (None: lost)."""
     from framework.runners.startup import PASSING, is_passing
 
-    tried: list[bool] = []
+    tried = False
 
     def start() -> ServiceSet:
+        nonlocal tried
         if tried and lost():
             raise _LeadershipLostError
-        tried.append(True)
+        tried = True
         return build(epoch).start()
 
     def say(exc: BaseException, pause_s: float) -> None:
