@@ -9,7 +9,9 @@ The stack restart (broker and ZooKeeper) every run includes is reported apart: i
 kill of a flamepipe process. The output is checked exactly as in the harness.
 
 Run: ``.venv/bin/python benchmarks/bench_recovery.py [records] [rate] [kill-every-s] [kills]
-[--continuous]`` (``--continuous``: the stages as long-running tasks).
+[--continuous] [--standbys]`` (``--continuous``: the stages as long-running tasks;
+``--standbys``: a standby acker and barrier queue beside the leaders, and a kill takes the
+leader).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> int:
         kills=int(kills or 10),
         stack_first=int(kills or 10) - 1,  # the stack restart last: kills first
         complete_timeout_s=600,
+        standbys="--standbys" in sys.argv,
     )
     report = run_harness(config, Path(tempfile.mkdtemp(prefix="flamepipe-bench-recovery-")))
     print(report.summary())

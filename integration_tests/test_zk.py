@@ -240,6 +240,37 @@ def test_a_leader_killed_on_this_host_is_replaced_before_its_session_ends(
         assert token == 2
 
 
+def test_a_waiting_standby_replaces_a_leader_killed_on_this_host_at_once(
+    stack: Settings, app: str
+) -> None:
+    """A standby already queued behind a leader whose session lasts 30 s: the kill -9 of
+    the leader's process is seen by the standby's own checks, which remove the dead lock
+    while it waits; nothing else (no restarted process) has to clear it."""
+    path = leader_path(app, "acker")
+    cmd = [sys.executable, "-c", _LEADER, stack.zookeeper, path]
+    standby = LeaderElection(stack.zookeeper, path, "standby", is_dead=dead_on_this_host)
+    terms: list[Leadership] = []
+    stop = threading.Event()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as leader, standby:
+        try:
+            assert leader.stdout is not None and leader.stdout.readline() == "leading\n"
+            _lead_in_thread(standby, terms, stop)
+            assert _wait_for(lambda: len(standby.contenders()) == 2, TAKEOVER_S)
+            time.sleep(0.6)  # three of the standby's checks: the leader lives
+            assert not terms, "the standby must wait while the leader lives"
+            leader.kill()
+            leader.wait()
+            killed = time.monotonic()
+            assert _wait_for(lambda: terms, 10.0), "standby not elected"
+            took_s = time.monotonic() - killed
+        finally:
+            stop.set()
+            leader.kill()
+    print(f"standby led {took_s:.2f} s after the leader's kill (its session: 30 s)")
+    assert took_s < 2.0
+    assert terms[0].token == 2
+
+
 def test_an_expired_session_is_noticed_and_replaced(stack: Settings, app: str) -> None:
     path = leader_path(app, "barrier")
     a = LeaderElection(stack.zookeeper, path, "barrier-a", timeout_s=4)

@@ -47,6 +47,7 @@ from framework.core.time import slot_of
 from framework.errors import FlamepipeError, KafkaClientError, PipelineError, ProtocolViolation
 from framework.kafka.admin import ensure_topics, partition_count
 from framework.kafka.clients import (
+    QUICK_END,
     assign,
     authentic_message,
     close_quietly,
@@ -55,6 +56,7 @@ from framework.kafka.clients import (
     new_consumer,
     new_producer,
     produce_record,
+    read_back,
     read_to_end,
     take,
     where,
@@ -80,6 +82,29 @@ def report_key(note: MinTimeNotification) -> str:
 
 def _vector(node_times: Iterable[NodeTime]) -> Vector:
     return {nt.node: nt.time for nt in node_times}
+
+
+def _latest_reports(keys: Mapping[bytes, int], records: Iterable[Message]) -> dict[int, Vector]:
+    """Per shard of ``keys`` (report key -> shard), the vector of its last authentic report."""
+    found: dict[int, Vector] = {}
+    for msg in records:
+        shard = keys.get(msg.key() or b"")
+        value = msg.value()
+        if shard is not None and value is not None and authentic_message("acker", msg):
+            found[shard] = _vector(decode_min_time(value).node_times)
+    return found
+
+
+class _LatestReports:
+    """`read_back`'s ``enough``: whether every shard of ``keys`` has a report, keeping them."""
+
+    def __init__(self, keys: Mapping[bytes, int]) -> None:
+        self.keys = keys
+        self.found: dict[int, Vector] = {}
+
+    def __call__(self, records: list[Message]) -> bool:
+        self.found = _latest_reports(self.keys, records)
+        return len(self.found) == len(self.keys)
 
 
 def _leq(a: Mapping[int, int], b: Mapping[int, int]) -> bool:
@@ -196,6 +221,8 @@ class AckerService(Service):
         return total
 
     def _open(self) -> None:
+        # A takeover waits for all of this: the phases' times say where (logged at INFO).
+        began = time.monotonic()
         shards = self._shards[self.partitions[0]].shards
         ensure_topics(
             self.bootstrap,
@@ -206,28 +233,45 @@ class AckerService(Service):
             ],
         )
         self._report_partitions = partition_count(self.bootstrap, self.topics.mintime)
+        topics = time.monotonic()
         last = self._last_published()
         self._gates = {p: ReplayGate(last.get(p, {})) for p in self.partitions}
         self._replaying = set(self.partitions)
+        reports = time.monotonic()
         starts: dict[int, int | None] = dict.fromkeys(self.partitions)
         saved = latest(read_to_end(self.bootstrap, self.topics.acker, 1), self.partitions)
         for partition, (offset, state) in saved.items():
             self._shards[partition].restore(state)
             starts[partition] = self.resumed[partition] = self._next[partition] = offset
+        restored = time.monotonic()
         self._producer = new_producer(self.bootstrap, {"linger.ms": 1})
         self._consumer = consumer = new_consumer(self.bootstrap)
         assign(consumer, self.topics.acks, starts)
+        _log.info(
+            "acker of %s opened in %.0f ms: topics %.0f, last reports %.0f, checkpoints %.0f, "
+            "clients %.0f",
+            self.app,
+            *(1000 * t for t in (time.monotonic() - began, topics - began, reports - topics)),
+            *(1000 * t for t in (restored - reports, time.monotonic() - restored)),
+        )
 
     def _last_published(self) -> dict[int, Vector]:
-        """The vector of each owned shard's latest global report on the mintime topic."""
-        keys = {f"{p}:*".encode(): p for p in self.partitions}
+        """The vector of each owned shard's latest global report on the mintime topic:
+        read back from the end of each partition until every shard there has one."""
         last: dict[int, Vector] = {}
-        topic = self.topics.mintime
-        for msg in read_to_end(self.bootstrap, topic, self._report_partitions):
-            shard = keys.get(msg.key() or b"")
-            value = msg.value()
-            if shard is not None and value is not None and authentic_message("acker", msg):
-                last[shard] = _vector(decode_min_time(value).node_times)
+        consumer = new_consumer(self.bootstrap, config=QUICK_END)
+        try:
+            for partition in sorted({p % self._report_partitions for p in self.partitions}):
+                keys = {
+                    f"{p}:*".encode(): p
+                    for p in self.partitions
+                    if p % self._report_partitions == partition
+                }
+                reports = _LatestReports(keys)
+                read_back(consumer, self.topics.mintime, partition, reports)
+                last |= reports.found
+        finally:
+            close_quietly(consumer)
         return last
 
     def _step(self) -> None:

@@ -4,7 +4,7 @@ Protocol of `serve`:
 
 1. With an election, wait to lead: every instance of one role (the acker of some shards,
    the barrier of some sinks) queues in ZooKeeper; a standby takes over when the leader's
-   session ends (kill -9: when ZooKeeper expires it).
+   session ends, and at once when it proves a leader on its own host dead (kill -9).
 2. Build and start the services on the current epoch's topics; print ``ready (epoch N)``.
    A start that fails on the cluster (Kafka or ZooKeeper restarting) is tried again every
    5 s for a minute before the process gives up.
@@ -37,7 +37,8 @@ __all__ = ["EpochWatch", "election_for", "serve"]
 
 _PROGRESS_S = 10.0
 _EPOCH_CHECK_S = 2.0
-_TAKEOVER_S = 6.0  # ZooKeeper session timeout: how soon a standby replaces a dead leader
+# ZooKeeper session timeout: how soon a standby replaces a dead leader on another host.
+_TAKEOVER_S = 6.0
 _START_PAUSE_S = 5.0
 _START_ATTEMPTS = 12  # a minute of a cluster that is not there yet
 _RESTARTS = 5

@@ -41,6 +41,11 @@ T = TypeVar("T")
 
 _log = logging.getLogger(__name__)
 
+# How often a waiting candidate looks for a dead leader: reading the lock's children and
+# each one's identity (/proc for those on this host) costs ~1 ms; a takeover waits at
+# most this long more than the ready of the services it starts.
+_DEAD_POLL_S = 0.2
+
 
 @dataclass(frozen=True, slots=True)
 class Leadership:
@@ -91,7 +96,10 @@ class LeaderElection:
 
         0. Remove the lock znodes of contenders ``is_dead`` proves dead: a leader killed
            -9 keeps its znode until its session expires, and its successor would wait.
-        1. Queue on the lock; the candidate with the lowest sequence number leads.
+        1. Queue on the lock; the candidate with the lowest sequence number leads. While
+           it waits, a standby repeats step 0 every `_DEAD_POLL_S`: a standby already
+           running takes over from a leader killed -9 on its host at once, not after the
+           leader's session expires (measured: 0.2 s against a 30 s session).
         2. Increment the fencing token (compare-and-set on its znode version).
         3. Watch the session: SUSPENDED or LOST sets ``lost`` and calls ``on_lost``.
         4. Check that the lock znode is still owned by the live session: a session lost
@@ -102,7 +110,8 @@ class LeaderElection:
         # Step 0
         self._remove_the_dead()
         # Step 1
-        self._acquire(lock, timeout_s)
+        with self._clearing_the_dead():
+            self._acquire(lock, timeout_s)
         try:
             # Step 2
             leadership = Leadership(self.identity, self._next_token())
@@ -158,6 +167,30 @@ class LeaderElection:
                 if identity != self.identity and self.is_dead(identity):
                     _log.warning("%s: removing the lock of %s, dead", self.path, identity)
                     self.client.delete(f"{where}/{name}")
+
+    @contextlib.contextmanager
+    def _clearing_the_dead(self) -> Iterator[None]:
+        """Step 0 again every `_DEAD_POLL_S` in a thread of its own while the body waits."""
+        if self.is_dead is None:
+            yield
+            return
+        done = threading.Event()
+
+        def clear() -> None:
+            while not done.wait(_DEAD_POLL_S):
+                try:
+                    self._remove_the_dead()
+                except KazooException as exc:
+                    # ZooKeeper away: the lock's own wait sees that; try again next poll.
+                    _log.debug("%s: checking for dead contenders: %s", self.path, exc)
+
+        thread = threading.Thread(target=clear, name=f"dead-contenders {self.path}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
 
     def _acquire(self, lock: Any, timeout_s: float | None) -> None:
         try:

@@ -46,6 +46,7 @@ __all__ = [
     "produce_record",
     "produce_records",
     "produce_signed",
+    "read_back",
     "read_to_end",
     "signed_positions",
     "take",
@@ -284,6 +285,58 @@ def read_to_end(
         return out
     finally:
         close_quietly(consumer)
+
+
+def read_back(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    enough: Callable[[list[Message]], bool],
+    *,
+    window: int = 64,
+) -> list[Message]:
+    """The last records of ``topic[partition]``, in offset order: those of the last
+    ``window`` offsets, then of eight times as many, and so on until ``enough(records)``
+    holds or the window reaches the partition's first offset.
+
+    For what a writer puts last and a reader needs the latest of (a bundle header, a
+    report per key): on a topic that only grows until compaction, reading it whole made
+    a restart slower the longer the run (measured on the acker: 1.9 s after 2 minutes).
+    ``consumer``: with `QUICK_END`; its isolation level decides which records count.
+    ``enough`` is called on each window's records, the last time on those returned, so
+    it can keep what it found (and check each record's signature once per window).
+    """
+    tp = TopicPartition(topic, partition)
+    low, end = kafka_retry(
+        f"cannot read the offsets of {topic}[{partition}]",
+        lambda: consumer.get_watermark_offsets(tp, DEFAULT_TIMEOUT_S, cached=False),
+    )
+    while True:
+        start = max(low, end - window)
+        found = _read_range(consumer, topic, partition, start, end) if end > start else []
+        if enough(found) or start == low:
+            return found
+        window *= 8
+
+
+def _read_range(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int
+) -> list[Message]:
+    """The records ``consumer`` sees of ``topic[partition]`` in ``[start, end)``."""
+    kafka_call(
+        f"cannot read {topic}", lambda: consumer.assign([TopicPartition(topic, partition, start)])
+    )
+    found: list[Message] = []
+    deadline = Deadline(DEFAULT_TIMEOUT_S, f"reading the tail of {topic}[{partition}]")
+    while True:
+        deadline.check()
+        for msg in consumer.consume(1000, deadline.remaining(0.1)):
+            if is_eof(msg):
+                return found
+            if is_record(msg, topic):
+                found.append(msg)
+                if where(msg)[1] >= end - 1:
+                    return found
 
 
 def _partition_count(consumer: Consumer, topic: str) -> int:

@@ -13,67 +13,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message
 
 from framework.core.messages import BundleHeader
-from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
-from framework.errors import ConfigError, DeadlineExceeded
+from framework.errors import ConfigError
 from framework.kafka.admin import partition_count
 from framework.kafka.clients import (
     QUICK_END,
     authentic_message,
     close_quietly,
-    is_eof,
-    is_record,
-    kafka_call,
-    kafka_retry,
     new_consumer,
-    where,
+    read_back,
 )
 from framework.wire.bundles import bundles_topic, read_bundle_header
 
 __all__ = ["last_bundle_header"]
 
 
-def _read_range(
-    consumer: Consumer, topic: str, partition: int, start: int, end: int
-) -> list[BundleHeader]:
-    """The headers of the committed records of ``topic[partition]`` in ``[start, end)``."""
-    kafka_call(
-        f"cannot read {topic}", lambda: consumer.assign([TopicPartition(topic, partition, start)])
-    )
-    headers: list[BundleHeader] = []
-    deadline = Deadline(DEFAULT_TIMEOUT_S)
-    while not deadline.expired:
-        for msg in consumer.consume(1000, 0.1):
-            if is_eof(msg):
-                return headers
-            if not is_record(msg, topic):
-                continue
-            # A forged bundle header would set GT_last ahead and drop every later item.
-            if authentic_message("output tail", msg):
-                headers.append(read_bundle_header(msg.value()))
-            if where(msg)[1] >= end - 1:
-                return headers
-    raise DeadlineExceeded(
-        f"reading the tail of {topic}[{partition}] took over {DEFAULT_TIMEOUT_S} s"
-    )
+class _Headers:
+    """`read_back`'s ``enough``: whether the records hold a bundle header, keeping them."""
+
+    def __init__(self) -> None:
+        self.found: list[BundleHeader] = []
+
+    def __call__(self, records: list[Message]) -> bool:
+        # A forged bundle header would set GT_last ahead and drop every later item.
+        self.found = [
+            read_bundle_header(msg.value())
+            for msg in records
+            if authentic_message("output tail", msg)
+        ]
+        return bool(self.found)
 
 
 def _last_in_partition(consumer: Consumer, topic: str, partition: int) -> BundleHeader | None:
-    tp = TopicPartition(topic, partition)
-    low, end = kafka_retry(
-        f"cannot read the offsets of {topic}",
-        lambda: consumer.get_watermark_offsets(tp, timeout=DEFAULT_TIMEOUT_S, cached=False),
-    )
-    window = 64
-    while True:  # the header is normally among the last records: look back further if not
-        start = max(low, end - window)
-        found = _read_range(consumer, topic, partition, start, end) if end > start else []
-        header = found[-1] if found else None
-        if header is not None or start == low:
-            return header
-        window *= 8
+    # The header is normally among the last records: `read_back` looks further if not.
+    headers = _Headers()
+    read_back(consumer, topic, partition, headers)
+    return headers.found[-1] if headers.found else None
 
 
 def last_bundle_header(

@@ -91,6 +91,12 @@ from integration_tests.pipelines import PIPELINES, build
 __all__ = ["main", "run_harness"]
 
 _SPECS = {name: f"integration_tests.pipelines:{name}_job" for name in PIPELINES}
+_STANDBY = "-standby"
+
+
+def _leads(output: str) -> bool:
+    """Whether a service's log says it leads: ready since its last step back to standby."""
+    return output.rfind("ready (epoch") > output.rfind("standing by again")
 
 
 class _Run:
@@ -158,17 +164,14 @@ class _Run:
         spec = _SPECS[self.config.pipeline]
         cli = [sys.executable, "-m", "framework.cli"]
         logs = self.work / "logs"
+        roles = [(r, r) for r in ("acker", "barrier")]
+        if self.config.standbys:
+            roles += [(f"{r}{_STANDBY}", r) for r in ("acker", "barrier")]
         self.components = {
-            "acker": Component(
-                "acker", [*cli, "acker", spec], env, logs / "acker.log", self._said_ready("acker")
-            ),
-            "barrier": Component(
-                "barrier",
-                [*cli, "barrier", spec],
-                env,
-                logs / "barrier.log",
-                self._said_ready("barrier"),
-            ),
+            name: Component(name, [*cli, role, spec], env, logs / f"{name}.log", self._led(name))
+            for name, role in roles
+        }
+        self.components |= {
             "driver": Component(
                 "driver",
                 [*cli, "run", spec, "--services", "external"],
@@ -188,9 +191,24 @@ class _Run:
         (node,) = sink_nodes(self.graph)
         return node
 
-    def _said_ready(self, name: str) -> Callable[[], bool]:
-        """A service is ready once its current process printed ``ready (epoch N)``."""
-        return lambda: "ready (epoch" in self.components[name].output()
+    def _led(self, name: str) -> Callable[[], bool]:
+        """A service is ready once its current process printed ``ready (epoch N)``; with
+        standbys, once one of its role leads that way and this one leads or stands by."""
+        role = name.removesuffix(_STANDBY)
+
+        def ready() -> bool:
+            if not self.config.standbys:
+                return _leads(self.components[name].output())
+            output = self.components[name].output()
+            waits = "standby: waiting to lead" in output
+            return (waits or _leads(output)) and self._leader(role) is not None
+
+        return ready
+
+    def _leader(self, role: str) -> Component | None:
+        """The process of ``role`` (either of the pair with standbys) that leads now."""
+        pair = [self.components[n] for n in (role, f"{role}{_STANDBY}") if n in self.components]
+        return next((c for c in pair if c.exited() is None and _leads(c.output())), None)
 
     def _driver_ready(self) -> bool:
         """The driver is ready once Spark committed a micro-batch after its start, or (no
@@ -313,11 +331,11 @@ class _Run:
             executor_kill(victim)
             self.clock.say(f"killed executor (pid {victim}) with SIGKILL")
             return
-        component = self.components[target]
+        component = self._leader(target) or self.components[target]
         pid = component.proc.pid if component.proc else None
         component.kill()
         component.start()
-        self.clock.say(f"killed {target} (pid {pid}) with SIGKILL, restarted it")
+        self.clock.say(f"killed {component.name} (pid {pid}) with SIGKILL, restarted it")
 
     def _kill_server(self, event: ChaosEvent) -> None:
         """kill -9 of the broker or ZooKeeper, down ``restart_after_s``, then started again
@@ -606,6 +624,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--execution", choices=("micro-batch", "continuous"), default=defaults.execution
     )
+    parser.add_argument(
+        "--standbys", action="store_true", help="a standby acker and barrier beside the leaders"
+    )
     return parser.parse_args(argv)
 
 
@@ -626,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster=args.cluster,
         stall_timeout_ms=args.stall_timeout_ms,
         execution=args.execution,
+        standbys=args.standbys,
     )
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="flamepipe-crash-"))
     report = run_harness(config, work_dir)

@@ -137,11 +137,13 @@ class Component:
         self._reap(30)
 
     def stop(self) -> None:
-        """Ask it to stop (SIGINT: the CLI's Ctrl-C path), then SIGKILL what is left."""
+        """Ask it to stop (SIGTERM, which the CLI turns into its Ctrl-C path), then SIGKILL
+        what is left. Not SIGINT: a harness started in the background (``nohup ... &``, as
+        CI does) passes SIGINT on ignored, and each service waited out the 30 s."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGINT)
+            os.kill(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(30)
         self.kill()

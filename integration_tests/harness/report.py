@@ -44,7 +44,9 @@ class HarnessConfig:
     ``local[2]``. ``restart_after_s``: how long a killed broker or ZooKeeper stays down.
     ``one_at_a_time``: the next event only once output was committed after the last (each
     recovery measured alone). ``execution``: how the stages run (`Settings.execution`;
-    continuous on ``local[4]``, a slot per task).
+    continuous on ``local[4]``, a slot per task). ``standbys``: a second acker and barrier
+    process queue as standbys; a kill takes the one that leads and restarts it (a standby
+    again), so recovery is the standby's takeover, not a process start.
     """
 
     records: int = 20_000
@@ -65,6 +67,7 @@ class HarnessConfig:
     restart_after_s: float = 3.0
     one_at_a_time: bool = False
     execution: str = "micro-batch"
+    standbys: bool = False
 
 
 @dataclass(slots=True)
