@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.bundles import BundleConsumer
 from framework.config import Settings
@@ -40,6 +40,9 @@ from framework.kafka.security import install, installed
 from framework.runners.observe.console import LiveConsole
 from framework.runners.spark import SparkRunner
 from framework.wire.serde import Json
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -187,7 +190,7 @@ def _read_bundles(output: _Output, released: Any, stop: Any, out: Any) -> None:
 
 
 def run_demo(
-    settings: Settings, lines: int = 4_000, rate: int = 200, spark: Any = None
+    settings: Settings, lines: int = 4_000, rate: int = 200, spark: SparkSession | None = None
 ) -> DemoResult:
     """Steps 1-4 of the module docstring; returns what was seen."""
     app = f"wordcount-{uuid.uuid4().hex[:6]}"

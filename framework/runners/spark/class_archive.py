@@ -33,7 +33,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
 from framework.local.class_archives import archive_path, dump_flags, partial_path, publish
@@ -45,6 +45,9 @@ from framework.runners.spark.session import (
     executor_class_archive,
     spark_session,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["build_driver_archive", "build_executor_archive"]
 
@@ -116,7 +119,7 @@ def _same(batches: Iterator[Any]) -> Iterator[Any]:
     yield from batches
 
 
-def _workload(spark: Any) -> None:
+def _workload(spark: SparkSession) -> None:
     """What a pipeline's start runs: a shuffle, Arrow to a Python worker, a stream."""
     df = spark.range(1000).selectExpr("id", "id % 7 AS k", "cast(id AS string) AS s")
     df.groupBy("k").count().collect()

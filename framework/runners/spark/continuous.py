@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
@@ -54,6 +54,9 @@ from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
 from framework.wire.positions import TaskCounts
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "ContinuousJob",
@@ -118,7 +121,11 @@ def local_master(settings: Settings, graph: Graph) -> str:
 
 
 def check_slots(
-    spark: Any, needed: Mapping[str, int], layout: str = "per-stage", *, wait_s: float = 0.0
+    spark: SparkSession,
+    needed: Mapping[str, int],
+    layout: str = "per-stage",
+    *,
+    wait_s: float = 0.0,
 ) -> bool:
     """Whether the stages share their tasks (`Settings.continuous_tasks`): ``per-stage``
     needs a Spark task slot for every stage's every task (stage -> tasks), ``shared`` one
@@ -170,7 +177,7 @@ _RUNNING: set[ContinuousJob] = set()
 """The jobs of this driver whose tasks hold task slots (started and not stopped)."""
 
 
-def held_slots(spark: Any) -> int:
+def held_slots(spark: SparkSession) -> int:
     """The task slots of ``spark`` that running continuous jobs of this driver hold."""
     return sum(job.tasks for job in list(_RUNNING) if job.holds(spark))
 
@@ -194,14 +201,14 @@ class ContinuousJob:
         self._group = ""
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._spark: Any = None
+        self._spark: SparkSession | None = None
 
     @property
     def tasks(self) -> int:
         """Long-lived tasks: as many as the widest member stage has partitions."""
         return max((m.tasks for m in self.members), default=0)
 
-    def ready(self, spark: Any, member: ContinuousQuery, ctx: ContinuousContext) -> None:
+    def ready(self, spark: SparkSession, member: ContinuousQuery, ctx: ContinuousContext) -> None:
         """``member`` is ready with ``ctx``; the job starts once all are (step 1)."""
         self._ready[member.spec.stage.id] = ctx
         if len(self._ready) < len(self.members):
@@ -220,12 +227,12 @@ class ContinuousJob:
         _RUNNING.add(self)
         self._thread.start()
 
-    def holds(self, spark: Any) -> bool:
+    def holds(self, spark: SparkSession) -> bool:
         """Whether this job's tasks hold task slots of ``spark`` now."""
         thread = self._thread
         return self._spark is spark and thread is not None and thread.is_alive()
 
-    def _job(self, spark: Any, ctxs: tuple[ContinuousContext, ...]) -> None:
+    def _job(self, spark: SparkSession, ctxs: tuple[ContinuousContext, ...]) -> None:
         """Step 2: the job, on this thread, until it fails or is cancelled."""
         sc = spark.sparkContext
         stages = "+".join(m.spec.stage.id for m in self.members)
@@ -270,7 +277,7 @@ class ContinuousJob:
         if thread.is_alive():
             _log.warning("stages of %s: tasks did not stop in %.0f s", self.name, timeout_s)
 
-    def restart(self, spark: Any) -> None:
+    def restart(self, spark: SparkSession) -> None:
         """Cancel every member's tasks and start new ones (they fence the old)."""
         self.stop()
         for member in self.members:
@@ -398,7 +405,7 @@ class ContinuousQuery:
         """Long-lived tasks: one per partition of the input topic."""
         return self.spec.partitions[self.topic]
 
-    def start(self, spark: Any) -> None:
+    def start(self, spark: SparkSession) -> None:
         """Step 1: this stage's part; its job starts once every member's is ready."""
         self.run_id = read_or_create_run_id(spark, self.checkpoint)
         ctx = ContinuousContext(
@@ -443,7 +450,7 @@ class ContinuousQuery:
         """Step 3 (for every stage of its job)."""
         self.job.stop(timeout_s)
 
-    def restart(self, spark: Any) -> None:
+    def restart(self, spark: SparkSession) -> None:
         """Cancel the tasks and start new ones (they fence whatever is left of the old);
         a shared job's other stages restart with it."""
         self.job.restart(spark)

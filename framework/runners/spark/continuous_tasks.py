@@ -43,7 +43,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -130,12 +130,12 @@ class ContinuousContext:
 
 def continuous_task(
     ctxs: Sequence[ContinuousContext],
-) -> Callable[[int, Iterator[Any]], Iterator[Any]]:
+) -> Callable[[int, Iterable[int]], Iterator[Any]]:
     """The function ``mapPartitionsWithIndex`` runs: partition ``index`` of each stage's
     input (of the stages that have one), until the task is killed."""
     points = next((ctx.failpoints for ctx in ctxs if ctx.failpoints), "")
 
-    def run(index: int, _rows: Iterator[Any]) -> Iterator[Any]:
+    def run(index: int, _rows: Iterable[int]) -> Iterator[Any]:
         age_s = process_age_s()
         before = os.environ.get(failpoints.ENV)
         if points:  # the task's worker is its own for as long as it runs

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from framework.plan.stage_spec import StageSpec
     from framework.runners.spark.fronts import FrontHeartbeats
     from framework.runners.spark.queries import StageStats
@@ -39,7 +41,7 @@ class StageExecution(Protocol):
         cached for a while)."""
         ...
 
-    def start(self, spark: Any) -> None:
+    def start(self, spark: SparkSession) -> None:
         """Start running on ``spark``; returns at once."""
         ...
 
@@ -47,7 +49,7 @@ class StageExecution(Protocol):
         """Stop, waiting for the work in flight to end or be cancelled."""
         ...
 
-    def restart(self, spark: Any) -> None:
+    def restart(self, spark: SparkSession) -> None:
         """Stop and start again from what was committed."""
         ...
 

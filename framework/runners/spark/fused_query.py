@@ -11,7 +11,7 @@ rows carry the source partitions' timestamps.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
 from framework.core.graph import Kind
@@ -26,6 +26,9 @@ from framework.runners.spark.fused_tasks import (
 from framework.runners.spark.queries import StageQuery, summary_type
 from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.ticks import Due
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["FusedQuery"]
 
@@ -68,7 +71,7 @@ class FusedQuery(StageQuery):
     def _units(self) -> int:
         return len(self.pkeys)
 
-    def start(self, spark: Any) -> None:
+    def start(self, spark: SparkSession) -> None:
         """Start the query over the source topic and the tick topic."""
         self.run_id = read_or_create_run_id(spark, self.checkpoint)
         source_headers = self._headers()

@@ -11,7 +11,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.config import Settings
 from framework.core.graph import Kind
@@ -26,6 +26,9 @@ from framework.runners.spark.ticks import Due
 from framework.wire.auth import current
 from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["StageQuery", "StageStats", "summary_type"]
 
@@ -220,7 +223,7 @@ class StageQuery:
         """The partitions ticks go to: the stage's input topic's."""
         return self.spec.partitions[self.topic]
 
-    def start(self, spark: Any) -> None:
+    def start(self, spark: SparkSession) -> None:
         """Start the query (it runs on Spark's own thread)."""
         self.run_id = read_or_create_run_id(spark, self.checkpoint)
         frame = self._reader(
@@ -245,7 +248,7 @@ class StageQuery:
 
     def _reader(
         self,
-        spark: Any,
+        spark: SparkSession,
         topic: str,
         starting: str,
         max_offsets: int,
@@ -450,7 +453,7 @@ class StageQuery:
         if self.query is not None and self.query.isActive:
             self.query.stop()
 
-    def restart(self, spark: Any) -> None:
+    def restart(self, spark: SparkSession) -> None:
         """Stop the query (Spark cancels a batch in flight and ends its tasks' Python
         workers) and start it again from its checkpoint (`framework.runners.spark.supervision`)."""
         self.stop()

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.barrier.service import BarrierService
 from framework.config import Settings
@@ -103,6 +103,9 @@ from framework.wire.lifts import Lift
 from framework.wire.topics import Topics
 from framework.wire.znodes import Offsets
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = ["RUN_RESTARTS", "RUN_RESTART_WINDOW_S", "PipelineRun", "SparkRunner"]
 
 _log = logging.getLogger(__name__)
@@ -138,7 +141,7 @@ class SparkRunner:
     def __init__(
         self,
         settings: Settings | None = None,
-        spark: Any = None,
+        spark: SparkSession | None = None,
         *,
         services: str = "embedded",
         progress_s: float = 0.0,
@@ -260,7 +263,9 @@ class SparkRunner:
 class PipelineRun:
     """A running pipeline: its stage queries, services and counters."""
 
-    def __init__(self, settings: Settings, graph: Graph, spark: Any, *, embedded: bool = True):
+    def __init__(
+        self, settings: Settings, graph: Graph, spark: SparkSession, *, embedded: bool = True
+    ):
         install_keys(settings)
         self.settings = settings
         self.embedded = embedded

@@ -45,10 +45,13 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.core.graph import Graph
 from framework.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["Shipment", "referenced_modules", "ship", "user_roots", "with_imports"]
 
@@ -222,7 +225,7 @@ def with_imports(roots: dict[str, Path]) -> dict[str, Path]:
         roots.update(more)
 
 
-def ship(spark: Any, graph: Graph, code_dir: Path) -> Shipment:
+def ship(spark: SparkSession, graph: Graph, code_dir: Path) -> Shipment:
     """Steps 1-4: send the user's modules that ``graph`` needs to ``spark``'s executors;
     the zip goes to ``code_dir``."""
     roots = with_imports(user_roots(referenced_modules(graph)))

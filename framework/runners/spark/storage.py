@@ -18,11 +18,14 @@ from __future__ import annotations
 import logging
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from framework.config import Settings
 from framework.errors import StateError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["checkpoint_names", "checkpoint_root", "epoch_checkpoints", "read_or_create_run_id"]
 
@@ -43,7 +46,7 @@ def epoch_checkpoints(settings: Settings, app: str, epoch: int) -> str:
     return f"{checkpoint_root(settings)}/{app}/e{epoch}"
 
 
-def read_or_create_run_id(spark: Any, checkpoint: str) -> str:
+def read_or_create_run_id(spark: SparkSession, checkpoint: str) -> str:
     """An id kept in the checkpoint: restarts from it keep it, a new checkpoint gets a new one.
 
     Commit markers are namespaced by it, so a replay from a fresh checkpoint never takes
@@ -53,8 +56,7 @@ def read_or_create_run_id(spark: Any, checkpoint: str) -> str:
     Step 2: else create it without overwriting; if another driver won that race, read
             theirs (two drivers on one checkpoint must share one id).
     """
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint}/{_RUN_ID}")
+    path = _jvm(spark).org.apache.hadoop.fs.Path(f"{checkpoint}/{_RUN_ID}")
     fs = _hadoop_fs(spark, path)
     # Step 1
     if fs.exists(path):
@@ -75,10 +77,9 @@ def read_or_create_run_id(spark: Any, checkpoint: str) -> str:
     return run_id
 
 
-def checkpoint_names(spark: Any, checkpoints: str) -> list[str]:
+def checkpoint_names(spark: SparkSession, checkpoints: str) -> list[str]:
     """The query checkpoints under an epoch's ``checkpoints`` (none if it does not exist)."""
-    jvm = spark._jvm
-    path = jvm.org.apache.hadoop.fs.Path(checkpoints)
+    path = _jvm(spark).org.apache.hadoop.fs.Path(checkpoints)
     fs = _hadoop_fs(spark, path)
     if not fs.exists(path):
         return []
@@ -86,7 +87,15 @@ def checkpoint_names(spark: Any, checkpoints: str) -> list[str]:
     return sorted(str(s.getPath().getName()) for s in statuses if s.isDirectory())
 
 
-def _hadoop_fs(spark: Any, path: Any) -> Any:
+def _jvm(spark: SparkSession) -> Any:
+    """The session's py4j view of the JVM (py4j's objects are untyped: Any)."""
+    jvm = spark._jvm
+    if jvm is None:
+        raise RuntimeError("the Spark session has no JVM: it was stopped")
+    return jvm
+
+
+def _hadoop_fs(spark: SparkSession, path: Any) -> Any:
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
 

@@ -30,9 +30,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from framework.errors import PipelineError, ProtocolViolation, ServiceFailed
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["FINAL", "RESTARTS", "WINDOW_S", "QuerySupervisor", "Supervised"]
 
@@ -64,7 +67,7 @@ class Supervised(Protocol):
         """How long the batch in flight has run (None: none is)."""
         ...
 
-    def restart(self, spark: Any) -> None:
+    def restart(self, spark: SparkSession) -> None:
         """Stop the query (cancelling a batch in flight) and start it from its checkpoint."""
         ...
 
@@ -76,7 +79,7 @@ class QuerySupervisor:
         self,
         app: str,
         queries: Callable[[], Mapping[str, Supervised]],
-        spark: Any,
+        spark: SparkSession,
         *,
         stuck_batch_s: float,
         clock: Callable[[], float] = time.monotonic,

@@ -45,7 +45,10 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["WorkerWarmup", "warm_workers"]
 
@@ -91,7 +94,9 @@ _started: weakref.WeakKeyDictionary[Any, dict[bool, WorkerWarmup]] = weakref.Wea
 _lock = threading.Lock()
 
 
-def warm_workers(spark: Any, modules: tuple[str, ...] = (), *, plain: bool = False) -> WorkerWarmup:
+def warm_workers(
+    spark: SparkSession, modules: tuple[str, ...] = (), *, plain: bool = False
+) -> WorkerWarmup:
     """Step 1: the Spark context's warm-up of ``mapInArrow`` workers (``plain``: of plain
     tasks' workers), started on the first call and when the last one is stale."""
     with _lock:
@@ -106,7 +111,9 @@ def warm_workers(spark: Any, modules: tuple[str, ...] = (), *, plain: bool = Fal
 class WorkerWarmup:
     """One warm-up job, running on its own thread (see the module docstring)."""
 
-    def __init__(self, spark: Any, modules: tuple[str, ...] = (), *, plain: bool = False) -> None:
+    def __init__(
+        self, spark: SparkSession, modules: tuple[str, ...] = (), *, plain: bool = False
+    ) -> None:
         self.spark = spark
         self.modules = modules
         self.plain = plain
@@ -134,7 +141,9 @@ class WorkerWarmup:
             if self.plain:
                 sc = self.spark.sparkContext
                 rdd = sc.parallelize(range(self.slots), self.slots)
-                rows = rdd.mapPartitions(functools.partial(_warm_plain, self.modules)).collect()
+                rows: list[Any] = rdd.mapPartitions(
+                    functools.partial(_warm_plain, self.modules)
+                ).collect()
             else:
                 rows = (
                     self.spark.range(0, self.slots, 1, self.slots)
