@@ -30,6 +30,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from framework.core.graph import Sink, Source
 from framework.core.joins import Joined
 from framework.core.windows import WindowResult
 from framework.pipeline import Pipeline, Sliding, Stream, Tumbling
@@ -102,12 +103,12 @@ def is_auction(event: dict[str, Any]) -> bool:
     return event.get("kind") == "auction"
 
 
-def _kinds(name: str, source: Any) -> tuple[Pipeline, Stream]:
+def _kinds(name: str, source: Source) -> tuple[Pipeline, Stream]:
     p = Pipeline(name)
     return p, p.source(source)
 
 
-def q0(name: str, source: Any, sink: Any) -> Pipeline:
+def q0(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q0: every bid, unchanged."""
     p, all_events = _kinds(name, source)
     all_events.filter(is_bid).sink(sink)
@@ -119,7 +120,7 @@ def in_euros(bid: dict[str, Any]) -> dict[str, Any]:
     return {**bid, "price": bid["price"] * 908 // 1000}
 
 
-def q1(name: str, source: Any, sink: Any) -> Pipeline:
+def q1(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q1: every bid, price in euros."""
     p, all_events = _kinds(name, source)
     all_events.filter(is_bid).map(in_euros).sink(sink)
@@ -136,7 +137,7 @@ def auction_price(bid: dict[str, Any]) -> list[Any]:
     return [bid["auction"], bid["price"]]
 
 
-def q2(name: str, source: Any, sink: Any) -> Pipeline:
+def q2(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q2: bids on every 123rd auction."""
     p, all_events = _kinds(name, source)
     all_events.filter(selected).map(auction_price).sink(sink)
@@ -170,7 +171,7 @@ def suggestion(joined: Joined) -> list[Any]:
     return [person["name"], person["city"], person["state"], auction["id"]]
 
 
-def q3(name: str, source: Any, sink: Any) -> Pipeline:
+def q3(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q3: auctions in category 10 of sellers in OR, ID, CA (inner temporal join)."""
     p, all_events = _kinds(name, source)
     auctions_copy, persons_copy = all_events.broadcast(2)
@@ -214,7 +215,7 @@ def mean_price(result: WindowResult) -> list[Any]:
     return [result.start_ms, result.key, round(sum(prices) / len(prices), 2)]
 
 
-def q4(name: str, source: Any, sink: Any) -> Pipeline:
+def q4(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q4: per tumbling window and category, the mean winning price of its auctions.
 
     The winning bid per auction and window (pre-reduced before the shuffle), then every
@@ -253,7 +254,7 @@ def hottest(result: WindowResult) -> list[list[Any]]:
     return sorted([result.start_ms, c.key, c.value[1]] for c in counts if c.value[1] == top)  # type: ignore[index]
 
 
-def q5(name: str, source: Any, sink: Any) -> Pipeline:
+def q5(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q5: per sliding window, the auctions with the most bids.
 
     Counts per auction and window, then every count of a window gathered by the window's
@@ -306,7 +307,7 @@ def highest_row(result: WindowResult) -> list[Any]:
     return [result.start_ms, bid["auction"], bid["price"], bid["bidder"]]
 
 
-def q7(name: str, source: Any, sink: Any) -> Pipeline:
+def q7(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q7: the highest bid of every tumbling window."""
     p, all_events = _kinds(name, source)
     bids = all_events.filter(is_bid).key_by(everything)
@@ -322,7 +323,7 @@ def new_seller(joined: Joined) -> list[Any]:
     return [person["id"], person["name"], auction["id"]]
 
 
-def q8(name: str, source: Any, sink: Any) -> Pipeline:
+def q8(name: str, source: Source, sink: Sink) -> Pipeline:
     """Q8: persons who opened an auction in the window they registered in."""
     p, all_events = _kinds(name, source)
     persons_copy, auctions_copy = all_events.broadcast(2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from framework.core.graph import Sink, Source
 from framework.core.joins import Joined
 from framework.pipeline import Pipeline, Tumbling
 
@@ -60,7 +61,7 @@ def priced(joined: Joined) -> list[Any]:
     return [str(joined.left).split()[2], joined.key, price]
 
 
-def priced_orders(name: str, source: Any, sink: Any) -> Pipeline:
+def priced_orders(name: str, source: Source, sink: Sink) -> Pipeline:
     """Each order with its item's price as of the order (None before any price)."""
     p = Pipeline(name)
     lines, copy = p.source(source).broadcast(2)
@@ -70,7 +71,7 @@ def priced_orders(name: str, source: Any, sink: Any) -> Pipeline:
     return p
 
 
-def paired_in_windows(name: str, source: Any, sink: Any, window_ms: int = 200) -> Pipeline:
+def paired_in_windows(name: str, source: Source, sink: Sink, window_ms: int = 200) -> Pipeline:
     """Per item and tumbling window, every order paired with every price of the window."""
     p = Pipeline(name)
     lines, copy = p.source(source).broadcast(2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from framework.core.graph import Sink, Source
 from framework.core.windows import WindowResult
 from framework.pipeline import Pipeline, Tumbling
 
@@ -64,8 +65,8 @@ def window_row(result: WindowResult) -> list[Any]:
 
 def windowed_readings(
     name: str,
-    source: Any,
-    sink: Any,
+    source: Source,
+    sink: Sink,
     *,
     window_ms: int = 200,
     lateness_ms: int = 300,

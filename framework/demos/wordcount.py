@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from connectors import KafkaSink, KafkaSource
+from framework.core.graph import Sink, Source
 from framework.core.reducers import Sum
 from framework.core.windows import KeyValue, WindowResult
 from framework.pipeline import Pipeline, Tumbling
@@ -108,7 +109,7 @@ def letter_window(window: tuple[list[Any], ...]) -> list[Any]:
     return [window[-1][0][0], [item[0] for item in window]]
 
 
-def two_groupings(name: str, source: Any, sink: Any) -> Pipeline:
+def two_groupings(name: str, source: Source, sink: Sink) -> Pipeline:
     """`word_pairs`, then a second grouping by first letter: two shuffles in sequence."""
     p = Pipeline(name)
     (
@@ -125,7 +126,7 @@ def two_groupings(name: str, source: Any, sink: Any) -> Pipeline:
     return p
 
 
-def pairs_per_letter(name: str, source: Any, sink: Any) -> Pipeline:
+def pairs_per_letter(name: str, source: Source, sink: Sink) -> Pipeline:
     """`word_pairs`, then per first letter and 1 s tumbling window its pairs in global-time
     order: the grouping's repairs (tombstones) end at the aggregate, whose results are
     final, so the sink's barrier needs no matching (`framework.barrier.blocks`)."""
