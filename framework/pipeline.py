@@ -15,7 +15,7 @@ The same pipeline object runs unchanged on any `Runner`: the in-process harness 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from framework.core.calls import AsyncCall
 from framework.core.graph import Graph, Kind, Node, Port, Sink, Source
@@ -37,6 +37,8 @@ from framework.errors import PipelineError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from framework.runners.spark.default import PipelineRun
+
 __all__ = [
     "Count",
     "KeyValue",
@@ -52,10 +54,14 @@ __all__ = [
 ]
 
 
-class Runner(Protocol):
-    """Something that executes a validated pipeline graph."""
+R_co = TypeVar("R_co", covariant=True)
 
-    def run(self, graph: Graph) -> Any:
+
+class Runner(Protocol[R_co]):
+    """Something that executes a validated pipeline graph and says how it went (``R_co``:
+    `InProcessRunner`'s `RunResult`, `SparkRunner`'s `PipelineRun`)."""
+
+    def run(self, graph: Graph) -> R_co:
         """Run ``graph``; what it returns is the runner's business."""
         ...
 
@@ -115,7 +121,13 @@ class Pipeline:
         """The validated graph of everything added so far."""
         return Graph(self.name, tuple(self._nodes), self.delta_ms).validate()
 
-    def run(self, runner: Runner | None = None) -> Any:
+    @overload
+    def run(self, runner: None = None) -> PipelineRun: ...
+
+    @overload
+    def run(self, runner: Runner[R_co]) -> R_co: ...
+
+    def run(self, runner: Runner[Any] | None = None) -> Any:
         """Run the pipeline on ``runner``; what it returns comes from the runner.
 
         Without one: on Spark with `Settings.load()`, the embedded local stack started (or
@@ -125,7 +137,7 @@ class Pipeline:
         if runner is None:
             from framework.runners.spark.default import default_runner
 
-            runner = default_runner()
+            return default_runner().run(graph)
         return runner.run(graph)
 
     def _add(

@@ -24,13 +24,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from framework.cli.signals import interrupt_on_signals
 from framework.config import Settings
 from framework.retries import Retry
 
 if TYPE_CHECKING:
+    from framework.coordination import LeaderElection
     from framework.runners.assembly import ServiceSet
 
 __all__ = ["EpochWatch", "election_for", "serve"]
@@ -69,7 +70,7 @@ def serve(
     build: Callable[[int], ServiceSet],
     describe: Callable[[ServiceSet], str],
     epoch_of: Callable[[], int],
-    election: Any = None,
+    election: LeaderElection | None = None,
 ) -> int:
     """Run what ``build(epoch)`` makes; see the module docstring (``election``: step 1)."""
     interrupt_on_signals()
@@ -89,7 +90,7 @@ def serve(
         return 0
 
 
-def election_for(settings: Settings, app: str, role: str) -> Any:
+def election_for(settings: Settings, app: str, role: str) -> LeaderElection:
     """The leader election of ``role`` of ``app`` (identity: host, pid, namespace and start
     time, so a successor on the same host takes over from a killed leader at once)."""
     from framework.coordination import LeaderElection, leader_path

@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import hmac
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -27,6 +27,8 @@ from framework.coordination.paths import ROOT
 from framework.errors import CoordinationError, ZooKeeperUnreachable
 from framework.net import unreachable
 from framework.wire.auth import Keyring, current
+
+T = TypeVar("T")
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Connection", "close_client", "digest_identities", "zk_client"]
 
@@ -48,7 +50,7 @@ def _world(perms: int) -> ACL:
     return ACL(perms, open_acl.id)
 
 
-def _ensure_root(client: Any, mine: list[ACL]) -> None:
+def _ensure_root(client: KazooClient, mine: list[ACL]) -> None:
     """``/flamepipe`` is the parent of every pipeline, each with its own key: anyone may add
     or remove a pipeline's root under it (ZooKeeper deletes only an empty node, and each
     pipeline's own znodes are closed to all but its key); nobody else may change it."""
@@ -58,7 +60,7 @@ def _ensure_root(client: Any, mine: list[ACL]) -> None:
             client.create(ROOT, b"", acl=[*mine, _world(world)])
 
 
-def zk_client(connect: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+def zk_client(connect: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> KazooClient:
     """A started `KazooClient` of ``connect`` (``host:port,...``).
 
     Authenticated and creating znodes with the pipeline's ACL (see the module docstring).
@@ -102,7 +104,7 @@ def zk_client(connect: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
     return client
 
 
-def close_client(client: Any) -> None:
+def close_client(client: KazooClient) -> None:
     """Stop and close ``client``; errors of an already broken connection are moot."""
     with contextlib.suppress(KazooException, OSError):
         client.stop()
@@ -113,18 +115,19 @@ def close_client(client: Any) -> None:
 class Connection:
     """A client given (shared, left open) or made from a connect string (closed by us)."""
 
-    def __init__(self, zk: str | Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, zk: str | KazooClient, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.owned = isinstance(zk, str)
-        self.client: Any = zk_client(zk, timeout_s) if isinstance(zk, str) else zk
+        self.client: KazooClient = zk_client(zk, timeout_s) if isinstance(zk, str) else zk
         self.where = zk if isinstance(zk, str) else "the given client"
 
-    def retry(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def retry(self, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``call(*args, **kwargs)``, retried over lost connections for the client's deadline.
 
         Past the deadline, a `CoordinationError` saying ``what`` failed and where.
         """
         try:
-            return self.client.retry(call, *args, **kwargs)
+            result: T = self.client.retry(call, *args, **kwargs)
+            return result
         except RetryFailedError as exc:
             raise CoordinationError(
                 f"ZooKeeper at {self.where}: {what} failed, connection lost for too long "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -45,11 +46,13 @@ class SnapshotRegistry:
     record with an epoch older than the committed one.
     """
 
-    def __init__(self, zk: str | Any, app: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, zk: str | KazooClient, app: str, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.app = app
         self._committed = committed_path(app)
         self._conn = Connection(zk, timeout_s)
-        self.client: Any = self._conn.client
+        self.client: KazooClient = self._conn.client
         self._conn.retry("creating the registry's znodes", self._ensure_znodes)
         _, stat = self._conn.retry(
             "reading the committed snapshot", self.client.get, self._committed

@@ -19,8 +19,9 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -31,6 +32,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.protocol.states import KazooState
+from kazoo.recipe.lock import Lock
 
 from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection
 from framework.errors import CoordinationError, Fenced
@@ -71,7 +73,7 @@ class LeaderElection:
 
     def __init__(
         self,
-        zk: str | Any,
+        zk: str | KazooClient,
         path: str,
         identity: str,
         *,
@@ -88,7 +90,7 @@ class LeaderElection:
         self.on_lost = on_lost
         self.is_dead = is_dead
         self._conn = Connection(zk, timeout_s)
-        self.client: Any = self._conn.client
+        self.client: KazooClient = self._conn.client
 
     @contextlib.contextmanager
     def lead(self, timeout_s: float | None = None) -> Iterator[Leadership]:
@@ -192,7 +194,7 @@ class LeaderElection:
             done.set()
             thread.join()
 
-    def _acquire(self, lock: Any, timeout_s: float | None) -> None:
+    def _acquire(self, lock: Lock, timeout_s: float | None) -> None:
         try:
             elected = lock.acquire(timeout=timeout_s)
         except LockTimeout:
@@ -219,7 +221,7 @@ class LeaderElection:
                 continue
             return token
 
-    def _still_owner(self, lock: Any) -> bool:
+    def _still_owner(self, lock: Lock) -> bool:
         if self.client.state != KazooState.CONNECTED or lock.node is None:
             return False
         try:
@@ -240,7 +242,7 @@ class LeaderElection:
 
         return listener
 
-    def _release(self, lock: Any) -> None:
+    def _release(self, lock: Lock) -> None:
         # After a lost session the znode is gone, or the client is stopped: nothing to do.
         with contextlib.suppress(KazooException):
             lock.release()

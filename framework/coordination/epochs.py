@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
 
+from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionLoss,
@@ -37,11 +37,13 @@ def read_epoch(zk: str, app: str) -> EpochRecord | None:
 class Epochs:
     """The epoch counter of ``app``: read it, or start the next epoch."""
 
-    def __init__(self, zk: str | Any, app: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, zk: str | KazooClient, app: str, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         self.app = app
         self._path = epoch_path(app)
         self._conn = Connection(zk, timeout_s)
-        self.client: Any = self._conn.client
+        self.client: KazooClient = self._conn.client
         self._conn.retry("creating the epoch znode", self._ensure_znode)
 
     def current(self) -> EpochRecord | None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.logs import configure
-from framework.runners.spark.runner import SparkRunner
+from framework.runners.spark.runner import PipelineRun, SparkRunner
 
-__all__ = ["DefaultRunner", "default_runner"]
+__all__ = ["DefaultRunner", "PipelineRun", "default_runner"]  # PipelineRun: what it returns
 
 
 class DefaultRunner:
@@ -19,7 +17,7 @@ class DefaultRunner:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def run(self, graph: Graph) -> Any:
+    def run(self, graph: Graph) -> PipelineRun:
         """Run ``graph`` until Ctrl-C, logging progress every 10 s (on stderr unless the
         application configured logging)."""
         settings = self.settings
