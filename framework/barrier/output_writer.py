@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from framework import failpoints
 from framework.deadline import DEFAULT_TIMEOUT_S
@@ -148,7 +147,7 @@ class PlainWriter(OutputWriter):
             raise PipelineError("the at-least-once writer is not open")
         failures: list[str] = []
 
-        def delivered(error: KafkaError | None, _msg: Any) -> None:
+        def delivered(error: KafkaError | None, _msg: Message) -> None:
             if error is not None:
                 failures.append(str(error))
 

@@ -31,6 +31,7 @@ from framework.wire.records import OutRecord
 
 __all__ = [
     "QUICK_END",
+    "OnDelivery",
     "OutRecordLike",
     "SignedItem",
     "assign",
@@ -121,10 +122,14 @@ def new_consumer(
     )
 
 
+OnDelivery = Callable[[KafkaError | None, Message], None]
+"""What librdkafka calls once per produced record: its error (None: delivered), the record."""
+
+
 def produce_record(
     producer: Producer,
     record: OutRecordLike,
-    on_delivery: Any = None,
+    on_delivery: OnDelivery | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Produce ``record`` with its ``fp.mac`` (`framework.wire.auth`: every record flamepipe

@@ -31,13 +31,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from framework.deadline import DEFAULT_TIMEOUT_S, Deadline
 from framework.errors import KafkaClientError
 from framework.kafka.cache import ProcessCache
 from framework.kafka.changelog import ChangelogReader
 from framework.kafka.clients import (
+    OnDelivery,
     OutRecordLike,
     SignedItem,
     produce_record,
@@ -257,7 +265,7 @@ class TransactionalProducer:
             producer = self.start()
         producer.begin_transaction()
 
-    def produce(self, record: OutRecordLike, on_delivery: Any = None) -> None:
+    def produce(self, record: OutRecordLike, on_delivery: OnDelivery | None = None) -> None:
         """Step 2: produce ``record`` into the open transaction."""
         produce_record(self._running(), record, on_delivery, self.timeout_s)
 
@@ -270,7 +278,11 @@ class TransactionalProducer:
         (`produce_signed`)."""
         produce_signed(self._running(), topic, items, self.timeout_s)
 
-    def send_offsets(self, positions: list[TopicPartition], group_metadata: Any) -> None:
+    def send_offsets(
+        self,
+        positions: list[TopicPartition],
+        group_metadata: Any,  # confluent-kafka exports no type for it (its stubs: Any)
+    ) -> None:
         """Step 2: commit ``positions`` for a consumer group with the transaction.
 
         The call runs in a thread of its own. A producer that lost a broker connection is
@@ -615,10 +627,11 @@ class TaskCommitter:
         self._marked.clear()  # a new producer has written no marker yet
 
 
-def _delivered(offsets: list[int], index: int, error: KafkaError | None, message: Any) -> None:
+def _delivered(offsets: list[int], index: int, error: KafkaError | None, message: Message) -> None:
     # Served by the flush inside commit_transaction, so complete once it returns.
-    if error is None:
-        offsets[index] = message.offset()
+    offset = message.offset()
+    if error is None and offset is not None:
+        offsets[index] = offset
 
 
 def _close_producer(producer: Producer) -> None:
