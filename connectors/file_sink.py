@@ -312,7 +312,7 @@ def _earliest(starts: list[BundleStart | None]) -> BundleStart | None:
     return min((s for s in starts if s is not None), key=lambda s: s.bundles_offset)
 
 
-def _same(value: Any) -> Any:
+def _same(value: object) -> Any:
     return value
 
 

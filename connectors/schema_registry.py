@@ -129,7 +129,7 @@ class _Registered:
 
     # -- the byte format --------------------------------------------------------------
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """The registry-framed bytes of ``obj``."""
         subject = self._subject()  # an unbound serde is a PipelineError, not a dead letter
         if not self._writes_schema():
@@ -142,7 +142,7 @@ class _Registered:
             raise EncodeError(f"{type(self).__name__} cannot encode {type(obj).__name__}")
         return data
 
-    def _serialize(self, obj: Any) -> Any:
+    def _serialize(self, obj: object) -> Any:
         try:
             return self._serializer()(obj, self._context())
         except Exception as exc:

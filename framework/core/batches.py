@@ -177,7 +177,7 @@ class KeyByBatchesOp:
         indices = encoded.indices.to_pylist()
         return [distinct[i] for i in indices], [hashes[i] for i in indices]
 
-    def _hash(self, key: Any) -> int:
+    def _hash(self, key: object) -> int:
         known = self.hashes.get(key)
         if known is None:
             if len(self.hashes) >= _HASHES:

@@ -136,13 +136,13 @@ class MapAsyncOp:
     async def _all(self, payloads: list[Any]) -> list[Any]:
         gate = asyncio.Semaphore(self.call.concurrency)
 
-        async def one(payload: Any) -> Any:
+        async def one(payload: object) -> Any:
             async with gate:
                 return await self._with_retries(payload)
 
         return list(await asyncio.gather(*(one(p) for p in payloads)))
 
-    async def _with_retries(self, payload: Any) -> Any:
+    async def _with_retries(self, payload: object) -> Any:
         errors: list[str] = []
         call = self.call
 

@@ -197,7 +197,7 @@ def _spread(cols: Columns, lengths: Ints, values: list[Any] | pa.Array, op_id: i
     return cols.take(rows, values, child, op_id)
 
 
-def _hash(cache: dict[Any, int], key: Any) -> int:
+def _hash(cache: dict[Any, int], key: object) -> int:
     """``key``'s hash, remembered: a key seen earlier in the same batch is known now."""
     try:
         hash_ = cache.get(key)

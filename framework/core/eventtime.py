@@ -66,7 +66,7 @@ class EventTimeAggregator(WindowAggregator):
         self._lateness = slots_of(lateness, delta_ms, "lateness") if lateness else 0
         self._updates = slots_of(updates, delta_ms, "updates_ms") if updates else 0
 
-    def _event_slot(self, payload: Any) -> int:
+    def _event_slot(self, payload: object) -> int:
         try:
             ms = self._extract(payload)
         except Exception as exc:

@@ -53,14 +53,14 @@ class Sink(ABC):
     def name(self) -> str:
         """A name, unique among the sinks of one pipeline."""
 
-    def encode(self, payload: Any) -> Any:
+    def encode(self, payload: object) -> Any:
         """What the last stage sends the barrier for ``payload``: the output record when
         the sink writes records of its own (a Kafka sink: ``(key, value)`` bytes), so the
         barrier only moves bytes and a payload it could not write is a dead letter at the
         stage; ``payload`` itself by default. Raises `PipelineError` if it cannot."""
         return payload
 
-    def encode_item(self, meta: Meta, payload: Any) -> Any:
+    def encode_item(self, meta: Meta, payload: object) -> Any:
         """What the last stage sends the barrier for the item ``meta``: `encode` by
         default; a sink whose records carry the item's meta and tag makes them here, where
         the work scales with the stage's tasks rather than in its one barrier."""

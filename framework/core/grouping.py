@@ -47,7 +47,7 @@ class Bucket:
     values: list[Any] = field(default_factory=list)
     early: list[tuple[Meta, Any]] = field(default_factory=list)
 
-    def insert(self, meta: Meta, value: Any) -> int | None:
+    def insert(self, meta: Meta, value: object) -> int | None:
         """Insert an item; its position, or None if it cancels an early tombstone."""
         if self.early and self._cancel_early(meta, value):
             return None
@@ -56,7 +56,7 @@ class Bucket:
         self.values.insert(pos, value)
         return pos
 
-    def find(self, meta: Meta, value: Any) -> int | None:
+    def find(self, meta: Meta, value: object) -> int | None:
         """The position of the item ``(meta, value)``, or None if it is not here."""
         metas = self.metas
         pos = bisect_left(metas, meta)
@@ -66,7 +66,7 @@ class Bucket:
             pos += 1
         return None
 
-    def remove(self, meta: Meta, value: Any) -> int | None:
+    def remove(self, meta: Meta, value: object) -> int | None:
         """Remove the item ``(meta, value)``; its former position, or None if not there yet."""
         pos = self.find(meta, value)
         if pos is None:
@@ -77,7 +77,7 @@ class Bucket:
         del self.values[pos]
         return pos
 
-    def _cancel_early(self, meta: Meta, value: Any) -> bool:
+    def _cancel_early(self, meta: Meta, value: object) -> bool:
         for i, (early_meta, early_value) in enumerate(self.early):
             if early_meta == meta and early_value == value:
                 del self.early[i]
@@ -248,7 +248,7 @@ class Grouping:
             found.setdefault(metas[pos], []).append(self._window_at(values, pos))
         return found
 
-    def _insert(self, bucket: Bucket, meta: Meta, value: Any) -> list[Record]:
+    def _insert(self, bucket: Bucket, meta: Meta, value: object) -> list[Record]:
         n = self.window
         metas, values = bucket.metas, bucket.values
         if bucket.appends(meta):
@@ -269,7 +269,7 @@ class Grouping:
         self._repair(metas, values, pos + 1, old, out)
         return out
 
-    def _retract(self, bucket: Bucket, meta: Meta, value: Any) -> list[Record]:
+    def _retract(self, bucket: Bucket, meta: Meta, value: object) -> list[Record]:
         n = self.window
         values = bucket.values
         pos = bucket.find(meta, value)

@@ -252,7 +252,7 @@ class KafkaSink(Sink):
             )
         return partitions
 
-    def encode(self, payload: Any) -> tuple[bytes | None, bytes]:
+    def encode(self, payload: object) -> tuple[bytes | None, bytes]:
         """``(key, value)`` bytes of a payload; `UserFunctionError` or `EncodeError` if either
         cannot be made."""
         value = self.value.dumps(payload)
@@ -279,7 +279,7 @@ class KafkaSink(Sink):
             f"KafkaSink {self.topic}: key function returned {type(key).__name__}, not bytes or str"
         )
 
-    def encode_item(self, meta: Meta, payload: Any) -> tuple[bytes | None, bytes, bytes, bytes]:
+    def encode_item(self, meta: Meta, payload: object) -> tuple[bytes | None, bytes, bytes, bytes]:
         """The output record of the item ``meta``, signed (`framework.wire.bundles.signed_item`):
         the barrier writes it as it is."""
         key, value = self.encode(payload)

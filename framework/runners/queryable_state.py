@@ -79,7 +79,7 @@ class _Reader(Protocol):
 def parse_key(text: str) -> object:
     """A key from its JSON text: a JSON array is a tuple key; `ValueError` if not JSON."""
 
-    def tupled(value: Any) -> Any:
+    def tupled(value: object) -> Any:
         return tuple(tupled(v) for v in value) if isinstance(value, list) else value
 
     return tupled(json.loads(text))

@@ -60,9 +60,9 @@ class StateValue:
     of ``epoch``."""
 
     node: str
-    key: Any
+    key: object
     found: bool
-    value: Any
+    value: object
     as_of_slot: int
     as_of_ms: int
     partition: int
@@ -82,7 +82,7 @@ class StateValue:
         }
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Any:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):

@@ -72,13 +72,13 @@ PlainMeta = tuple[tuple[int, int, int], tuple[int, ...], int]
 _KINDS = {MIN_TIME_KEY: MIN_TIME, FLOOR_KEY: FLOOR}
 
 
-def bucket_record(key: Any, bucket: Any) -> tuple[bytes, bytes]:
+def bucket_record(key: object, bucket: Any) -> tuple[bytes, bytes]:
     """The record of ``key`` with its plain ``bucket`` (None: the bucket is gone)."""
     return key_bytes(key), _PICKLE.dumps((key, bucket))
 
 
 def item_record(
-    key: Any, meta: PlainMeta, values: list[Any], early: list[Any], *, raw_key: bytes = b""
+    key: object, meta: PlainMeta, values: list[Any], early: list[Any], *, raw_key: bytes = b""
 ) -> tuple[bytes, bytes | None]:
     """The record of a grouping's items at ``meta`` in ``key``'s bucket: their payloads
     and those of its early tombstones at ``meta``; a deletion (None) when both are empty.

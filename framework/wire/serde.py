@@ -33,7 +33,7 @@ __all__ = ["AvroSerde", "Bytes", "Json", "Pickle", "Serde", "TopicSerde", "Utf8"
 class Serde(Protocol):
     """Turns payloads into bytes (`dumps`) and back (`loads`)."""
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """The bytes of ``obj``; `PipelineError` if this serde cannot encode it."""
         ...
 
@@ -61,7 +61,7 @@ def bind_serde(serde: Serde, topic: str, *, key: bool) -> Serde:
     return serde.for_topic(topic, key=key) if isinstance(serde, TopicSerde) else serde
 
 
-def _cannot_encode(serde: str, obj: Any, reason: object) -> EncodeError:
+def _cannot_encode(serde: str, obj: object, reason: object) -> EncodeError:
     return EncodeError(f"{serde} cannot encode {type(obj).__name__}: {reason}")
 
 
@@ -69,7 +69,7 @@ def _cannot_encode(serde: str, obj: Any, reason: object) -> EncodeError:
 class Utf8:
     """Text as UTF-8."""
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """The UTF-8 bytes of the string ``obj``."""
         if not isinstance(obj, str):
             raise _cannot_encode("Utf8", obj, "not a str")
@@ -111,7 +111,7 @@ def _canonical_encoder() -> Callable[[Any], str]:
         False,
     )  # markers, default, encoder, indent, separators, sort_keys, skipkeys, allow_nan
 
-    def encode(obj: Any) -> str:
+    def encode(obj: object) -> str:
         if isinstance(obj, str):  # what JSONEncoder.encode does for a bare string
             return json.encoder.encode_basestring_ascii(obj)
         return "".join(iterencode(obj, 0))
@@ -126,7 +126,7 @@ _encode = _canonical_encoder()
 class Json:
     """JSON as UTF-8: sorted keys, no spaces, so equal objects give equal bytes."""
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """The canonical JSON bytes of ``obj`` (NaN and infinities are refused)."""
         try:
             text = _encode(obj)
@@ -146,7 +146,7 @@ class Json:
 class Bytes:
     """Raw bytes, unchanged."""
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """``obj`` as bytes (bytes, bytearray or memoryview)."""
         if not isinstance(obj, bytes | bytearray | memoryview):
             raise _cannot_encode("Bytes", obj, "not bytes-like")
@@ -164,7 +164,7 @@ class Bytes:
 class Pickle:
     """Python objects by pickle protocol 5: flamepipe's internal topics only."""
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """The pickle of ``obj``."""
         try:
             return pickle.dumps(obj, protocol=5)
@@ -193,7 +193,7 @@ class AvroSerde:
             raise PipelineError(f"bad Avro schema: {exc}") from exc
         object.__setattr__(self, "_parsed", parsed)
 
-    def dumps(self, obj: Any) -> bytes:
+    def dumps(self, obj: object) -> bytes:
         """The Avro bytes of ``obj``."""
         out = io.BytesIO()
         try:

@@ -77,7 +77,7 @@ def _pickler_class() -> Any:
             super().__init__(file)
             self.modules: set[str] = set()
 
-        def reducer_override(self, obj: Any) -> Any:
+        def reducer_override(self, obj: object) -> Any:
             if isinstance(obj, type) or callable(obj):
                 module = getattr(obj, "__module__", None)
                 if isinstance(module, str):
