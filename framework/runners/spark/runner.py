@@ -85,6 +85,7 @@ from framework.runners.spark.continuous import (
     ContinuousJob,
     ContinuousQuery,
     check_slots,
+    held_slots,
     local_master,
 )
 from framework.runners.spark.execution import StageExecution
@@ -96,7 +97,7 @@ from framework.runners.spark.shipping import Shipment, ship
 from framework.runners.spark.storage import checkpoint_names, epoch_checkpoints
 from framework.runners.spark.supervision import QuerySupervisor
 from framework.runners.spark.ticks import WindowTicks
-from framework.runners.spark.warmup import WorkerWarmup, warm_workers
+from framework.runners.spark.warmup import ExecutorWarmup, WorkerWarmup, warm_workers
 from framework.runners.startup import is_passing, start_retrying
 from framework.service import Service
 from framework.wire.lifts import Lift
@@ -284,6 +285,7 @@ class PipelineRun:
         self.warmup: WorkerWarmup | None = None
         self.watch: WatchServer | None = None
         self.janitor: TopicJanitor | None = None
+        self.executor_warmup: ExecutorWarmup | None = None
         self._lifts: dict[str, tuple[Lift, ...]] = {}
         # The one job of every continuous stage's tasks when they share them (None: a
         # job per stage; `Settings.continuous_tasks`).
@@ -387,6 +389,8 @@ class PipelineRun:
                 self.bootstrap, self.trim_needs, interval_s=self.settings.trim_interval_ms / 1000
             )
             self.janitor.start()
+        if self.continuous and not str(self.spark.sparkContext.master).startswith("local"):
+            self.executor_warmup = ExecutorWarmup(self.spark, self._free_slots).start()
         if self.epoch > 0:  # nothing reads the internal topics of earlier epochs again
             remove_old_epochs(self.bootstrap, self.graph, self.epoch)
         # Step 6
@@ -658,8 +662,14 @@ class PipelineRun:
         return self.services.barriers
 
     def _drivers(self) -> list[Service]:
-        """The driver's own services: front heartbeats, window ticks, the topic janitor."""
-        return [s for s in (self.fronts, self.ticks, self.janitor) if s is not None]
+        """The driver's own services: front heartbeats, window ticks, the topic janitor,
+        the executors' warm-up."""
+        started = (self.fronts, self.ticks, self.janitor, self.executor_warmup)
+        return [s for s in started if s is not None]
+
+    def _free_slots(self) -> int:
+        """Task slots no continuous task holds (a cluster's executors' warm-up)."""
+        return int(self.spark.sparkContext.defaultParallelism) - held_slots(self.spark)
 
     def stop(self) -> None:
         """Stop heartbeats, queries, then services (each waits for its current work);

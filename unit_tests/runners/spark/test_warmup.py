@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
-from framework.runners.spark.warmup import _warm, _warm_plain
+from framework.runners.spark.warmup import ExecutorWarmup, WorkerWarmup, _warm, _warm_plain
 
 
 def test_a_warmup_task_imports_the_stage_modules_and_the_given_ones() -> None:
@@ -37,3 +38,65 @@ def test_a_plain_warmup_task_imports_the_continuous_task_module() -> None:
     assert "colorsys" in sys.modules
     assert "framework.runners.spark.continuous_tasks" in sys.modules
     assert row["pid"] == os.getpid() and row["seconds"] >= 0.0
+
+
+class _Cluster:
+    """What `ExecutorWarmup` sees of Spark: the executors, and the warm-up jobs it ran."""
+
+    def __init__(self) -> None:
+        self.executors: frozenset[str] = frozenset({"driver:1", "exec0:1"})
+        self.jobs: list[int] = []
+        self.free = 6
+
+
+def _warmer(monkeypatch: pytest.MonkeyPatch, cluster: _Cluster) -> ExecutorWarmup:
+    from framework.runners.spark import warmup
+
+    monkeypatch.setattr(warmup, "_EXECUTORS_POLL_S", 0.0)
+    monkeypatch.setattr(warmup, "_executors", lambda _spark: cluster.executors)
+
+    def run(self: WorkerWarmup) -> None:
+        cluster.jobs.append(self.slots)
+        self.seconds = 0.0
+
+    monkeypatch.setattr(WorkerWarmup, "_run", run)
+    spark = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=12, master="spark://m"))
+    return ExecutorWarmup(spark, lambda: cluster.free)  # type: ignore[arg-type]
+
+
+def test_executors_are_warmed_once_their_set_settles_with_a_task_per_free_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from framework.runners.spark import warmup
+
+    cluster = _Cluster()
+    warmer = _warmer(monkeypatch, cluster)
+    monkeypatch.setattr(warmup, "_SETTLE_S", 3600.0)
+    warmer._step()  # step 1: the first look
+    warmer._step()
+    assert cluster.jobs == [], "not before the executor set has settled"
+
+    monkeypatch.setattr(warmup, "_SETTLE_S", 0.0)
+    warmer._step()
+    assert cluster.jobs == [6]
+    warmer._step()
+    assert cluster.jobs == [6], "warmed executors are not warmed again"
+
+    cluster.executors |= {"exec1:1"}  # a lost executor's replacement registers
+    cluster.free = 4
+    warmer._step()  # the set changed: wait for it to settle
+    assert cluster.jobs == [6]
+    warmer._step()
+    assert cluster.jobs == [6, 4] and warmer.runs == 2
+
+
+def test_no_job_when_continuous_tasks_hold_every_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framework.runners.spark import warmup
+
+    monkeypatch.setattr(warmup, "_SETTLE_S", 0.0)
+    cluster = _Cluster()
+    cluster.free = 0
+    warmer = _warmer(monkeypatch, cluster)
+    warmer._step()
+    warmer._step()
+    assert cluster.jobs == [] and warmer.warmed == cluster.executors
