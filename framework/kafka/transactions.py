@@ -652,8 +652,9 @@ def _abort_ahead(config: Mapping[str, Any]) -> None:
     abort done. Measured on the embedded broker, the id's last owner killed in an open
     transaction: a producer's start 509-525 ms without it, `start` 108-119 ms with it
     (eight each, alternating; 58-64 ms with a 50 ms bound, which a busy machine may not
-    give the throwaway to send its request). Safe: each init only bumps the id's epoch, so the real producer,
-    asking last, fences the throwaway as it fences every older owner.
+    give the throwaway to send its request). Safe: each init only bumps the id's epoch,
+    so the real producer, asking last, fences the throwaway as it fences every older
+    owner.
     """
     throwaway = Producer(secured(config))
     with contextlib.suppress(KafkaException):
