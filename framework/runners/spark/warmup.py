@@ -43,10 +43,13 @@ driver service beside continuous stages on a non-local master) warms them:
 
 1. Every `_EXECUTORS_POLL_S`, read the executors Spark has registered.
 2. When one came that was not warmed yet (the first look counts every executor), and the
-   executor set stayed the same for `_SETTLE_S`: run a plain warm-up of one task per free
-   slot (slots not held by continuous tasks), which Spark spreads over the executors
+   executor set stayed the same for `_SETTLE_S`: start a plain warm-up of one task per
+   free slot (slots not held by continuous tasks), which Spark spreads over the executors
    with free slots, the new ones among them. A warm-up that fails is logged; the next new
    executor tries again.
+3. An executor lost while a warm-up runs cancels it: the lost executor's tasks need the
+   slots its tasks hold (measured: a kill during a warm-up, caught up after 4.4 s
+   against 1.7 s at the p50).
 """
 
 from __future__ import annotations
@@ -134,9 +137,12 @@ class WorkerWarmup:
         *,
         plain: bool = False,
         slots: int | None = None,
+        group: str | None = None,
     ) -> None:
-        """``slots``: tasks to run (default: one per task slot Spark has)."""
+        """``slots``: tasks to run (default: one per task slot Spark has); ``group``: the
+        Spark job group to run in, so it can be cancelled."""
         self.spark = spark
+        self.group = group
         self.modules = modules
         self.plain = plain
         self.slots = max(1, slots or int(spark.sparkContext.defaultParallelism))
@@ -160,6 +166,8 @@ class WorkerWarmup:
         # Step 1
         started = time.monotonic()
         try:
+            if self.group is not None:
+                self.spark.sparkContext.setJobGroup(self.group, "flamepipe warm-up", True)
             if self.plain:
                 sc = self.spark.sparkContext
                 rdd = sc.parallelize(range(self.slots), self.slots)
@@ -205,8 +213,11 @@ class ExecutorWarmup(Service):
         self.free_slots = free_slots
         self.warmed: set[str] = set()
         self.runs = 0
+        self.cancelled = 0
         self._seen: frozenset[str] = frozenset()
         self._changed = 0.0
+        self._running: WorkerWarmup | None = None
+        self._group = f"flamepipe-executor-warmup-{id(self)}"
 
     def _open(self) -> None:
         pass
@@ -217,30 +228,31 @@ class ExecutorWarmup(Service):
             return
         executors = _executors(self.spark)
         now = time.monotonic()
+        running = self._running is not None and not self._running.join(0)
         if executors != self._seen:
+            lost = bool(self._seen - executors)
             self._seen, self._changed = executors, now
+            # Step 3
+            if lost and running:
+                self.spark.sparkContext.cancelJobGroup(self._group)
+                self.cancelled += 1
+                _log.info("an executor was lost: the warm-up's tasks give their slots back")
             return
         # Step 2
         new = executors - self.warmed
-        if not new or now - self._changed < _SETTLE_S:
+        if running or not new or now - self._changed < _SETTLE_S:
             return
         slots = self.free_slots()
         self.warmed |= new
-        if slots <= 0:
-            return
-        warmup = WorkerWarmup(self.spark, plain=True, slots=slots)
-        warmup._run()  # on this service's thread: one at a time
-        self.runs += 1
-        if warmup.seconds is not None:
-            _log.info(
-                "warmed the Python workers of %d executor(s) in %d tasks (imports %.2f s)",
-                len(new),
-                slots,
-                warmup.seconds,
-            )
+        if slots > 0:
+            self._running = WorkerWarmup(self.spark, plain=True, slots=slots, group=self._group)
+            self._running.start()
+            self.runs += 1
+            _log.info("warming the Python workers of %d executor(s) in %d tasks", len(new), slots)
 
     def _close(self) -> None:
-        pass
+        if self._running is not None and not self._running.join(0):
+            self.spark.sparkContext.cancelJobGroup(self._group)
 
 
 def _executors(spark: SparkSession) -> frozenset[str]:

@@ -47,6 +47,8 @@ class _Cluster:
         self.executors: frozenset[str] = frozenset({"driver:1", "exec0:1"})
         self.jobs: list[int] = []
         self.free = 6
+        self.busy = False  # whether the last warm-up job still runs
+        self.cancelled: list[str] = []
 
 
 def _warmer(monkeypatch: pytest.MonkeyPatch, cluster: _Cluster) -> ExecutorWarmup:
@@ -55,12 +57,18 @@ def _warmer(monkeypatch: pytest.MonkeyPatch, cluster: _Cluster) -> ExecutorWarmu
     monkeypatch.setattr(warmup, "_EXECUTORS_POLL_S", 0.0)
     monkeypatch.setattr(warmup, "_executors", lambda _spark: cluster.executors)
 
-    def run(self: WorkerWarmup) -> None:
+    def start(self: WorkerWarmup) -> WorkerWarmup:
         cluster.jobs.append(self.slots)
-        self.seconds = 0.0
+        return self
 
-    monkeypatch.setattr(WorkerWarmup, "_run", run)
-    spark = SimpleNamespace(sparkContext=SimpleNamespace(defaultParallelism=12, master="spark://m"))
+    monkeypatch.setattr(WorkerWarmup, "start", start)
+    monkeypatch.setattr(WorkerWarmup, "join", lambda _self, _timeout_s=0: not cluster.busy)
+    context = SimpleNamespace(
+        defaultParallelism=12,
+        master="spark://m",
+        cancelJobGroup=cluster.cancelled.append,
+    )
+    spark = SimpleNamespace(sparkContext=context)
     return ExecutorWarmup(spark, lambda: cluster.free)  # type: ignore[arg-type]
 
 
@@ -100,3 +108,25 @@ def test_no_job_when_continuous_tasks_hold_every_slot(monkeypatch: pytest.Monkey
     warmer._step()
     warmer._step()
     assert cluster.jobs == [] and warmer.warmed == cluster.executors
+
+
+def test_an_executor_lost_during_a_warmup_cancels_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lost executor's tasks need the free slots the warm-up's tasks hold."""
+    from framework.runners.spark import warmup
+
+    monkeypatch.setattr(warmup, "_SETTLE_S", 0.0)
+    cluster = _Cluster()
+    warmer = _warmer(monkeypatch, cluster)
+    warmer._step()
+    warmer._step()
+    assert cluster.jobs == [6]
+    cluster.busy = True
+    cluster.executors |= {"exec1:1"}
+    warmer._step()
+    warmer._step()
+    assert cluster.jobs == [6], "one warm-up at a time"
+    assert cluster.cancelled == []
+
+    cluster.executors -= {"exec0:1"}  # lost while the warm-up runs
+    warmer._step()
+    assert len(cluster.cancelled) == 1 and warmer.cancelled == 1
