@@ -28,7 +28,7 @@ from framework.runners.spark.storage import read_or_create_run_id
 from framework.runners.spark.ticks import Due
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["FusedQuery"]
 
@@ -84,7 +84,7 @@ class FusedQuery(StageQuery):
         ).selectExpr(*_COLUMNS, "headers")
         self._write(source.unionByName(ticks))
 
-    def _run_batch(self, frame: Any, batch_id: int) -> None:
+    def _run_batch(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         ctx = FusedContext(
             self._context(self.spec, batch_id, 0),

@@ -33,7 +33,7 @@ import json
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.core.grouping import Grouping
 from framework.errors import ProtocolViolation
@@ -52,6 +52,9 @@ from framework.runners.spark.tasks import (
 )
 from framework.wire.auth import signed
 from framework.wire.records import InRecord, OutRecord
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "MAP_SCHEMA",
@@ -186,7 +189,7 @@ def _with_context(
     return run
 
 
-def _arrow_schema(ddl: str) -> Any:
+def _arrow_schema(ddl: str) -> pa.Schema:
     import pyarrow as pa
 
     types = {

@@ -28,7 +28,8 @@ from framework.wire.frames import FRAME_ITEMS
 from framework.wire.lifts import Lift
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, Row, SparkSession
+    from pyspark.sql.types import StructType
 
 __all__ = ["StageQuery", "StageStats", "summary_type"]
 
@@ -62,7 +63,7 @@ def essence(exc: BaseException, limit: int = 500) -> str:
 
 
 @functools.cache
-def summary_type() -> Any:
+def summary_type() -> StructType:
     """`SUMMARY_SCHEMA` as a Spark type, built once: as a DDL string, `mapInArrow` had it
     parsed by the JVM in every micro-batch (a py4j round trip, 4 ms of the driver's 17-20;
     docs/latency.md)."""
@@ -140,7 +141,7 @@ class StageStats:
                 if not self.fused or not row["source_row"]:
                     self._place(partition, row)
 
-    def _place(self, partition: int, row: Any) -> None:
+    def _place(self, partition: int, row: Row) -> None:
         self.catchup_bytes += row["catchup_bytes"]
         self.catchup_ms += row["catchup_ms"]
         previous = self.workers.get(partition)
@@ -231,7 +232,7 @@ class StageQuery:
         ).selectExpr(*_COLUMNS, *(_HEADERS if self._headers() else ()))
         self._write(frame)
 
-    def _write(self, frame: Any) -> None:
+    def _write(self, frame: DataFrame) -> None:
         """Start the streaming query of ``frame`` with this stage's batch function."""
         self.query = (
             frame.writeStream.foreachBatch(self._batch)
@@ -254,7 +255,7 @@ class StageQuery:
         max_offsets: int,
         *,
         headers: bool | None = None,
-    ) -> Any:
+    ) -> DataFrame:
         """A Kafka stream of ``topic`` (every column; select what the stage reads)."""
         headers = self._headers() if headers is None else headers
         return (
@@ -290,7 +291,7 @@ class StageQuery:
             return self.max_batch_records
         return max(1, self.max_batch_records // FRAME_ITEMS)
 
-    def _batch(self, frame: Any, batch_id: int) -> None:
+    def _batch(self, frame: DataFrame, batch_id: int) -> None:
         """Spark's foreachBatch function: `_run_batch`, its failure made short.
 
         Spark matches the message of a failed Python batch function against a pattern
@@ -327,7 +328,7 @@ class StageQuery:
         started = self._batch_started
         return None if started is None else time.monotonic() - started
 
-    def _run_batch(self, frame: Any, batch_id: int) -> None:
+    def _run_batch(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
         ctx = self._context(self.spec, batch_id, self.min_slot())
         rows = frame.mapInArrow(stage_task(ctx), summary_type()).collect()
@@ -417,7 +418,7 @@ class StageQuery:
             stamps = dict(self.stats.last_timestamp_ms)
         return consumed_offsets(self.progress(), self.topic), stamps
 
-    def progress(self) -> Any:
+    def progress(self) -> dict[str, Any] | None:
         """Spark's last progress report of the query (None before the first)."""
         return None if self.query is None else self.query.lastProgress
 

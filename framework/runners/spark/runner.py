@@ -107,6 +107,8 @@ from framework.wire.znodes import Offsets
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from framework.coordination import EpochRecord, Epochs
+
 __all__ = ["RUN_RESTARTS", "RUN_RESTART_WINDOW_S", "PipelineRun", "SparkRunner"]
 
 _log = logging.getLogger(__name__)
@@ -252,7 +254,7 @@ class SparkRunner:
             _log.debug("stopping the failed run: %s", exc)
         return start_retrying(self.settings, lambda: self.start(graph))
 
-    def _session(self, graph: Graph) -> Any:
+    def _session(self, graph: Graph) -> SparkSession:
         if self._spark is None:
             from framework.runners.spark.session import spark_session
 
@@ -698,7 +700,7 @@ class PipelineRun:
             raise failure
 
 
-def _current_epoch(epochs: Any) -> Any:
+def _current_epoch(epochs: Epochs) -> EpochRecord | None:
     """The pipeline's epoch record; None while ZooKeeper does not answer (an outage only
     delays noticing a new epoch; the services ride it out on their own)."""
     try:
