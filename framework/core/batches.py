@@ -39,6 +39,8 @@ from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash
 from framework.errors import UserFunctionError
 
+# `Any` here is a user's column value (numbers, strings, or anything Arrow cannot hold).
+
 __all__ = [
     "FilterBatchesOp",
     "FlatMapBatchesOp",

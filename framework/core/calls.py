@@ -35,6 +35,8 @@ from framework.core.meta import Record
 from framework.errors import PipelineError, UserFunctionError
 from framework.retries import Retry
 
+# `Any` here is what a user's async function takes and returns.
+
 __all__ = ["AsyncCall", "MapAsyncOp"]
 
 

@@ -25,6 +25,9 @@ from typing import Any, Literal, NamedTuple
 from framework.core.windows import NO_VALUE, WindowResult
 from framework.errors import PipelineError
 
+# `Any` here is a user's payload or side value: the user's functions give them their
+# types; the framework only pairs and passes them.
+
 __all__ = [
     "Joined",
     "Side",

@@ -32,6 +32,8 @@ from typing import Any
 from framework.core.meta import Record
 from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, slots_of
 
+# `Any` here is a user's payload or accumulator, typed by the user's functions.
+
 __all__ = ["First", "RollingAggregator"]
 
 

@@ -36,6 +36,9 @@ from framework.core.ops import Keyed
 from framework.core.reducers import Reducer
 from framework.errors import PipelineError, UserFunctionError
 
+# `Any` here is a user's payload or accumulator: the user's functions give them their
+# types; the framework only stores and passes them.
+
 __all__ = [
     "NO_VALUE",
     "Aggregation",
