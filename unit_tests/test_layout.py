@@ -18,7 +18,6 @@ _STEP = re.compile(r"#\s*Step\s+\d")
 INTEGRATION_ONLY: dict[str, str] = {
     "framework/acker/service.py": "integration_tests/test_services.py",
     "framework/barrier/service.py": "integration_tests/test_services.py",
-    "framework/coordination/election.py": "integration_tests/test_zk.py",
     "framework/demos/wordcount_demo.py": "integration_tests/test_stack_cli.py",
     "framework/local/stack.py": "integration_tests/test_stack_cli.py",
     "framework/runners/savepoint_ops.py": "integration_tests/test_savepoints.py",
