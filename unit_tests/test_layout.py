@@ -20,7 +20,6 @@ INTEGRATION_ONLY: dict[str, str] = {
     "framework/barrier/service.py": "integration_tests/test_services.py",
     "framework/demos/wordcount_demo.py": "integration_tests/test_stack_cli.py",
     "framework/local/stack.py": "integration_tests/test_stack_cli.py",
-    "framework/runners/savepoint_ops.py": "integration_tests/test_savepoints.py",
     "framework/runners/spark/class_archive.py": "integration_tests/test_class_archive.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
     "framework/runners/spark/tasks.py": "integration_tests/test_spark_pipeline.py",
