@@ -24,7 +24,6 @@ INTEGRATION_ONLY: dict[str, str] = {
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
     "framework/runners/spark/tasks.py": "integration_tests/test_spark_pipeline.py",
     "framework/snapshots/coordinator.py": "integration_tests/test_snapshots.py",
-    "framework/snapshots/queryable.py": "integration_tests/test_queryable_state.py",
     "framework/snapshots/restore.py": "integration_tests/test_aggregate_snapshots.py",
 }
 
