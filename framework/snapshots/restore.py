@@ -40,8 +40,6 @@ from framework.wire.znodes import SnapshotRecord
 
 __all__ = ["Restored", "restore_epoch"]
 
-"""Changelog topic configs, as the Spark runner creates them (a bucket is one record)."""
-
 _TIMEOUT_S = 60.0  # a seed may be large: one transaction of every bucket of the snapshot
 _PRODUCER = {
     "linger.ms": 20,
