@@ -140,7 +140,7 @@ def main() -> None:
             profiler.enable()
         try:
             records = read_records(iter([rows]), topic)
-            return program.run(records, grouping, 1, 1, min_slot=done, partition=0)
+            return program.run(records, grouping, 1, 1, min_time=done, partition=0)
         finally:
             if profiler is not None:
                 profiler.disable()

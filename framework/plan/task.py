@@ -253,7 +253,7 @@ class StageProgram:
         node_time: int,
         rng: Callable[[], int] | None = None,
         *,
-        min_slot: int = 0,
+        min_time: int = 0,
         slots: Mapping[int, int] | None = None,
         partition: int = -1,
         heartbeats: Sequence[Heartbeat] = (),
@@ -261,7 +261,7 @@ class StageProgram:
     ) -> TaskResult:
         """Process one partition's batch; see the module docstring for the steps.
 
-        ``min_slot``: the min time of the stage's segment, which completes an aggregate's
+        ``min_time``: the min time of the stage's segment, which completes an aggregate's
         windows. ``slots``: a source batch's records whose slot is not their timestamp's,
         by offset (lifted: `framework.wire.lifts`). ``partition``: the input partition,
         which a batch without records (windows completed by min time alone) cannot tell:
@@ -289,7 +289,7 @@ class StageProgram:
             if isinstance(state, WindowAggregator):
                 # Step 5
                 replayed = state.replayed
-                run.emit_windows(state, min_slot)
+                run.emit_windows(state, min_time)
                 result.replayed = state.replayed - replayed
                 due = state.next_due()
                 result.next_due = -1 if due is None else due
@@ -565,10 +565,10 @@ class _TaskRun:
         assert isinstance(self.state, WindowAggregator)
         return self.state.push(record)
 
-    def emit_windows(self, state: WindowAggregator, min_slot: int) -> None:
-        """Step 5: the windows ``min_slot`` completes, then the holds that moved."""
+    def emit_windows(self, state: WindowAggregator, min_time: int) -> None:
+        """Step 5: the windows ``min_time`` completes, then the holds that moved."""
         entry = self.spec.stage.entry
-        results = state.advance(min_slot)
+        results = state.advance(min_time)
         chain = self.program.results_chain
         self._for_sinks = []
         try:

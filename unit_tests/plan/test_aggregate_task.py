@@ -80,9 +80,9 @@ def tick(topic: str, partition: int) -> InRecord:
 
 
 def run_aggregate(
-    second: StageProgram, shuffled: list[OutRecord], min_slot: int, states: dict[int, Any]
+    second: StageProgram, shuffled: list[OutRecord], min_time: int, states: dict[int, Any]
 ) -> list[OutRecord]:
-    """One batch per shuffle partition (a tick where there is no data), at ``min_slot``."""
+    """One batch per shuffle partition (a tick where there is no data), at ``min_time``."""
     out: list[OutRecord] = []
     topic = second.spec.stage.topic
     for partition in range(P):
@@ -90,7 +90,7 @@ def run_aggregate(
         batch = as_input(mine, topic) or [tick(topic, partition)]
         batch = [r._replace(partition=partition) for r in batch]
         state = states.setdefault(partition, second.new_state())
-        out += second.run(batch, state, 2, 1, min_slot=min_slot).records
+        out += second.run(batch, state, 2, 1, min_time=min_time).records
     return out
 
 
@@ -112,12 +112,12 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
     one = first.run(lines(*source_texts), None, node=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
-    early = run_aggregate(second, shuffled, min_slot=110, states=states)  # 1100 ms: first window
+    early = run_aggregate(second, shuffled, min_time=110, states=states)  # 1100 ms: first window
     pre = topics.pre("sink-output")
     assert {(w, s) for w, s, _ in results(early, pre)} == {
         (w, s) for (w, s) in oracle(source_texts, 100) if s == 1000
     }
-    late = run_aggregate(second, [], min_slot=200, states=states)  # a tick completes the rest
+    late = run_aggregate(second, [], min_time=200, states=states)  # a tick completes the rest
     got = Counter({(w, s): n for w, s, n in results(early + late, pre)})
     assert got == oracle(source_texts, 100)
     items = sum(len(read_items(r.headers, r.value, "t")) for r in shuffled)
@@ -157,7 +157,7 @@ def test_window_results_into_a_kafka_sink_are_its_records_and_a_bad_one_fails_th
     first, second = programs(graph(sink.key))
     one = first.run(lines(*texts(30)), None, node=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
-    out = run_aggregate(second, shuffled, min_slot=200, states={})
+    out = run_aggregate(second, shuffled, min_time=200, states={})
     items = [
         (meta, payload)
         for r in out
@@ -173,7 +173,7 @@ def test_window_results_into_a_kafka_sink_are_its_records_and_a_bad_one_fails_th
     one = first.run(lines(*texts(30)), None, node=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     with pytest.raises(UserFunctionError, match=r"after .*key function failed"):
-        run_aggregate(second, shuffled, min_slot=200, states={})
+        run_aggregate(second, shuffled, min_time=200, states={})
 
 
 def rebuild(program: StageProgram, changelog: list[OutRecord]) -> WindowAggregator:
@@ -193,7 +193,7 @@ def test_the_changelog_rebuilds_state_without_emitting_a_window_twice() -> None:
     one = first.run(lines(*texts(30)), None, node=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
-    out = run_aggregate(second, shuffled, min_slot=120, states=states)
+    out = run_aggregate(second, shuffled, min_time=120, states=states)
     changelog = topics.state(second.spec.stage.id)
     for partition, live in states.items():
         assert isinstance(live, WindowAggregator)
@@ -236,7 +236,7 @@ def test_count_windows_emit_full_runs_and_rebuild_from_the_changelog() -> None:
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
     # At 118 some keys keep a partial run below min time: free of holds, still buffered.
-    early = run_aggregate(second, shuffled, min_slot=118, states=states)
+    early = run_aggregate(second, shuffled, min_time=118, states=states)
     changelog = topics.state(second.spec.stage.id)
     for partition, live in states.items():
         assert isinstance(live, WindowAggregator)
@@ -250,7 +250,7 @@ def test_count_windows_emit_full_runs_and_rebuild_from_the_changelog() -> None:
         assert reordered.hold_counts == live.hold_counts
         assert reordered.next_due() == live.next_due()
     assert results(early, topics.pre("sink-output")), "min time 118 completes some runs"
-    late = run_aggregate(second, [], min_slot=400, states=states)
+    late = run_aggregate(second, [], min_time=400, states=states)
     pre = topics.pre("sink-output")
     got = Counter(w for w, _, n in results(early + late, pre) if n == 3)
     words = Counter(w for t in source_texts for w in t.decode().split())
@@ -273,7 +273,7 @@ def test_a_restored_window_below_the_floor_is_counted_as_replayed_not_emitted() 
     metas = [((120, 1, 0), (), 0, False)], [((160, 1, 1), (), 0, False)]
     apply_changelog(state, aggregate_records([("a", (metas[0], [("a", 1)], []))], 100, 150))
     state.put_bucket("b", (metas[1], [("b", 1)], []))  # as pushed in the new epoch
-    out = second.run([tick(second.spec.stage.topic, 0)], state, 2, 1, min_slot=200)
+    out = second.run([tick(second.spec.stage.topic, 0)], state, 2, 1, min_time=200)
     assert out.replayed == 1
     assert results(out.records, topics.pre("sink-output")) == [("b", 1600, 1)]
     # Slot 160: b's result sent and its hold released; slot 120 held nothing in this epoch.

@@ -105,9 +105,9 @@ def test_frames_in_bulk_give_the_per_item_result(window: Any, words: list[str], 
     for step, batch in enumerate(batches):
         # Min time never passes an item still to come.
         later = [m.gt.slot for b in batches[step + 1 :] for r in b for m, _, _ in items_of(r)]
-        min_slot = min(later, default=10_000)
-        fast = bulk.run(batch, states["bulk"], 2, 1, _draws(seed), min_slot=min_slot, partition=0)
-        slow = items.run(batch, states["items"], 2, 1, _draws(seed), min_slot=min_slot, partition=0)
+        min_time = min(later, default=10_000)
+        fast = bulk.run(batch, states["bulk"], 2, 1, _draws(seed), min_time=min_time, partition=0)
+        slow = items.run(batch, states["items"], 2, 1, _draws(seed), min_time=min_time, partition=0)
         if batch:
             _same(bulk, fast, slow)
         else:
@@ -123,8 +123,8 @@ def test_an_item_whose_reduction_raises_is_the_same_dead_letter() -> None:
     topic = bulk.spec.stage.topic
     batch = as_input(one.records + two.records, topic)
     batch = [r._replace(partition=0) for r in batch]
-    fast = bulk.run(batch, bulk.new_state(), 2, 1, min_slot=10_000, partition=0)
-    slow = items.run(batch, items.new_state(), 2, 1, min_slot=10_000, partition=0)
+    fast = bulk.run(batch, bulk.new_state(), 2, 1, min_time=10_000, partition=0)
+    slow = items.run(batch, items.new_state(), 2, 1, min_time=10_000, partition=0)
     assert fast.columnar and fast.dead_letters == slow.dead_letters == 1
     dlq = bulk.spec.topics.dlq
     letters = [r for r in fast.records if r.topic == dlq]
@@ -183,7 +183,7 @@ def test_window_results_leave_on_columns_as_the_per_item_path_sends_them(
     batch = as_input(source.records, spec.stage.topic)
     batch = [r._replace(partition=0) for r in batch]
     states = columns.new_state(), items.new_state()
-    fast = columns.run(batch, states[0], 2, 1, _draws(seed), min_slot=10_000, partition=0)
-    slow = items.run(batch, states[1], 2, 1, _draws(seed), min_slot=10_000, partition=0)
+    fast = columns.run(batch, states[0], 2, 1, _draws(seed), min_time=10_000, partition=0)
+    slow = items.run(batch, states[1], 2, 1, _draws(seed), min_time=10_000, partition=0)
     assert fast.items_out == slow.items_out > 0
     assert fast.records == slow.records

@@ -78,10 +78,10 @@ def _batches(items: Sequence[Record], sizes: Sequence[int], floor: int = 0) -> l
 def _run(agg: Any, batches: list[Batch]) -> tuple[list[Record], list[list[tuple[bytes, bytes]]]]:
     """Each batch as `framework.plan.task` runs it; the outputs and each batch's changelog."""
     out, log = [], []
-    for items, min_slot in batches:
+    for items, min_time in batches:
         for record in items:
             agg.push(record)
-        out += agg.advance(min_slot)
+        out += agg.advance(min_time)
         log.append(changelog_records(agg))
     out += agg.advance(END)
     return out, log

@@ -212,13 +212,13 @@ def run_figures(run: PipelineRun, now_ms: int | None = None) -> Figures:
     now_ms = _now_ms() if now_ms is None else now_ms
     view = run.services.view
     delta = run.graph.delta_ms
-    min_slot = view.min_time() if view is not None else None
+    min_time = view.min_time() if view is not None else None
     acker = run.services.acker
     committed = run.committed_slot_now()
     return Figures(
         run.graph.name,
         now_ms,
-        min_time_ms=min_slot * delta if min_slot is not None and min_slot > 0 else None,
+        min_time_ms=min_time * delta if min_time is not None and min_time > 0 else None,
         stages=tuple(stage_figures(s, stats, now_ms) for s, stats in run.stats.items()),
         barriers=tuple(barrier_figures(b) for b in run.barriers()),
         acker=acker_figures(acker) if acker is not None else None,

@@ -104,7 +104,7 @@ class TaskOrphaned(Exception):  # noqa: N818 - ends a task whose JVM is gone, ne
 class ContinuousContext:
     """What the driver sends the long-running tasks of one stage, once."""
 
-    task: TaskContext  # ``batch_id`` and ``min_slot`` unused: the task finds its own
+    task: TaskContext  # ``batch_id`` and ``min_time`` unused: the task finds its own
     zookeeper: str
     heartbeat_ms: int
     poll_ms: int
@@ -215,7 +215,7 @@ class _Loop:
         self.consumed.offset = self.position if self.position is not None else self._first()
         self.fronts = self._fronts() if spec.stage.is_source else None
         positioned_at = time.monotonic()
-        self.min_slot = self._min_slot()
+        self.min_time = self._min_time()
         # An aggregate's earliest window end still to emit (-1: none): a restored state's
         # windows are due by min time alone, with no new record to run the program for.
         due = self.state.next_due() if isinstance(self.state, WindowAggregator) else None
@@ -303,7 +303,7 @@ class _Loop:
             lag_ms=task.front_lag_ms,
         )
 
-    def _min_slot(self) -> Callable[[], int]:
+    def _min_time(self) -> Callable[[], int]:
         """Step 3b: the min time the stage prunes and completes windows by."""
         spec = self.ctx.task.spec
         if spec.stage.is_source:
@@ -348,13 +348,13 @@ class _Loop:
                 self.fronts.ahead(self.topic, self.partition, records[0].timestamp_ms)
             self.pending.extend(records)
         # Step 3b
-        min_slot = self.min_slot()
+        min_time = self.min_time()
         # Step 3c
         now = time.monotonic()
         full = len(self.pending) >= ctx.max_records
-        due = (self.pending and (full or now - self.committed_at >= gap_s)) or self._due(min_slot)
+        due = (self.pending and (full or now - self.committed_at >= gap_s)) or self._due(min_time)
         if due:
-            self._commit(self.pending, min_slot)
+            self._commit(self.pending, min_time)
             self.pending, self.committed_at = [], now
         # Step 3d
         if self.fronts is not None and now - self.beaten >= ctx.heartbeat_ms / 1000:
@@ -398,17 +398,17 @@ class _Loop:
             )
         return out
 
-    def _due(self, min_slot: int) -> bool:
+    def _due(self, min_time: int) -> bool:
         """Whether min time alone gives the stage work: a window to emit, or the
         deletions an emission put off (`PaneAggregator.defer`), once the commit interval
         allows. (A grouping prunes with its next records, as a micro-batch task does.)"""
-        if 0 <= self.next_due <= min_slot:
+        if 0 <= self.next_due <= min_time:
             return True
         state = self.state
         waited = time.monotonic() - self.committed_at >= self.ctx.commit_ms / 1000
         return isinstance(state, PaneAggregator) and state.deferred > 0 and waited
 
-    def _commit(self, records: list[InRecord], min_slot: int) -> None:
+    def _commit(self, records: list[InRecord], min_time: int) -> None:
         task, spec = self.ctx.task, self.ctx.task.spec
         slots: dict[int, int] = {}
         lift: Lift | None = None
@@ -417,7 +417,7 @@ class _Loop:
             slots, lift = lift_late(_with_floors(task, floors), self.partition, records)
         state: StageState | None = self.state
         if isinstance(state, Grouping):
-            state.on_min_time(min_slot)
+            state.on_min_time(min_time)
         # Step 3d, first half: the heartbeat its last record allows rides in the commit.
         stamp = max(r.timestamp_ms for r in records) if records else None
         beat = None
@@ -430,7 +430,7 @@ class _Loop:
             state,
             self.node,
             self.node_time,
-            min_slot=min_slot,
+            min_time=min_time,
             slots=slots,
             partition=self.partition,
             heartbeats=() if beat is None else (beat,),
@@ -474,7 +474,7 @@ class _Loop:
             len(records),
             result.items_out,
             len(out),
-            min_slot,
+            min_time,
             ran - began,
             time.monotonic() - ran,
         )

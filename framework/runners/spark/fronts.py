@@ -235,7 +235,7 @@ class FrontHeartbeats(Service):
             partition, stamp = row["partition"], row["min_timestamp_ms"]
             promised = self.sent.get(front_id(topic, partition), -1)
             # The least slot the batch's records took (a lift moves late records up).
-            least = row["min_slot"] if row["min_slot"] >= 0 else slot_of(stamp, self.delta_ms)
+            least = row["least_slot"] if row["least_slot"] >= 0 else slot_of(stamp, self.delta_ms)
             if least < promised:
                 raise ProtocolViolation(
                     f"a record of {topic}[{partition}] stamped {stamp} (LogAppendTime) became "

@@ -40,7 +40,7 @@ _NO_HEADERS = "CAST(NULL AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS header
 class FusedQuery(StageQuery):
     """The query of source stage ``spec`` fused with keyed stage ``keyed``.
 
-    ``min_slot`` is the keyed stage's (what completes its windows and prunes its
+    ``min_time`` is the keyed stage's (what completes its windows and prunes its
     groupings); the map side is stateless.
     """
 
@@ -51,12 +51,12 @@ class FusedQuery(StageQuery):
         bootstrap: str,
         checkpoint: str,
         settings: Settings,
-        min_slot: Any,
+        min_time: Any,
         *,
         starting_offsets: str = "earliest",
     ) -> None:
         super().__init__(
-            spec, bootstrap, checkpoint, settings, min_slot, starting_offsets=starting_offsets
+            spec, bootstrap, checkpoint, settings, min_time, starting_offsets=starting_offsets
         )
         self.keyed = keyed
         self.pkeys = spark_partition_keys(keyed.partitions[keyed.stage.topic])
@@ -88,7 +88,7 @@ class FusedQuery(StageQuery):
         started = time.monotonic()
         ctx = FusedContext(
             self._context(self.spec, batch_id, 0),
-            self._context(self.keyed, batch_id, self.min_slot()),
+            self._context(self.keyed, batch_id, self.min_time()),
             self.pkeys,
         )
         rows = (
@@ -122,10 +122,10 @@ class FusedTicks:
         """The keyed stage's topic (ticks only, when fused)."""
         return self.query.keyed.stage.topic
 
-    def min_slot(self) -> int:
+    def min_time(self) -> int:
         """The keyed stage's min time."""
-        return int(self.query.min_slot())
+        return int(self.query.min_time())
 
-    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
-        """Units whose next window ``min_slot`` completes, without a recent tick."""
-        return self.query.ticks_due(min_slot, now, retry_s)
+    def ticks_due(self, min_time: int, now: float, retry_s: float) -> list[int]:
+        """Units whose next window ``min_time`` completes, without a recent tick."""
+        return self.query.ticks_due(min_time, now, retry_s)

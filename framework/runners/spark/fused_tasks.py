@@ -221,7 +221,7 @@ def _map(ctx: FusedContext, batches: Iterator[Any]) -> list[dict[str, Any]]:
     source = ctx.source
     partition = records[0].partition
     slots = check_lag(source, partition, records)
-    result = program_for(source).run(records, None, 0, 0, min_slot=source.min_slot, slots=slots)
+    result = program_for(source).run(records, None, 0, 0, min_time=source.min_time, slots=slots)
     dlq = source.spec.topics.dlq
     home = partition % ctx.units
     rows: list[dict[str, Any]] = []
@@ -302,9 +302,9 @@ def _reduce_unit(
         result = None
         if records:
             if isinstance(state, Grouping):
-                state.on_min_time(ctx.min_slot)
+                state.on_min_time(ctx.min_time)
             node = node_id(app, stage, unit, ctx.run_id)
-            result = program.run(records, state, node, marker, min_slot=ctx.min_slot)
+            result = program.run(records, state, node, marker, min_time=ctx.min_time)
             out.extend(result.records)
         out.extend(dead)
         # Step 3

@@ -162,7 +162,7 @@ class StageQuery:
         bootstrap: str,
         checkpoint: str,
         settings: Settings,
-        min_slot: Callable[[], int],
+        min_time: Callable[[], int],
         *,
         starting_offsets: str = "earliest",
     ) -> None:
@@ -174,7 +174,7 @@ class StageQuery:
         self.checkpoint = checkpoint
         self.trigger_ms = settings.trigger_ms
         self.max_batch_records = settings.max_batch_records
-        self.min_slot = min_slot
+        self.min_time = min_time
         self.stats = StageStats()
         # Called with a batch's summary rows once its tasks committed, before they count.
         self.on_rows: Callable[[list[Any]], None] | None = None
@@ -205,13 +205,13 @@ class StageQuery:
         """The stage's input topic."""
         return self.spec.stage.topic
 
-    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
-        """Partitions whose next window ``min_slot`` completes, without a recent tick."""
+    def ticks_due(self, min_time: int, now: float, retry_s: float) -> list[int]:
+        """Partitions whose next window ``min_time`` completes, without a recent tick."""
         out: list[int] = []
         with self._due_lock:
             for partition in range(self._units()):
                 due = self._due.get(partition, 0)
-                if due < 0 or due > min_slot:
+                if due < 0 or due > min_time:
                     continue
                 ticked = self._ticked.get(partition)
                 if ticked is not None and ticked[0] == due and now - ticked[1] < retry_s:
@@ -330,18 +330,18 @@ class StageQuery:
 
     def _run_batch(self, frame: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        ctx = self._context(self.spec, batch_id, self.min_slot())
+        ctx = self._context(self.spec, batch_id, self.min_time())
         rows = frame.mapInArrow(stage_task(ctx), summary_type()).collect()
         self._count(rows, started)
 
-    def _context(self, spec: StageSpec, batch_id: int, min_slot: int) -> TaskContext:
+    def _context(self, spec: StageSpec, batch_id: int, min_time: int) -> TaskContext:
         """What the tasks of ``spec`` get with this batch."""
         return TaskContext(
             spec,
             self.bootstrap,
             self.run_id,
             batch_id,
-            min_slot,
+            min_time,
             current(),
             tuple(security.installed().items()),
             tuple(self.floors().items()),

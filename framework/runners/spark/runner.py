@@ -494,7 +494,7 @@ class PipelineRun:
             self.bootstrap,
             f"{self._checkpoints()}/{query_id}",
             self.settings,
-            self._min_slot(stage),
+            self._min_time(stage),
             starting_offsets=self._starting_offsets(stage),
         )
         query.lifts = self._lifts.get(stage.topic, ())
@@ -513,7 +513,7 @@ class PipelineRun:
             self.bootstrap,
             f"{self._checkpoints()}/{query_id}",
             self.settings,
-            self._min_slot(pair.reduce),
+            self._min_time(pair.reduce),
             starting_offsets=self._starting_offsets(pair.map),
         )
         query.lifts = self._lifts.get(pair.map.topic, ())
@@ -563,21 +563,21 @@ class PipelineRun:
                 "(flamepipe replay), or set FLAMEPIPE_FUSE_STAGES / FLAMEPIPE_EXECUTION back"
             )
 
-    def _min_slot(self, stage: Stage) -> Callable[[], int]:
+    def _min_time(self, stage: Stage) -> Callable[[], int]:
         """What a stage's tasks prune and complete windows by."""
         segment = self.graph.segments().of_node[stage.entry]
         view, committed = self.services.view, self._committed_slot()
         if view is None:
-            min_slot: Callable[[], int] = lambda: 0  # noqa: E731
+            min_time: Callable[[], int] = lambda: 0  # noqa: E731
         elif self.graph.node(stage.entry).kind is Kind.AGGREGATE:
             # An aggregate's min time completes windows, uncapped: a snapshot cuts its
             # changelog at a batch (`framework.snapshots.copies`), not its latest state.
-            min_slot = lambda: view.min_time(segment)  # noqa: E731
+            min_time = lambda: view.min_time(segment)  # noqa: E731
         else:
             # Prune only below the committed snapshot: a later snapshot is cut from the
             # state, which must still hold what it needs (snapshots-from-changelogs.md).
-            min_slot = lambda: min(view.min_time(segment), committed())  # noqa: E731
-        return min_slot
+            min_time = lambda: min(view.min_time(segment), committed())  # noqa: E731
+        return min_time
 
     def _committed_slot(self) -> CommittedSlot:
         if self._committed is None:

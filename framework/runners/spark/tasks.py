@@ -69,7 +69,7 @@ SUMMARY_SCHEMA = (
     "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "
     "max_timestamp_ms LONG, next_due LONG, worker STRING, catchup_records LONG, "
     "catchup_bytes LONG, catchup_ms DOUBLE, source_row BOOLEAN, replayed LONG, "
-    "min_slot LONG, lifted LONG"
+    "least_slot LONG, lifted LONG"
 )
 """One row per task: ``source_row`` rows describe a source partition (what fronts heartbeat
 by), the others a partition or hash unit of a keyed stage (windows due, placement)."""
@@ -95,7 +95,7 @@ class TaskContext:
     bootstrap: str
     run_id: str  # stable across restarts from the same checkpoint
     batch_id: int
-    min_slot: int  # min time of the stage's entry segment: prunes, completes windows
+    min_time: int  # min time of the stage's entry segment: prunes, completes windows
     # The pipeline's keys and Kafka client properties travel with the task (Spark's own
     # channel: docs/security.md).
     keyring: Keyring
@@ -240,10 +240,10 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     try:
         # Step 4
         if isinstance(state, Grouping):
-            state.on_min_time(ctx.min_slot)
+            state.on_min_time(ctx.min_time)
         node = node_id(app, stage, partition, ctx.run_id)
         result = program.run(
-            records, state, node, ctx.batch_id + 1, min_slot=ctx.min_slot, slots=slots
+            records, state, node, ctx.batch_id + 1, min_time=ctx.min_time, slots=slots
         )
         # Step 5
         out: list[OutRecord] = list(result.records)
@@ -265,7 +265,9 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         "replayed": result.replayed,
         "next_due": result.next_due,
         **catchup,
-        "min_slot": _min_slot(records, slots, spec.graph.delta_ms) if spec.stage.is_source else -1,
+        "least_slot": _least_slot(records, slots, spec.graph.delta_ms)
+        if spec.stage.is_source
+        else -1,
         "lifted": len(slots),  # records whose slot a lift moved (a new one or a replay's)
     }
 
@@ -273,7 +275,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
 _NO_CATCHUP: dict[str, Any] = {"catchup_records": 0, "catchup_bytes": 0, "catchup_ms": 0.0}
 
 
-def _min_slot(records: list[InRecord], slots: dict[int, int], delta_ms: int) -> int:
+def _least_slot(records: list[InRecord], slots: dict[int, int], delta_ms: int) -> int:
     """The least slot a source batch's records take (lifts applied)."""
     return min(slots.get(r.offset, slot_of(r.timestamp_ms, delta_ms)) for r in records)
 
@@ -405,6 +407,6 @@ def summary_row(
         **_NO_CATCHUP,
         "source_row": source_row,
         "replayed": 0,
-        "min_slot": -1,  # unknown (skipped): the driver checks the timestamps
+        "least_slot": -1,  # unknown (skipped): the driver checks the timestamps
         "lifted": 0,
     }

@@ -47,11 +47,11 @@ class Due(Protocol):
         """The stage's input (shuffle) topic."""
         ...
 
-    def min_slot(self) -> int:
+    def min_time(self) -> int:
         """The min time of the stage's segment."""
         ...
 
-    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
+    def ticks_due(self, min_time: int, now: float, retry_s: float) -> list[int]:
         """Partitions to tick now; marks them outstanding."""
         ...
 
@@ -94,9 +94,9 @@ class WindowTicks(Service):
         sent = 0
         for stage in self.stages:
             # Step 1
-            min_slot = stage.min_slot()
+            min_time = stage.min_time()
             # Step 2
-            for partition in stage.ticks_due(min_slot, self.clock(), self.retry_s):
+            for partition in stage.ticks_due(min_time, self.clock(), self.retry_s):
                 tick = OutRecord(stage.topic, partition, None, tick_frame(), FRAME_HEADERS)
                 produce_record(producer, tick)
                 sent += 1

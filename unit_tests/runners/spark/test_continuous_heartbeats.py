@@ -68,7 +68,7 @@ def _loop(consumer: _Consumer, fronts: _Fronts) -> _Loop:
     loop.pending = []
     loop.committed_at = loop.beaten = time.monotonic()
     loop.parent = os.getppid()
-    loop.min_slot = lambda: 0
+    loop.min_time = lambda: 0
     loop.next_due = -1
     loop.state = None  # type: ignore[assignment]
     loop.idle_s = 0.0

@@ -165,12 +165,12 @@ def test_a_caught_up_partition_heartbeats_front_lag_ms_behind_the_clock(
 
 
 def _row(
-    stamp: int, skipped: bool = False, source_row: bool = True, min_slot: int = -1
+    stamp: int, skipped: bool = False, source_row: bool = True, least_slot: int = -1
 ) -> dict[str, object]:
     return {
         "partition": 0,
         "min_timestamp_ms": stamp,
-        "min_slot": min_slot,
+        "least_slot": least_slot,
         "skipped": skipped,
         "source_row": source_row,
     }
@@ -184,7 +184,7 @@ def test_a_record_older_than_a_heartbeat_fails_the_run() -> None:
         fronts.check_batch("a", [_row(4_000, skipped=True)])  # read before the promise
         fronts.check_batch("b", [_row(0)])  # another topic's front was never promised
         fronts.check_batch("a", [_row(0, source_row=False)])  # a fused query's hash unit
-        fronts.check_batch("a", [_row(4_000, min_slot=500)])  # late, lifted to the promise
+        fronts.check_batch("a", [_row(4_000, least_slot=500)])  # late, lifted to the promise
         with pytest.raises(ProtocolViolation, match="FLAMEPIPE_FRONT_LAG_MS") as caught:
             fronts.check_batch("a", [_row(5_000), _row(4_999)])
         assert "a[0] stamped 4999" in str(caught.value)

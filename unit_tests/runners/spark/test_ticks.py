@@ -52,10 +52,10 @@ class _Stage:
     def __init__(self) -> None:
         self.rounds = threading.Event()
 
-    def min_slot(self) -> int:
+    def min_time(self) -> int:
         return 0
 
-    def ticks_due(self, min_slot: int, now: float, retry_s: float) -> list[int]:
+    def ticks_due(self, min_time: int, now: float, retry_s: float) -> list[int]:
         self.rounds.set()
         return []
 
