@@ -249,7 +249,7 @@ class StageProgram:
         self,
         records: Iterable[InRecord],
         state: StageState | None,
-        node: int,
+        sender: int,
         node_time: int,
         rng: Callable[[], int] | None = None,
         *,
@@ -296,7 +296,7 @@ class StageProgram:
             run.call_services()
             run.write_frames()
             # Step 6
-            run.close(node, node_time, heartbeats)
+            run.close(sender, node_time, heartbeats)
             # Step 7
             if state is not None:
                 run.changelog(state, run.partition, defer_deletions)
@@ -696,13 +696,13 @@ class _TaskRun:
         self.result.records.append(OutRecord(topic, None, key, value, tuple(headers)))
         self.result.dead_letters += 1
 
-    def close(self, node: int, node_time: int, heartbeats: Sequence[Heartbeat] = ()) -> None:
-        """Step 6: one ack batch per shard, closed by this node's time."""
+    def close(self, sender: int, node_time: int, heartbeats: Sequence[Heartbeat] = ()) -> None:
+        """Step 6: one ack batch per shard, closed by this sender's node time."""
         acks = [a for a in self.acker.flush() if isinstance(a, Ack)]
         if not acks and not heartbeats:
             return
         topic = self.spec.topics.acks
-        batches = shard_batches(node, node_time, acks, self.spec.shards, heartbeats)
+        batches = shard_batches(sender, node_time, acks, self.spec.shards, heartbeats)
         for shard, value in batches:
             self.result.records.append(OutRecord(topic, shard, None, value))
 

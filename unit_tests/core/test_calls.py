@@ -146,7 +146,7 @@ def test_a_stage_task_calls_its_batch_together_and_dead_letters_what_failed() ->
     topics = {e.topic: 1 for e in stage.exits.values()}
     program = StageProgram(StageSpec(graph, stage, topics, 2, KafkaSource("nums"), False))
     inputs = [InRecord("nums", 0, i, 1_000 + i, None, str(i).encode()) for i in range(40)]
-    result = program.run(inputs, None, node=1, node_time=1)
+    result = program.run(inputs, None, sender=1, node_time=1)
     (sink,) = (n.id for n in graph.by_kind(Kind.SINK))
     pre = Topics("svc").pre(sink)
     out = [

@@ -109,7 +109,7 @@ def test_windows_come_out_by_min_time_and_equal_the_oracle(combinable: bool) -> 
     first, second = programs(graph)
     topics = Topics("wa")
     source_texts = texts(30)  # stamps 1000..1290: windows 1000, 1100, 1200
-    one = first.run(lines(*source_texts), None, node=1, node_time=1)
+    one = first.run(lines(*source_texts), None, sender=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
     early = run_aggregate(second, shuffled, min_time=110, states=states)  # 1100 ms: first window
@@ -155,7 +155,7 @@ def test_window_results_into_a_kafka_sink_are_its_records_and_a_bad_one_fails_th
 
     sink = KafkaSink("out", key=lambda row: row[0])
     first, second = programs(graph(sink.key))
-    one = first.run(lines(*texts(30)), None, node=1, node_time=1)
+    one = first.run(lines(*texts(30)), None, sender=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     out = run_aggregate(second, shuffled, min_time=200, states={})
     items = [
@@ -170,7 +170,7 @@ def test_window_results_into_a_kafka_sink_are_its_records_and_a_bad_one_fails_th
     for meta, payload in items:
         assert payload == sink.encode_item(meta, json.loads(payload[1]))
     first, second = programs(graph(lambda row: row[5]))  # no such field: the key fails
-    one = first.run(lines(*texts(30)), None, node=1, node_time=1)
+    one = first.run(lines(*texts(30)), None, sender=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     with pytest.raises(UserFunctionError, match=r"after .*key function failed"):
         run_aggregate(second, shuffled, min_time=200, states={})
@@ -190,7 +190,7 @@ def test_the_changelog_rebuilds_state_without_emitting_a_window_twice() -> None:
     graph = counting(Sliding(200, 100), combinable=False)
     first, second = programs(graph)
     topics = Topics("wa")
-    one = first.run(lines(*texts(30)), None, node=1, node_time=1)
+    one = first.run(lines(*texts(30)), None, sender=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
     out = run_aggregate(second, shuffled, min_time=120, states=states)
@@ -232,7 +232,7 @@ def test_count_windows_emit_full_runs_and_rebuild_from_the_changelog() -> None:
     first, second = programs(graph)
     topics = Topics("wa")
     source_texts = texts(30)
-    one = first.run(lines(*source_texts), None, node=1, node_time=1)
+    one = first.run(lines(*source_texts), None, sender=1, node_time=1)
     shuffled = [r for r in one.records if r.topic == second.spec.stage.topic]
     states: dict[int, Any] = {}
     # At 118 some keys keep a partial run below min time: free of holds, still buffered.

@@ -97,7 +97,7 @@ def _changelog(records: Iterable[OutRecord], topic: str) -> dict[bytes | None, b
 )
 def test_frames_in_bulk_give_the_per_item_result(window: Any, words: list[str], seed: int) -> None:
     first, bulk, items = _stages(window)
-    source = first.run(lines(*(w.encode() for w in words)), None, node=1, node_time=1)
+    source = first.run(lines(*(w.encode() for w in words)), None, sender=1, node_time=1)
     topic = bulk.spec.stage.topic
     states = {"bulk": bulk.new_state(), "items": items.new_state()}
     assert isinstance(states["bulk"], PaneAggregator)
@@ -118,8 +118,8 @@ def test_frames_in_bulk_give_the_per_item_result(window: Any, words: list[str], 
 def test_an_item_whose_reduction_raises_is_the_same_dead_letter() -> None:
     first, bulk, items = _stages(Tumbling(100), _picky_add)
     # Two source batches into one pane: ("d", 1), then ("d", 2), whose reduction raises.
-    one = first.run(lines(b"d"), None, node=1, node_time=1)
-    two = first.run(lines(b"d d"), None, node=1, node_time=1)
+    one = first.run(lines(b"d"), None, sender=1, node_time=1)
+    two = first.run(lines(b"d d"), None, sender=1, node_time=1)
     topic = bulk.spec.stage.topic
     batch = as_input(one.records + two.records, topic)
     batch = [r._replace(partition=0) for r in batch]
@@ -179,7 +179,7 @@ def test_window_results_leave_on_columns_as_the_per_item_path_sends_them(
     columns, items = StageProgram(spec), StageProgram(spec)
     assert columns.results_chain is not None
     items.results_chain = None
-    source = first.run(lines(*(w.encode() for w in words)), None, node=1, node_time=1)
+    source = first.run(lines(*(w.encode() for w in words)), None, sender=1, node_time=1)
     batch = as_input(source.records, spec.stage.topic)
     batch = [r._replace(partition=0) for r in batch]
     states = columns.new_state(), items.new_state()

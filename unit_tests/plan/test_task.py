@@ -120,7 +120,7 @@ def xor_table(records: Iterable[OutRecord], acks_topic: str) -> dict[tuple[str, 
 def test_source_stage_computes_global_time_and_partitions_by_key() -> None:
     graph = wordcount()
     first, _ = programs(graph)
-    result = first.run(lines(b"a b", b"b"), None, node=1, node_time=1)
+    result = first.run(lines(b"a b", b"b"), None, sender=1, node_time=1)
     shuffle = [r for r in result.records if r.topic == Topics("wc").shuffle("group")]
     assert (result.records_in, result.items_in, result.items_out) == (2, 2, 3)
     assert len(shuffle) == len({r.partition for r in shuffle})  # one frame per partition
@@ -146,10 +146,10 @@ def test_a_run_leaves_no_reference_cycle_for_a_collector_that_never_runs() -> No
     gc.disable()
     try:
         for n in range(3):
-            one = first.run(lines(b"a b a", b"b c", b"a"), None, node=1, node_time=n)
+            one = first.run(lines(b"a b a", b"b c", b"a"), None, sender=1, node_time=n)
             second.run(as_input(one.records, topics.shuffle("group")), grouping, 2, n)
         with pytest.raises(UserFunctionError):
-            first.run(lines(b"a poison"), None, node=1, node_time=9)
+            first.run(lines(b"a poison"), None, sender=1, node_time=9)
         del one
         assert gc.collect() == 0
     finally:
@@ -163,7 +163,7 @@ def test_acks_of_both_stages_balance_to_zero_and_sink_items_are_not_acked() -> N
     graph = wordcount()
     first, second = programs(graph)
     topics = Topics("wc")
-    one = first.run(lines(b"a b a", b"b c", b"a"), None, node=1, node_time=1)
+    one = first.run(lines(b"a b a", b"b c", b"a"), None, sender=1, node_time=1)
     grouping = second.new_state()
     two = second.run(as_input(one.records, topics.shuffle("group")), grouping, 2, 1)
     pre = [
@@ -177,7 +177,7 @@ def test_acks_of_both_stages_balance_to_zero_and_sink_items_are_not_acked() -> N
 
 def test_every_shard_gets_the_node_time_that_closes_the_batch() -> None:
     first, _ = programs(wordcount())
-    result = first.run(lines(b"a b c d e f"), None, node=9, node_time=4)
+    result = first.run(lines(b"a b c d e f"), None, sender=9, node_time=4)
     batches = [r for r in result.records if r.topic == Topics("wc").acks]
     assert sorted(r.partition for r in batches) == [0, 1]
     for record in batches:
@@ -190,7 +190,7 @@ def test_late_item_repairs_with_tombstones_and_changelog_rebuilds_state() -> Non
     graph = wordcount()
     first, second = programs(graph)
     topics = Topics("wc")
-    one = first.run(lines(b"a", b"a", b"a"), None, node=1, node_time=1)
+    one = first.run(lines(b"a", b"a", b"a"), None, sender=1, node_time=1)
     shuffled = one_per_frame(one.records, topics.shuffle("group"))
     grouping = second.new_state()
     assert grouping is not None
@@ -210,7 +210,7 @@ def test_late_item_repairs_with_tombstones_and_changelog_rebuilds_state() -> Non
 
 def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
     first, _ = programs(wordcount(fail_on="boom"))
-    result = first.run(lines(b"\xff\xfe", b"boom x", b"ok"), None, node=1, node_time=1)
+    result = first.run(lines(b"\xff\xfe", b"boom x", b"ok"), None, sender=1, node_time=1)
     dead = [r for r in result.records if r.topic == Topics("wc").dlq]
     assert result.dead_letters == 2 and len(dead) == 2
     assert [r.value for r in dead] == [b"\xff\xfe", b"boom x"]  # original bytes kept
@@ -223,7 +223,7 @@ def test_bad_records_become_dead_letters_and_the_batch_goes_on() -> None:
 def test_fail_fast_raises_with_the_fix() -> None:
     first, _ = programs(wordcount(fail_on="boom"), fail_fast=True)
     with pytest.raises(UserFunctionError, match="fail_fast is on"):
-        first.run(lines(b"boom"), None, node=1, node_time=1)
+        first.run(lines(b"boom"), None, sender=1, node_time=1)
 
 
 def frame_record(builder: FrameBuilder, topic: str = "wc.group") -> InRecord:
@@ -326,7 +326,7 @@ def test_items_for_a_kafka_sink_leave_encoded_and_unencodable_ones_are_dead_lett
     (stage,) = plan_stages(graph, {n.id: "lines" for n in graph.by_kind(Kind.SOURCE)})
     topics = {e.topic: 1 for e in stage.exits.values()}
     program = StageProgram(StageSpec(graph, stage, topics, 2, KafkaSource("lines"), False))
-    result = program.run(lines(b"ab", b"bad", b"c"), None, node=1, node_time=1)
+    result = program.run(lines(b"ab", b"bad", b"c"), None, sender=1, node_time=1)
     (sink_node,) = (n.id for n in graph.by_kind(Kind.SINK))
     pre = [
         i for r in result.records if r.topic == Topics("enc").pre(sink_node) for i in items_of(r)

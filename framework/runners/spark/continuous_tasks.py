@@ -197,8 +197,8 @@ class _Loop:
         )
         self.committer.start()
         fenced_at = time.monotonic()
-        # A node per task: its node time only has to grow while the task lives.
-        self.node = stable_id(
+        # An acker sender per task: its node time only has to grow while the task lives.
+        self.sender = stable_id(
             f"{self.app}/{self.stage}/{partition}/{task.run_id}/{os.getpid()}/{time.time_ns()}"
         )
         self.node_time = 0
@@ -428,7 +428,7 @@ class _Loop:
         result = self.program.run(
             records,
             state,
-            self.node,
+            self.sender,
             self.node_time,
             min_time=min_time,
             slots=slots,

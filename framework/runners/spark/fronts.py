@@ -127,7 +127,7 @@ class FrontHeartbeats(Service):
         # A new node per driver start: its node time then only has to grow in this process.
         # A heartbeat-only one (negative): a round cut short by a kill reaches some shards
         # only, and the min-time listener must not wait for this node to send again.
-        self.node = heartbeat_node_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
+        self.sender = heartbeat_node_id(f"{app}/fronts/{os.getpid()}/{time.time_ns()}")
         self.time = 0
         self.sent: dict[int, int] = {}
         # topic -> partition -> the highest slot this driver promised (or is promising):
@@ -167,7 +167,7 @@ class FrontHeartbeats(Service):
         if producer is None:
             raise ServiceFailed("front heartbeats are stopped")
         self.time += 1
-        for shard, value in shard_batches(self.node, self.time, (), self.shards, []):
+        for shard, value in shard_batches(self.sender, self.time, (), self.shards, []):
             produce_record(
                 producer, OutRecord(self.acks_topic, shard, None, value), self._delivered
             )
@@ -361,7 +361,7 @@ class FrontHeartbeats(Service):
         if producer is None:
             raise ServiceFailed("front heartbeats are stopped")
         self.time += 1
-        for shard, value in shard_batches(self.node, self.time, (), self.shards, beats):
+        for shard, value in shard_batches(self.sender, self.time, (), self.shards, beats):
             produce_record(
                 producer, OutRecord(self.acks_topic, shard, None, value), self._delivered
             )

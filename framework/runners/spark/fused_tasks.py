@@ -42,11 +42,11 @@ from framework.runners.spark.tasks import (
     TaskContext,
     check_lag,
     drop_state,
-    node_id,
     on_worker,
     partition_state,
     program_for,
     read_records,
+    sender_id,
     spare_the_collector,
     summary_row,
 )
@@ -303,8 +303,8 @@ def _reduce_unit(
         if records:
             if isinstance(state, Grouping):
                 state.on_min_time(ctx.min_time)
-            node = node_id(app, stage, unit, ctx.run_id)
-            result = program.run(records, state, node, marker, min_time=ctx.min_time)
+            sender = sender_id(app, stage, unit, ctx.run_id)
+            result = program.run(records, state, sender, marker, min_time=ctx.min_time)
             out.extend(result.records)
         out.extend(dead)
         # Step 3

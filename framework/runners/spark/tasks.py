@@ -54,11 +54,11 @@ __all__ = [
     "TaskContext",
     "check_lag",
     "drop_state",
-    "node_id",
     "on_worker",
     "partition_state",
     "program_for",
     "read_records",
+    "sender_id",
     "spare_the_collector",
     "stage_task",
     "summary_row",
@@ -115,8 +115,8 @@ class TaskContext:
         return f"{self.spec.graph.name}.{self.spec.stage.id}.{self.run_id}"
 
 
-def node_id(app: str, stage: str, partition: int, run_id: str) -> int:
-    """Stable 63-bit acker node id of a stage partition (its node time is the batch)."""
+def sender_id(app: str, stage: str, partition: int, run_id: str) -> int:
+    """Stable 63-bit acker sender id of a stage partition (its node time is the batch)."""
     return stable_id(f"{app}/{stage}/{partition}/{run_id}")
 
 
@@ -241,9 +241,9 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
         # Step 4
         if isinstance(state, Grouping):
             state.on_min_time(ctx.min_time)
-        node = node_id(app, stage, partition, ctx.run_id)
+        sender = sender_id(app, stage, partition, ctx.run_id)
         result = program.run(
-            records, state, node, ctx.batch_id + 1, min_time=ctx.min_time, slots=slots
+            records, state, sender, ctx.batch_id + 1, min_time=ctx.min_time, slots=slots
         )
         # Step 5
         out: list[OutRecord] = list(result.records)
