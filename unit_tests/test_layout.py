@@ -23,7 +23,6 @@ INTEGRATION_ONLY: dict[str, str] = {
     "framework/runners/spark/class_archive.py": "integration_tests/test_class_archive.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
     "framework/snapshots/coordinator.py": "integration_tests/test_snapshots.py",
-    "framework/snapshots/restore.py": "integration_tests/test_aggregate_snapshots.py",
 }
 
 
