@@ -22,7 +22,6 @@ INTEGRATION_ONLY: dict[str, str] = {
     "framework/local/stack.py": "integration_tests/test_stack_cli.py",
     "framework/runners/spark/class_archive.py": "integration_tests/test_class_archive.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
-    "framework/snapshots/coordinator.py": "integration_tests/test_snapshots.py",
 }
 
 
