@@ -277,17 +277,8 @@ def read_to_end(
         if partitions is None:
             partitions = _partition_count(consumer, topic)
         assign(consumer, topic, dict.fromkeys(range(partitions)))
-        waiting = set(range(partitions))
-        out: list[Message] = []
         deadline = Deadline(timeout_s, f"reading {topic} to its end")
-        while waiting:
-            deadline.check()
-            for msg in consumer.consume(1000, deadline.remaining(0.1)):
-                if is_eof(msg):
-                    waiting.discard(where(msg)[0])
-                elif is_record(msg, topic):
-                    out.append(msg)
-        return out
+        return _drain(consumer, topic, set(range(partitions)), deadline)
     finally:
         close_quietly(consumer)
 
@@ -331,17 +322,35 @@ def _read_range(
     kafka_call(
         f"cannot read {topic}", lambda: consumer.assign([TopicPartition(topic, partition, start)])
     )
-    found: list[Message] = []
     deadline = Deadline(DEFAULT_TIMEOUT_S, f"reading the tail of {topic}[{partition}]")
-    while True:
+    return _drain(consumer, topic, {partition}, deadline, {partition: end})
+
+
+def _drain(
+    consumer: Consumer,
+    topic: str,
+    waiting: set[int],
+    deadline: Deadline,
+    ends: Mapping[int, int] | None = None,
+) -> list[Message]:
+    """What the assigned ``consumer`` reads of ``topic`` until each partition in
+    ``waiting`` is at its end: the end of the partition, or the record before
+    ``ends[partition]`` (records after a partition's end are not taken)."""
+    out: list[Message] = []
+    while waiting:
         deadline.check()
         for msg in consumer.consume(1000, deadline.remaining(0.1)):
             if is_eof(msg):
-                return found
-            if is_record(msg, topic):
-                found.append(msg)
-                if where(msg)[1] >= end - 1:
-                    return found
+                waiting.discard(where(msg)[0])
+                continue
+            if not is_record(msg, topic):
+                continue  # an event the client gets over by itself
+            partition, offset = where(msg)
+            if partition in waiting:
+                out.append(msg)
+                if ends is not None and offset >= ends[partition] - 1:
+                    waiting.discard(partition)
+    return out
 
 
 def _partition_count(consumer: Consumer, topic: str) -> int:
