@@ -370,11 +370,16 @@ class OutputTail(threading.Thread):
         """Whether a partition's committed end is past what was read and not looked at
         before (an end that only markers or aborted records fill stays put)."""
         behind = []
-        for (topic, p), next_offset in self._next.items():
+        for (topic, p), taken_to in self._next.items():
+            tp = TopicPartition(topic, p)
             try:
-                _, end = consumer.get_watermark_offsets(TopicPartition(topic, p), 5, cached=False)
+                _, end = consumer.get_watermark_offsets(tp, 5, cached=False)
+                # The position steps over a transaction's commit marker, which takes an
+                # offset of its own after the last record and is never delivered.
+                (at,) = consumer.position([tp])
             except KafkaException:
                 return False  # the broker is away: nothing to tell yet
+            next_offset = max(taken_to, at.offset)
             if end > next_offset and self._checked.get((topic, p)) != end:
                 self._checked[(topic, p)] = end
                 behind.append(f"{topic}[{p}] at {next_offset} of {end}")
