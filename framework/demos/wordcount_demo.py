@@ -44,6 +44,8 @@ from framework.wire.serde import Json
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from framework.runners.spark.runner import PipelineRun
+
 __all__ = ["DemoResult", "run_demo"]
 
 _log = logging.getLogger(__name__)
@@ -236,7 +238,7 @@ def run_demo(
 
 def _produce(
     settings: Settings,
-    run: Any,
+    run: PipelineRun,
     topic: str,
     text: list[str],
     *,
@@ -263,7 +265,7 @@ def _produce(
 
 
 def _wait_released(
-    run: Any, until: int, reader: _Reader, *, quiet: bool, timeout_s: float = 600
+    run: PipelineRun, until: int, reader: _Reader, *, quiet: bool, timeout_s: float = 600
 ) -> None:
     deadline = Deadline(timeout_s, "waiting for the barrier to release the input")
     last_report = time.monotonic()

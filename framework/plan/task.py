@@ -80,7 +80,7 @@ from framework.plan.stage_state import (
     changelog_records,
     hold_value,
 )
-from framework.plan.stages import ExitKind
+from framework.plan.stages import Exit, ExitKind
 from framework.wire.acks import shard_batches
 from framework.wire.auth import MAC_HEADER, authentic
 from framework.wire.bundles import barrier_instance
@@ -182,7 +182,7 @@ class StageProgram:
             ops.append(op)
             node_id = target
 
-    def _route(self, port: Port, exit_: Any) -> _ExitRoute:
+    def _route(self, port: Port, exit_: Exit) -> _ExitRoute:
         target = self.spec.graph.node(exit_.target)
         aggregation = target.aggregation
         combining = aggregation is not None and aggregation.combinable

@@ -49,7 +49,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, Message, Producer
 
 from framework import failpoints
 from framework.core.ids import heartbeat_node_id
@@ -175,7 +175,7 @@ class FrontHeartbeats(Service):
         if self.broker_offset_ms is None:
             raise ServiceFailed("the broker's time is unknown: no heartbeat record was delivered")
 
-    def _delivered(self, error: Any, msg: Any) -> None:
+    def _delivered(self, error: KafkaError | None, msg: Message) -> None:
         if error is not None:
             return
         kind, stamp = msg.timestamp()
