@@ -130,3 +130,6 @@ def test_an_executor_lost_during_a_warmup_cancels_it(monkeypatch: pytest.MonkeyP
     cluster.executors -= {"exec0:1"}  # lost while the warm-up runs
     warmer._step()
     assert len(cluster.cancelled) == 1 and warmer.cancelled == 1
+    cluster.busy = False
+    warmer._step()  # the cancelled warm-up's executors, and the one that waited, are warmed
+    assert cluster.jobs == [6, 6]
