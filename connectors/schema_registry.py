@@ -42,21 +42,25 @@ import json
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from framework.errors import ConfigError, DecodeError, EncodeError, PipelineError, RegistryError
 from framework.wire.serde import Serde
 
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.serialization import SerializationContext
+
 __all__ = ["ConfluentAvro", "ConfluentJson", "ConfluentProtobuf"]
 
-_CLIENTS: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+_CLIENTS: dict[tuple[str, tuple[tuple[str, Any], ...]], SchemaRegistryClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 # Unknown schema ids seen per process: a record naming one is a dead letter without asking
 # the registry again (a writer of garbage must not turn every record into an HTTP request).
 _UNKNOWN_IDS_MAX = 10_000
 
 
-def _client(url: str, settings: Mapping[str, Any]) -> Any:
+def _client(url: str, settings: Mapping[str, Any]) -> SchemaRegistryClient:
     """The process's registry client for ``url`` and ``settings``."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -197,7 +201,7 @@ class _Registered:
             )
         return f"{self.topic}-{'key' if self.is_key else 'value'}"
 
-    def _registry(self) -> Any:
+    def _registry(self) -> SchemaRegistryClient:
         return _client(self.url, self.registry)
 
     def _cache(self) -> dict[str, Any]:
@@ -207,7 +211,7 @@ class _Registered:
             object.__setattr__(self, "_local", cache)
         return cache
 
-    def _context(self) -> Any:
+    def _context(self) -> SerializationContext:
         ctx = self._cache().get("context")
         if ctx is None:
             from confluent_kafka.serialization import MessageField, SerializationContext
