@@ -30,8 +30,8 @@ from framework import Pipeline, Tumbling
 from framework.core.graph import Graph, Kind
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.runners.spark.tasks import read_records
 from framework.wire.auth import Keyring, install

@@ -28,7 +28,7 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Producer
 
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.local.provision import provision
-from framework.runners.spark import spark_session
+from framework.spark import spark_session
 
 SCHEMA = "value binary"
 

@@ -30,8 +30,8 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.local.provision import provision
-from framework.runners.spark import spark_session
 from framework.runners.spark.smoke import create_topics
+from framework.spark import spark_session
 
 PARTITIONS = 4
 WINDOW = 2

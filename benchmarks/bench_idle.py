@@ -28,7 +28,7 @@ from framework.demos.wordcount import word_pairs
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 
 
 def main() -> None:

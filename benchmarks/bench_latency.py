@@ -57,7 +57,7 @@ from framework.core.time import DEFAULT_DELTA_MS
 from framework.local.provision import provision
 from framework.pipeline import Pipeline
 from framework.runners.assembly import acker_for, barrier_for
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 
 WARMUP_S = 5.0
 RATES = (1_000, 10_000)

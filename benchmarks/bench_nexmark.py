@@ -36,7 +36,7 @@ from framework.demos.nexmark_oracle import answer
 from framework.kafka.admin import ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:

@@ -61,7 +61,7 @@ from framework.demos.wordcount import (
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 
 # A sibling module, not shipped to Spark's workers (which import this one by name when it
 # is not __main__): the workers never need it.

@@ -41,8 +41,8 @@ from typing import Any
 
 from confluent_kafka import Producer, TopicPartition
 
-from framework.acker import AckerService
-from framework.barrier import BarrierService
+from framework.acker.service import AckerService
+from framework.barrier.service import BarrierService
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, Heartbeat
 from framework.core.meta import Meta

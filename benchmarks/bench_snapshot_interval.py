@@ -21,7 +21,7 @@ from bench_latency import Input, Receipts, collect, percentiles, read_outputs, w
 
 from framework.demos.wordcount import word_pairs
 from framework.local.provision import provision
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 
 INTERVALS_MS = {"fast": 100, "slow": 5_000}
 

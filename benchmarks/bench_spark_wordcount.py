@@ -37,7 +37,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.local.provision import free_port, provision
 from framework.local.stack import LocalStack
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 
 
 def _produce(producer: Producer, topic: str, lines: list[str]) -> None:

@@ -56,7 +56,7 @@ from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec, pa
 from framework.kafka.clients import read_to_end
 from framework.local.provision import provision
 from framework.logs import log_dir
-from framework.runners.spark import SparkRunner, spark_session
+from framework.spark import SparkRunner, spark_session
 from framework.wire.avro import decode_ack_batch, decode_meta, decode_min_time
 from framework.wire.bundles import META_HEADER
 from framework.wire.frames import read_items

@@ -36,9 +36,9 @@ import pyarrow as pa
 from framework.core.graph import Kind
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import windowed_counts, windowed_counts_on_columns, word_pairs
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec, TaskResult
 from framework.plan.stage_state import apply_changelog
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.runners.spark.tasks import read_records
 from framework.wire.auth import Keyring, install, signed

@@ -29,7 +29,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.clients import new_producer, read_to_end
 from framework.local.provision import provision
-from framework.runners.spark import SparkRunner
+from framework.spark import SparkRunner
 
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 

@@ -40,8 +40,6 @@ from typing import Any, Protocol, TypeVar
 from framework.errors import ConfigError, SinkError
 from framework.retries import Retry
 
-__all__ = ["LocalStore", "Store", "WebHdfsStore", "open_store"]
-
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 # Answers that say "not now" rather than "no": a NameNode starting, in safe mode, or a

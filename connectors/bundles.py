@@ -51,18 +51,9 @@ from framework.kafka.clients import (
     take,
     where,
 )
-from framework.kafka.tail import last_bundle_header
 from framework.wire.bundles import BundleVerifier, bundles_topic, read_bundle_header, read_meta
 from framework.wire.positions import BundleMark
 from framework.wire.serde import Json, Serde
-
-__all__ = [
-    "BundleConsumer",
-    "BundleStart",
-    "OutputItem",
-    "VerifiedBundle",
-    "last_bundle_header",
-]
 
 # A header still short of items this long after it arrived, with the output partition read
 # to its end since, has lost an item: its items committed with it in one transaction.

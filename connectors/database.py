@@ -51,8 +51,6 @@ from framework.errors import ConfigError, SinkError, UserFunctionError
 from framework.wire.positions import BundleMark
 from framework.wire.serde import Serde
 
-__all__ = ["DatabaseSink", "SinkStats", "Table", "sqlite"]
-
 _log = logging.getLogger(__name__)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _POSITIONS = "flamepipe_sink_positions"

@@ -66,8 +66,6 @@ from framework.errors import ConfigError, SinkError, UserFunctionError
 from framework.wire.positions import BundleMark
 from framework.wire.serde import Serde
 
-__all__ = ["FileSink", "FileSinkStats"]
-
 _log = logging.getLogger(__name__)
 _FORMATS = ("jsonl", "parquet")
 _STATE = "_state.json"

@@ -51,8 +51,6 @@ if TYPE_CHECKING:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.serialization import SerializationContext
 
-__all__ = ["ConfluentAvro", "ConfluentJson", "ConfluentProtobuf"]
-
 _CLIENTS: dict[tuple[str, tuple[tuple[str, Any], ...]], SchemaRegistryClient] = {}
 _CLIENTS_LOCK = threading.Lock()
 # Unknown schema ids seen per process: a record naming one is a dead letter without asking

@@ -1,9 +1,10 @@
 """flamepipe: exactly-once stream pipelines on Kafka, with operators on Spark."""
 
-from framework.core import GlobalTime, Meta, Record
 from framework.core.context import Message
 from framework.core.joins import Joined
+from framework.core.meta import Meta, Record
 from framework.core.reducers import Max, Mean, Min, Sum, Tally
+from framework.core.time import GlobalTime
 from framework.core.windows import KeyValue, WindowResult
 from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import (

@@ -15,8 +15,6 @@ import time
 
 from framework.errors import DeadlineExceeded
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Deadline"]
-
 DEFAULT_TIMEOUT_S = 30.0
 """How long a Kafka or ZooKeeper round trip of flamepipe's own may take before it fails.
 

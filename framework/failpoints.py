@@ -19,8 +19,6 @@ from collections.abc import Callable
 
 from framework.errors import ConfigError
 
-__all__ = ["ENV", "hit", "parse", "value"]
-
 ENV = "FLAMEPIPE_FAILPOINTS"
 
 _lock = threading.Lock()

@@ -34,16 +34,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = [
-    "CLIENT_LOGGER",
-    "QUIET",
-    "WorkerLog",
-    "configure",
-    "log_dir",
-    "show_on_console",
-    "spark_log4j_options",
-]
-
 CLIENT_LOGGER = "flamepipe.kafka-client"
 """The logger librdkafka's lines go to (through the clients' ``logger`` setting)."""
 # An application that configures no logging hears nothing of the client library (as with

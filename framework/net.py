@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import socket
 
-__all__ = ["REACH_TIMEOUT_S", "unreachable"]
-
 REACH_TIMEOUT_S = 5.0
 """How long `unreachable` tries each address."""
 

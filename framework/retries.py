@@ -31,8 +31,6 @@ from typing import TypeVar
 
 from framework.deadline import Deadline
 
-__all__ = ["Retry"]
-
 T = TypeVar("T")
 
 

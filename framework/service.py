@@ -11,8 +11,6 @@ from typing import Self
 from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import DeadlineExceeded, FlamepipeError, PipelineError, ServiceFailed
 
-__all__ = ["Service"]
-
 
 class Service(ABC):
     """A loop run by a thread (`start` / `stop`, a context manager) or by the caller.

@@ -13,6 +13,7 @@ Example::
     >>> run.stop()  # doctest: +SKIP
 """
 
-from framework.runners.spark import PipelineRun, SparkRunner, spark_session
+from framework.runners.spark.runner import PipelineRun, SparkRunner
+from framework.runners.spark.session import spark_session
 
 __all__ = ["PipelineRun", "SparkRunner", "spark_session"]

@@ -64,7 +64,7 @@ def spark(stack: Settings) -> Iterator[Any]:
     """The session in-process tests share. Its continuous pipelines' tasks hold their
     slots while they run, so it has more slots than cores (unless the environment names a
     master): a test may run several pipelines at once."""
-    from framework.runners.spark import spark_session
+    from framework.spark import spark_session
 
     master = os.environ.get("FLAMEPIPE_SPARK_MASTER", "local[32]")
     session = spark_session(stack.with_(spark_master=master), "flamepipe-tests")

@@ -20,7 +20,7 @@ from framework.runners.spark.session import driver_class_archive
 _PROBE = """
 import sys
 from framework.config import Settings
-from framework.runners.spark import spark_session
+from framework.spark import spark_session
 settings = Settings.load().with_(spark_master="local[1]")
 spark = spark_session(settings, "class-archive-probe")
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()

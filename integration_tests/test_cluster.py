@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
-from framework.coordination import read_epoch
+from framework.coordination.epochs import read_epoch
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.text import generate_lines
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
@@ -1056,7 +1056,7 @@ _EXECUTOR_PROBE = """
 import sys, time
 from pathlib import Path
 from framework.config import Settings
-from framework.runners.spark import spark_session
+from framework.spark import spark_session
 from integration_tests.harness.processes import executor_pids
 settings = Settings.load().with_(spark_master=sys.argv[1])
 spark = spark_session(settings, "class-archive-probe")

@@ -28,7 +28,7 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.failpoints import ENV as FAILPOINTS
 from framework.kafka.clients import read_to_end
-from framework.runners.spark import SparkRunner
+from framework.runners.spark.runner import SparkRunner
 from integration_tests.harness.runs import produce_lines
 from integration_tests.harness.services import ServiceProcess, service_env, services
 from integration_tests.harness.watch import scrape, total

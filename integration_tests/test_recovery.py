@@ -17,12 +17,12 @@ from collections import Counter
 from typing import Any
 
 from framework.config import Settings
-from framework.coordination import Epochs
+from framework.coordination.epochs import Epochs
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.kafka.admin import partitions_if_exists
-from framework.runners.spark import SparkRunner
+from framework.runners.spark.runner import SparkRunner
 from integration_tests.harness.counts import pairs_and_windows, released_windows
 from integration_tests.harness.runs import lose_an_ack, produce_lines, read_output
 

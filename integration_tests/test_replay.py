@@ -18,7 +18,7 @@ import pytest
 from connectors import BundleConsumer
 from framework.cli import main
 from framework.config import Settings
-from framework.coordination import Epochs
+from framework.coordination.epochs import Epochs
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
 from framework.demos.text import generate_lines

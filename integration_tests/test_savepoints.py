@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from framework.config import Settings
-from framework.coordination import read_epoch
+from framework.coordination.epochs import read_epoch
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key
 from framework.demos.text import generate_lines

@@ -32,7 +32,7 @@ from framework.kafka.clients import read_to_end
 from framework.local.apicurio import SchemaRegistry
 from framework.local.provision import free_port
 from framework.runners.replay import resolve_start, start_replay
-from framework.runners.spark import SparkRunner
+from framework.runners.spark.runner import SparkRunner
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.topics import Topics
 from integration_tests.harness.bids_pb2 import Bid

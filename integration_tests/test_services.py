@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from connectors.bundles import BundleConsumer, VerifiedBundle, last_bundle_header
-from framework.acker import AckerService
-from framework.barrier import BarrierService
+from connectors.bundles import BundleConsumer, VerifiedBundle
+from framework.acker.service import AckerService
+from framework.barrier.service import BarrierService
 from framework.barrier.speculation import Speculation
 from framework.cli.consume import consume_main
 from framework.core.messages import Ack, BundleHeader, Heartbeat
@@ -29,6 +29,7 @@ from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.clients import is_eof, new_consumer, produce_record, verified_metadata
 from framework.kafka.endpoints import KafkaSink
 from framework.kafka.mintime import MinTimeView
+from framework.kafka.tail import last_bundle_header
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.avro import encode_ack_batch, encode_bundle_header, encode_meta
 from framework.wire.bundles import (

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from framework.config import Settings
-from framework.coordination import SnapshotRecord, SnapshotRegistry
+from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph, Kind
 from framework.core.grouping import Grouping
 from framework.core.ops import key_hash, op_id_of
@@ -26,10 +26,12 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.clients import read_to_end
 from framework.plan.stage_state import apply_changelog
-from framework.snapshots import SnapshotCoordinator, decode_unit, restore_epoch
-from framework.snapshots.backends import FileBackend
-from framework.snapshots.units import unit_label
+from framework.snapshots.backends.files import FileBackend
+from framework.snapshots.coordinator import SnapshotCoordinator
+from framework.snapshots.restore import restore_epoch
+from framework.snapshots.units import decode_unit, unit_label
 from framework.wire.topics import Topics
+from framework.wire.znodes import SnapshotRecord
 from integration_tests.harness.runs import produce_lines, running
 
 Stored = list[tuple[int, int, GlobalTime, str]]  # partition, offset, global time, line

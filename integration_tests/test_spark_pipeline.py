@@ -644,7 +644,7 @@ import sys, time
 from framework.config import Settings
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
-from framework.runners.spark import SparkRunner
+from framework.runners.spark.runner import SparkRunner
 from integration_tests.harness.runs import produce_lines
 
 settings = Settings.load(parallelism=2, max_batch_records=2_000)  # stages stay busy

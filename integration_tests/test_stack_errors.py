@@ -13,9 +13,9 @@ import pytest
 
 from framework.config import Settings
 from framework.errors import StackError
-from framework.local import LocalStack
 from framework.local.process import port_free
 from framework.local.provision import free_port
+from framework.local.stack import LocalStack
 
 
 def test_broker_dying_on_start_shows_its_log(tmp_path: Path) -> None:

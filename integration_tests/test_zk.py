@@ -16,20 +16,15 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from framework.config import Settings
-from framework.coordination import (
-    Epochs,
-    LeaderElection,
-    Leadership,
-    SnapshotRecord,
-    SnapshotRegistry,
-    app_root,
-    leader_path,
-    zk_client,
-)
-from framework.coordination.client import close_client
+from framework.coordination.client import close_client, zk_client
+from framework.coordination.committed_snapshot import SnapshotRegistry
+from framework.coordination.election import LeaderElection, Leadership
+from framework.coordination.epochs import Epochs
+from framework.coordination.paths import app_root, leader_path
 from framework.coordination.processes import dead_on_this_host, process_identity
 from framework.errors import CoordinationError, Fenced, ProtocolViolation, ZooKeeperUnreachable
 from framework.local.provision import free_port
+from framework.wire.znodes import SnapshotRecord
 
 TAKEOVER_S = 10.0
 

@@ -59,6 +59,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.pipeline": (*CORE, "framework.runners.spark.default"),
     "framework.testing": ("framework.runners.inprocess",),
     "framework.spark": ("framework.runners.spark",),
+    "framework.state": ("framework.runners.queryable_state", "framework.snapshots.queryable"),
     "framework": ("framework.core", "framework.errors", "framework.pipeline"),
     "connectors": (*KAFKA, "framework", "framework.config", "connectors"),
     # The command line and the demo sit on top of everything.

@@ -16,8 +16,6 @@ from framework.errors import DecodeError
 from framework.kafka.clients import authentic_message
 from framework.wire.checkpoints import Checkpoint, decode_checkpoint
 
-__all__ = ["latest"]
-
 _log = logging.getLogger(__name__)
 
 

@@ -68,8 +68,6 @@ from framework.wire.checkpoints import encode_checkpoint
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 
-__all__ = ["AckerService", "ReplayGate", "report_key"]
-
 Vector = dict[int, int]
 
 _log = logging.getLogger(__name__)

@@ -2,8 +2,6 @@
 
 Output leaves in bundles, each in one Kafka transaction with its header (``GT_last``), so
 a consumer can verify that nothing is duplicated or missing (`framework.wire.bundles`).
+
+Internal: not part of flamepipe's API (docs/architecture.md, "The API").
 """
-
-from framework.barrier.service import BarrierService
-
-__all__ = ["BarrierService"]

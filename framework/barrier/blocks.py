@@ -50,8 +50,6 @@ from framework.kafka.transactions import TransactionalProducer
 from framework.wire.auth import MAC_HEADER
 from framework.wire.bundles import META_HEADER
 
-__all__ = ["BlockWriter", "SlotBuffer", "SlotBundle", "admit"]
-
 _GT = itemgetter(0, 1, 2)  # slot, front, offset of a frame row
 
 

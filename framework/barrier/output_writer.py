@@ -24,8 +24,6 @@ from framework.kafka.clients import (
 )
 from framework.kafka.transactions import TransactionalProducer
 
-__all__ = ["OutputWriter", "PlainWriter", "TransactionalWriter"]
-
 
 class OutputWriter(ABC):
     """Writes records and commits consumer positions (with metadata) for one group."""

@@ -108,8 +108,6 @@ from framework.wire.positions import BarrierMark, PartitionLedger
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 
-__all__ = ["BarrierService", "BarrierStats"]
-
 _log = logging.getLogger(__name__)
 
 _SLOW_OPEN_S = 2.0

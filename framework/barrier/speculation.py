@@ -62,8 +62,6 @@ from framework.kafka.clients import OutRecordLike
 from framework.kafka.transactions import TransactionalProducer
 from framework.wire.bundles import header_records, item_records
 
-__all__ = ["AheadWriter", "BundleWriter", "Hold", "Speculation"]
-
 
 class Hold(enum.Enum):
     """What a min time that would release a bundle means for an open transaction."""

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 
 from framework.core.meta import Record
 
-__all__ = ["BarrierStats", "quantiles"]
-
 
 @dataclass
 class BarrierStats:

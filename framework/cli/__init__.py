@@ -1,4 +1,7 @@
-"""The ``flamepipe`` command line: the local stack, the demo, pipelines and their services."""
+"""The ``flamepipe`` command line: the local stack, the demo, pipelines and their services.
+
+Internal: not part of flamepipe's API (docs/architecture.md, "The API").
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,6 @@ from framework.cli.signals import interrupt_on_signals
 from framework.config.settings import EXECUTIONS
 from framework.errors import FlamepipeError
 from framework.logs import show_on_console
-
-__all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -26,8 +26,6 @@ from framework.kafka.clients import assign, close_quietly, is_record, new_consum
 from framework.wire.bundles import read_meta
 from framework.wire.positions import format_gt
 
-__all__ = ["consume_main"]
-
 _SERDES: dict[str, Serde] = {"json": Json(), "utf8": Utf8(), "bytes": Bytes()}
 
 

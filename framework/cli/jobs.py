@@ -26,8 +26,6 @@ from framework.runners.observe.figures import Figures, service_figures
 if TYPE_CHECKING:
     from framework.runners.assembly import ServiceSet
 
-__all__ = ["COMMANDS", "add_parsers"]
-
 _PROGRESS_S = 10.0
 
 
@@ -36,7 +34,7 @@ def _graph(args: argparse.Namespace) -> Graph:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from framework.runners.spark import SparkRunner
+    from framework.runners.spark.runner import SparkRunner
 
     graph = _graph(args)
     with stack_for(args) as settings:
@@ -187,7 +185,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             flush=True,
         )
         if not args.no_run:
-            from framework.runners.spark import SparkRunner
+            from framework.runners.spark.runner import SparkRunner
 
             SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S).run(graph)
     return 0
@@ -212,7 +210,7 @@ def _cmd_rescale(args: argparse.Namespace) -> int:
             flush=True,
         )
         if not args.no_run:
-            from framework.runners.spark import SparkRunner
+            from framework.runners.spark.runner import SparkRunner
 
             SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S).run(graph)
     return 0

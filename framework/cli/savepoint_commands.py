@@ -24,8 +24,6 @@ from framework.cli.spec import load_pipeline
 from framework.cli.stack import settings_of, stack_for
 from framework.errors import ConfigError
 
-__all__ = ["COMMANDS", "add_parsers", "parse_renames"]
-
 _PROGRESS_S = 10.0
 
 
@@ -98,7 +96,7 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
             flush=True,
         )
         if not args.no_run:
-            from framework.runners.spark import SparkRunner
+            from framework.runners.spark.runner import SparkRunner
 
             SparkRunner(settings, services=args.services, progress_s=_PROGRESS_S).run(graph)
     return 0

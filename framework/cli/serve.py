@@ -31,10 +31,8 @@ from framework.config import Settings
 from framework.retries import Retry
 
 if TYPE_CHECKING:
-    from framework.coordination import LeaderElection
+    from framework.coordination.election import LeaderElection
     from framework.runners.assembly import ServiceSet
-
-__all__ = ["EpochWatch", "election_for", "serve"]
 
 _PROGRESS_S = 10.0
 _EPOCH_CHECK_S = 2.0
@@ -57,7 +55,7 @@ class EpochWatch:
     """The current epoch of ``app``, through one ZooKeeper session kept open."""
 
     def __init__(self, settings: Settings, app: str) -> None:
-        from framework.coordination import Epochs
+        from framework.coordination.epochs import Epochs
 
         self._epochs = Epochs(settings.zookeeper, app)
 
@@ -93,7 +91,8 @@ def serve(
 def election_for(settings: Settings, app: str, role: str) -> LeaderElection:
     """The leader election of ``role`` of ``app`` (identity: host, pid, namespace and start
     time, so a successor on the same host takes over from a killed leader at once)."""
-    from framework.coordination import LeaderElection, leader_path
+    from framework.coordination.election import LeaderElection
+    from framework.coordination.paths import leader_path
     from framework.coordination.processes import dead_on_this_host, process_identity
 
     path = leader_path(app, role)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import signal
 from types import FrameType
 
-__all__ = ["interrupt_on_signals"]
-
 _STOPPING = (signal.SIGTERM, signal.SIGHUP)
 
 

@@ -9,8 +9,6 @@ from pathlib import Path
 from framework.errors import ConfigError
 from framework.pipeline import Pipeline
 
-__all__ = ["load_pipeline"]
-
 
 def load_pipeline(spec: str) -> Pipeline:
     """The `Pipeline` named by ``spec``: an attribute holding one, or a function making one.

@@ -8,11 +8,9 @@ from collections.abc import Iterator
 
 from framework.config import Settings
 from framework.kafka.cache import ProcessCache
-from framework.local import LocalStack
+from framework.local.stack import LocalStack
 from framework.logs import configure
 from framework.runners.keys import install_keys
-
-__all__ = ["COMMANDS", "add_parsers", "configure_logging", "settings_of", "stack_for"]
 
 
 def positive(text: str) -> int:

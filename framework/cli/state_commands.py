@@ -19,8 +19,6 @@ from framework.cli.spec import load_pipeline
 from framework.cli.stack import settings_of
 from framework.errors import ConfigError
 
-__all__ = ["COMMANDS", "add_parsers"]
-
 
 def _cmd_state(args: argparse.Namespace) -> int:
     from framework.runners.queryable_state import StateServer, open_state, parse_key

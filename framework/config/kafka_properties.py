@@ -28,8 +28,6 @@ from framework.errors import ConfigError
 if TYPE_CHECKING:
     from framework.config.settings import Settings
 
-__all__ = ["kafka_properties"]
-
 _REFERENCE = re.compile(r"^\$\{(env|file):(.+)\}$")
 _OWN = frozenset(
     {

@@ -18,8 +18,6 @@ from typing import Any, TypeVar
 
 from framework.errors import ConfigError
 
-__all__ = ["ENV_PREFIX", "load_dataclass"]
-
 ENV_PREFIX = "FLAMEPIPE_"
 T = TypeVar("T")
 

@@ -29,8 +29,6 @@ from framework.errors import ConfigError
 if TYPE_CHECKING:
     from framework.config.settings import Settings
 
-__all__ = ["DEFAULT_KEY_FILE", "new_key", "pipeline_keys"]
-
 DEFAULT_KEY_FILE = "pipeline.key"
 _KEY_BYTES = 32
 

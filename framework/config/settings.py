@@ -12,8 +12,6 @@ from typing import Any
 from framework.config.loader import ENV_PREFIX, load_dataclass
 from framework.errors import ConfigError
 
-__all__ = ["EXECUTIONS", "STATE_BACKENDS", "TASK_LAYOUTS", "Settings"]
-
 STATE_BACKENDS = ("memory", "file", "rocksdb")
 EXECUTIONS = ("micro-batch", "continuous")
 """How stages run (`Settings.execution`)."""

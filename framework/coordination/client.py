@@ -30,8 +30,6 @@ from framework.wire.auth import Keyring, current
 
 T = TypeVar("T")
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Connection", "close_client", "digest_identities", "zk_client"]
-
 DEFAULT_TIMEOUT_S = 10.0
 
 

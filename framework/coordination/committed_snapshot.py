@@ -24,8 +24,6 @@ from framework.coordination.paths import committed_path, snapshot_path, snapshot
 from framework.errors import CoordinationError, Fenced, ProtocolViolation
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["SnapshotRegistry", "read_latest"]
-
 
 def read_latest(zk: str, app: str) -> SnapshotRecord | None:
     """The committed snapshot of ``app`` (None before the first), through a ZooKeeper

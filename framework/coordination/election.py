@@ -37,8 +37,6 @@ from kazoo.recipe.lock import Lock
 from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection
 from framework.errors import CoordinationError, Fenced
 
-__all__ = ["LeaderElection", "Leadership"]
-
 T = TypeVar("T")
 
 _log = logging.getLogger(__name__)

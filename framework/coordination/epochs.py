@@ -21,8 +21,6 @@ from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection
 from framework.coordination.paths import epoch_path
 from framework.wire.znodes import EpochRecord, Offsets
 
-__all__ = ["Epochs", "read_epoch"]
-
 
 def read_epoch(zk: str, app: str) -> EpochRecord | None:
     """The current epoch of ``app`` (None before its first replay or recovery), through a

@@ -11,17 +11,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = [
-    "ROOT",
-    "app_root",
-    "check_name",
-    "committed_path",
-    "epoch_path",
-    "leader_path",
-    "snapshot_path",
-    "snapshots_path",
-]
-
 ROOT = "/flamepipe"
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 

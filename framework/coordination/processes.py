@@ -15,8 +15,6 @@ import os
 import socket
 from pathlib import Path
 
-__all__ = ["dead_on_this_host", "process_age_s", "process_identity"]
-
 _PROC = Path("/proc")
 
 

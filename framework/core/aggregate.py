@@ -8,8 +8,6 @@ from framework.core.rolling import RollingAggregator
 from framework.core.sessions import SessionAggregator
 from framework.core.windows import Aggregation, Session, WindowAggregator
 
-__all__ = ["aggregator"]
-
 
 def aggregator(op_id: int, aggregation: Aggregation, delta_ms: int) -> WindowAggregator:
     """Rolling (`framework.core.rolling`), event-time (`framework.core.eventtime`),

@@ -24,8 +24,6 @@ from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation
 
-__all__ = ["Barrier", "Bundle", "check_replay"]
-
 # Per item meta: flat [record_0, count_0, record_1, count_1, ...] where record_i is the item
 # (never the tombstone) with that payload, released as is. Flat and untyped because it is
 # allocated once per buffered item: a list of two is the cheapest container.

@@ -41,15 +41,6 @@ from framework.errors import UserFunctionError
 
 # `Any` here is a user's column value (numbers, strings, or anything Arrow cannot hold).
 
-__all__ = [
-    "FilterBatchesOp",
-    "FlatMapBatchesOp",
-    "KeyByBatchesOp",
-    "MapBatchesOp",
-    "as_array",
-    "lists_of",
-]
-
 
 def as_array(values: Any) -> pa.Array:
     """``values`` (what a batch function takes or returns) as one Arrow array.

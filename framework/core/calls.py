@@ -37,8 +37,6 @@ from framework.retries import Retry
 
 # `Any` here is what a user's async function takes and returns.
 
-__all__ = ["AsyncCall", "MapAsyncOp"]
-
 
 @dataclass(frozen=True, slots=True)
 class AsyncCall:

@@ -46,8 +46,6 @@ from framework.core.ops import FilterOp, FlatMapOp, KeyByOp, MapOp, Operation, k
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, UserFunctionError
 
-__all__ = ["COLUMN_OPS", "Columns", "apply"]
-
 Ints = npt.NDArray[np.int64]
 _new = tuple.__new__
 _HASHES = 1 << 16

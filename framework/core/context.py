@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["LOG_APPEND_TIME", "Message"]
-
 LOG_APPEND_TIME = "LogAppendTime"
 """The timestamp type of every source record: global time is computed from it."""
 

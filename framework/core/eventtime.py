@@ -47,8 +47,6 @@ from framework.core.ops import Keyed
 from framework.core.windows import Aggregation, WindowAggregator, WindowResult, slots_of
 from framework.errors import UserFunctionError
 
-__all__ = ["EventTimeAggregator", "LateItem"]
-
 
 class LateItem(UserFunctionError):  # noqa: N818 - a state of a record, like DecodeError
     """An item whose windows were all final before it was ingested (a dead letter)."""

@@ -25,16 +25,6 @@ from framework.core.time import DEFAULT_DELTA_MS
 from framework.core.windows import Aggregation
 from framework.errors import PipelineError
 
-__all__ = [
-    "Graph",
-    "Kind",
-    "Node",
-    "Port",
-    "Segments",
-    "Sink",
-    "Source",
-]
-
 
 class Source(ABC):
     """Descriptor of where a pipeline's records come from (a topic, a list, ...)."""

@@ -23,8 +23,6 @@ from framework.core.ops import Keyed
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, UserFunctionError
 
-__all__ = ["Bucket", "Grouping", "keyed_of", "meta_from_plain", "slot_floor"]
-
 
 @functools.lru_cache(maxsize=4096)
 def slot_floor(slot: int) -> Meta:

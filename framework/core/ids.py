@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["heartbeat_node_id", "is_heartbeat_node", "service_node_id", "stable_id"]
-
 
 def stable_id(text: str | bytes, bits: int = 63) -> int:
     """A ``bits``-bit number of ``text`` (at most 64), the same everywhere and always."""

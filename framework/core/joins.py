@@ -28,17 +28,6 @@ from framework.errors import PipelineError
 # `Any` here is a user's payload or side value: the user's functions give them their
 # types; the framework only pairs and passes them.
 
-__all__ = [
-    "Joined",
-    "Side",
-    "SideKey",
-    "TableLookup",
-    "Tag",
-    "WindowPairs",
-    "check_how",
-    "deletes",
-]
-
 LEFT, RIGHT = 0, 1
 How = Literal["inner", "left"]
 

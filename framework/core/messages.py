@@ -13,15 +13,6 @@ from dataclasses import dataclass
 
 from framework.core.time import GlobalTime
 
-__all__ = [
-    "Ack",
-    "AckerInput",
-    "BundleHeader",
-    "Heartbeat",
-    "MinTimeNotification",
-    "NodeTime",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class Ack:

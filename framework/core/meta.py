@@ -13,8 +13,6 @@ from typing import NamedTuple
 
 from framework.core.time import GlobalTime
 
-__all__ = ["Meta", "Record"]
-
 
 class Meta(NamedTuple):
     """Meta of one record; tuple order is the FlameStream order."""

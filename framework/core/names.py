@@ -28,8 +28,6 @@ import re
 
 from framework.errors import PipelineError
 
-__all__ = ["MAX_ID", "OperatorIds", "slug"]
-
 MAX_ID = 64
 """Longest id: it lands in topic names (249 characters at most) with the app's name."""
 

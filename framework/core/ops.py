@@ -35,22 +35,6 @@ from framework.errors import DecodeError, UserFunctionError
 _new = tuple.__new__
 _HASHES = 1 << 16  # keys whose hash a key_by remembers
 
-__all__ = [
-    "BroadcastOp",
-    "FilterOp",
-    "FlatMapOp",
-    "KeyByOp",
-    "Keyed",
-    "MapOp",
-    "MergeOp",
-    "Operation",
-    "key_bytes",
-    "key_from_bytes",
-    "key_hash",
-    "op_id_of",
-    "read_key",
-]
-
 
 def op_id_of(pipeline: str, node_id: str) -> int:
     """The 64-bit id of physical operation ``node_id`` of ``pipeline``, equal across runs."""

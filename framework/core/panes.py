@@ -51,8 +51,6 @@ from framework.errors import PipelineError, UserFunctionError
 
 # `Any` here is a user's value or accumulator, typed by the user's functions.
 
-__all__ = ["PaneAggregator", "reduces_per_pane"]
-
 _new = tuple.__new__
 
 

@@ -24,8 +24,6 @@ from framework.core.ops import (
 )
 from framework.errors import PipelineError
 
-__all__ = ["stateless_operation"]
-
 
 def stateless_operation(pipeline: str, node: Node) -> Operation:
     """The physical operation of a stateless ``node`` of pipeline ``pipeline``."""

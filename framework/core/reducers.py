@@ -57,8 +57,6 @@ from framework.errors import PipelineError
 # `Any` here is a user's value or accumulator: whatever the user's stream carries and
 # its reducer adds or compares; the framework never looks inside.
 
-__all__ = ["Max", "Mean", "Min", "Reducer", "Subtotal", "Sum", "Tally", "combine_runs"]
-
 Ints = npt.NDArray[np.int64]
 Field = int | str | None
 _I64 = 1 << 63

@@ -34,8 +34,6 @@ from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggreg
 
 # `Any` here is a user's payload or accumulator, typed by the user's functions.
 
-__all__ = ["First", "RollingAggregator"]
-
 
 class First:
     """The `Step` of ``dedup``: a key's first payload passes, the others do not."""

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from framework.core.meta import Meta, Record
 from framework.core.windows import Aggregation, Session, WindowAggregator, WindowResult, slots_of
 
-__all__ = ["SessionAggregator"]
-
 
 class SessionAggregator(WindowAggregator):
     """The physical ``aggregate(Session(gap_ms))``: see the module docstring."""

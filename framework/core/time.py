@@ -25,15 +25,6 @@ from typing import NamedTuple
 
 from framework.core.ids import stable_id
 
-__all__ = [
-    "DEFAULT_DELTA_MS",
-    "FRONT_MAX",
-    "OFFSET_MAX",
-    "GlobalTime",
-    "front_id",
-    "slot_of",
-]
-
 DEFAULT_DELTA_MS = 10
 FRONT_MAX = (1 << 63) - 1
 OFFSET_MAX = (1 << 63) - 1

@@ -39,21 +39,6 @@ from framework.errors import PipelineError, UserFunctionError
 # `Any` here is a user's payload or accumulator: the user's functions give them their
 # types; the framework only stores and passes them.
 
-__all__ = [
-    "NO_VALUE",
-    "Aggregation",
-    "Count",
-    "KeyValue",
-    "Session",
-    "Sliding",
-    "Step",
-    "Tumbling",
-    "WindowAggregator",
-    "WindowResult",
-    "WindowSpec",
-    "slots_of",
-]
-
 
 def slots_of(ms: int, delta_ms: int, what: str) -> int:
     """``ms`` in slots of ``delta_ms``; `PipelineError` naming ``what`` unless a positive

@@ -1,3 +1,4 @@
-"""Runnable demo jobs for the embedded stack (``flamepipe demo``)."""
+"""Runnable demo jobs for the embedded stack (``flamepipe demo``).
 
-__all__: list[str] = []
+Internal: not part of flamepipe's API (docs/architecture.md, "The API").
+"""

@@ -35,8 +35,6 @@ from framework.core.joins import Joined
 from framework.core.windows import WindowResult
 from framework.pipeline import Pipeline, Sliding, Stream, Tumbling
 
-__all__ = ["QUERIES", "events", "q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"]
-
 WINDOW_MS = 10_000
 HOT_SIZE_MS, HOT_STEP_MS = 10_000, 2_000
 _STATES = ("OR", "ID", "CA", "WA", "NY", "TX", "AZ", "NV")

@@ -11,8 +11,6 @@ from typing import Any
 
 from framework.demos.nexmark import HOT_SIZE_MS, HOT_STEP_MS, WINDOW_MS
 
-__all__ = ["answer"]
-
 Stamped = list[tuple[int, dict[str, Any]]]
 
 

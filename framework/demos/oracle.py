@@ -10,8 +10,6 @@ from framework.core.time import GlobalTime
 from framework.kafka.clients import read_to_end
 from framework.wire.lifts import Lift, LiftIndex
 
-__all__ = ["pair_key", "window_counts_oracle", "word_pairs_oracle"]
-
 
 def pair_key(item: object) -> str:
     """A hashable, canonical form of one `word_pairs` output item."""

@@ -15,16 +15,6 @@ from framework.core.graph import Sink, Source
 from framework.core.joins import Joined
 from framework.pipeline import Pipeline, Tumbling
 
-__all__ = [
-    "is_order",
-    "is_price",
-    "item_of",
-    "order_lines",
-    "paired_in_windows",
-    "priced",
-    "priced_orders",
-]
-
 
 def order_lines(count: int, items: int = 20, price_share: float = 0.2, seed: int = 3) -> list[str]:
     """``count`` lines, about ``price_share`` of them prices, the rest numbered orders."""

@@ -14,16 +14,6 @@ from framework.core.graph import Sink, Source
 from framework.core.windows import WindowResult
 from framework.pipeline import Pipeline, Tumbling
 
-__all__ = [
-    "event_ms",
-    "parse",
-    "reading_lines",
-    "sensor_of",
-    "total",
-    "window_row",
-    "windowed_readings",
-]
-
 
 def reading_lines(
     count: int, now_ms: int, *, late_ms: int = 0, sensors: int = 4, seed: int = 1

@@ -5,8 +5,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-__all__ = ["generate_lines", "word_counts"]
-
 _SYLLABLES = ("ka", "fla", "me", "pi", "pe", "stre", "am", "bar", "ri", "er", "to", "nu")
 
 

@@ -13,25 +13,6 @@ from framework.core.reducers import Sum
 from framework.core.windows import KeyValue, WindowResult
 from framework.pipeline import Pipeline, Tumbling
 
-__all__ = [
-    "COUNT_WINDOW",
-    "count_row",
-    "deployed",
-    "first_letter",
-    "letter_window",
-    "pair",
-    "plus_one",
-    "rolling_counts",
-    "running_count",
-    "strict_split",
-    "tagged_words",
-    "two_groupings",
-    "windowed_counts",
-    "windowed_counts_on_columns",
-    "word_pairs",
-    "wordcount",
-]
-
 COUNT_WINDOW = 1 << 30
 """A grouping window larger than any word's count: the window is the word's whole history."""
 

@@ -38,15 +38,13 @@ from framework.errors import PipelineError
 from framework.kafka.clients import new_producer
 from framework.kafka.security import install, installed
 from framework.runners.observe.console import LiveConsole
-from framework.runners.spark import SparkRunner
+from framework.runners.spark.runner import SparkRunner
 from framework.wire.serde import Json
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from framework.runners.spark.runner import PipelineRun
-
-__all__ = ["DemoResult", "run_demo"]
 
 _log = logging.getLogger(__name__)
 

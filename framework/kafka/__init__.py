@@ -6,6 +6,6 @@ their specs), `changelog` (catch-up reads of a stateful task's changelog), `mint
 live view of min times), `tail` (the last bundle of an output topic), `endpoints`
 (`KafkaSource`, `KafkaSink`), `retry` (which errors pass by themselves), `cache` (clients
 kept per process). Failures surface as `KafkaClientError` or `DeadlineExceeded`.
-"""
 
-__all__: list[str] = []
+Internal: not part of flamepipe's API (docs/architecture.md, "The API").
+"""

@@ -32,8 +32,6 @@ from framework.errors import KafkaClientError
 from framework.kafka.admin import admin_client
 from framework.wire.bundles import bundles_topic
 
-__all__ = ["acl_commands", "grant", "pipeline_acls"]
-
 _TOPIC, _GROUP, _TXN, _CLUSTER = (
     ResourceType.TOPIC,
     ResourceType.GROUP,

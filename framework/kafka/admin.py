@@ -39,26 +39,6 @@ from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
 from framework.net import unreachable
 
-__all__ = [
-    "LOG_APPEND_TIME",
-    "TopicSpec",
-    "admin_client",
-    "check_reachable",
-    "close_cached",
-    "compacted_spec",
-    "delete_records",
-    "delete_topics",
-    "end_offsets",
-    "ensure_topics",
-    "input_topic_spec",
-    "list_topics",
-    "offsets_at",
-    "partition_count",
-    "partitions_if_exists",
-    "require_log_append_time",
-    "timestamp_type",
-]
-
 LOG_APPEND_TIME = "LogAppendTime"
 _TIMESTAMP_TYPE = "message.timestamp.type"
 T = TypeVar("T")

@@ -15,8 +15,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, Generic, TypeVar
 
-__all__ = ["ProcessCache"]
-
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 

@@ -36,8 +36,6 @@ from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
 from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
 
-__all__ = ["ChangelogReader", "outlived_deletions"]
-
 _SETTLE_S = 5.0
 
 

@@ -29,32 +29,6 @@ from framework.kafka.security import secured
 from framework.wire.auth import MAC_HEADER, authentic, current, signed
 from framework.wire.records import OutRecord
 
-__all__ = [
-    "QUICK_END",
-    "OnDelivery",
-    "OutRecordLike",
-    "SignedItem",
-    "assign",
-    "assign_topics",
-    "authentic_message",
-    "close_quietly",
-    "is_eof",
-    "is_record",
-    "kafka_call",
-    "kafka_retry",
-    "new_consumer",
-    "new_producer",
-    "produce_record",
-    "produce_records",
-    "produce_signed",
-    "read_back",
-    "read_to_end",
-    "signed_positions",
-    "take",
-    "verified_metadata",
-    "where",
-]
-
 T = TypeVar("T")
 # How long the broker holds a fetch with no new records. It adds no latency: the broker
 # answers a waiting fetch as soon as records (or, read_committed, commit markers) land. But

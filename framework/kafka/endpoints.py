@@ -27,8 +27,6 @@ from framework.wire.bundles import bundles_topic, signed_item, signed_items
 from framework.wire.records import InRecord
 from framework.wire.serde import Json, Serde, TopicSerde, Utf8, bind_serde
 
-__all__ = ["KafkaSink", "KafkaSource", "kafka_sources", "sink_nodes"]
-
 # Serdes are immutable, so one default instance can serve every descriptor.
 _UTF8 = Utf8()
 _JSON = Json()

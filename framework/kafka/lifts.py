@@ -13,8 +13,6 @@ from framework.kafka.clients import authentic_message, read_to_end
 from framework.wire.lifts import Lift
 from framework.wire.topics import Topics
 
-__all__ = ["read_lifts"]
-
 _log = logging.getLogger(__name__)
 
 

@@ -48,8 +48,6 @@ from framework.service import Service
 from framework.wire.avro import decode_min_time
 from framework.wire.topics import Topics
 
-__all__ = ["MinTimeCallback", "MinTimeView", "report_keys", "suffix_start"]
-
 MinTimeCallback = Callable[[MinTimeNotification], None]
 
 _WINDOW = 4096

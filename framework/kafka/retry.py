@@ -16,8 +16,6 @@ from framework.deadline import DEFAULT_TIMEOUT_S
 from framework.errors import KafkaClientError
 from framework.retries import Retry
 
-__all__ = ["TRANSIENT", "is_transient", "retry"]
-
 T = TypeVar("T")
 
 TRANSIENT = frozenset(

@@ -20,8 +20,6 @@ from typing import Any
 
 from framework.logs import CLIENT_LOGGER
 
-__all__ = ["install", "installed", "redacted", "secured", "spark_options"]
-
 _properties: dict[str, str] = {}
 _SECRET_WORDS = ("password", "secret", "key", "jaas", "token")
 _CLIENT_LOG = logging.getLogger(CLIENT_LOGGER)

@@ -63,8 +63,6 @@ from framework.kafka.clients import (
 )
 from framework.wire.records import OutRecord
 
-__all__ = ["Position", "position_record", "read_positions"]
-
 _log = logging.getLogger(__name__)
 
 Position = tuple[int, str]

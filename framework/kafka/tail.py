@@ -27,8 +27,6 @@ from framework.kafka.clients import (
 )
 from framework.wire.bundles import bundles_topic, read_bundle_header
 
-__all__ = ["last_bundle_header"]
-
 
 class _Headers:
     """`read_back`'s ``enough``: whether the records hold a bundle header, keeping them."""

@@ -17,22 +17,6 @@ from collections.abc import Mapping
 from framework.kafka.admin import TopicSpec, compacted_spec
 from framework.wire.topics import Topics
 
-__all__ = [
-    "CHANGELOG_CONFIG",
-    "CHANGELOG_DELETE_RETENTION_MS",
-    "CHANGELOG_LAG_MS",
-    "SEGMENTS",
-    "acker_state_spec",
-    "acks_topic_spec",
-    "changelog_topic_spec",
-    "dlq_topic_spec",
-    "lifts_topic_spec",
-    "mintime_topic_spec",
-    "positions_topic_spec",
-    "pre_topic_spec",
-    "shuffle_topic_spec",
-]
-
 SEGMENTS: Mapping[str, str] = {"segment.bytes": str(64 << 20), "segment.ms": str(10 * 60_000)}
 """Segment size and age of every internal topic (see the module docstring)."""
 

@@ -58,14 +58,6 @@ from framework.kafka.retry import is_transient
 from framework.kafka.security import secured
 from framework.wire.records import OutRecord
 
-__all__ = [
-    "TaskCommitter",
-    "TransactionalProducer",
-    "close_cached",
-    "group_consumer",
-    "must_restart",
-]
-
 _log = logging.getLogger(__name__)
 
 # How long `TransactionalProducer.send_offsets` waits for librdkafka before it gives the

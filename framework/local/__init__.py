@@ -1,6 +1,4 @@
-"""Adapter: the embedded single-node stack (ZooKeeper + Kafka) started from Maven/PyPI jars."""
+"""Adapter: the embedded single-node stack (ZooKeeper + Kafka) started from Maven/PyPI jars.
 
-from framework.local.jars import jar_bundle
-from framework.local.stack import Endpoints, LocalStack, ServiceStatus
-
-__all__ = ["Endpoints", "LocalStack", "ServiceStatus", "jar_bundle"]
+Internal: not part of flamepipe's API (docs/architecture.md, "The API").
+"""

@@ -27,8 +27,6 @@ from framework.local.process import Daemon, log_tail, port_free, wait_for
 from framework.local.servers import local_jvm_flags
 from framework.local.tools import java_executable, maven_executable
 
-__all__ = ["APICURIO_VERSION", "SchemaRegistry", "registry_dist"]
-
 _log = logging.getLogger(__name__)
 
 APICURIO_VERSION = "2.6.13.Final"

@@ -39,8 +39,6 @@ from pathlib import Path
 from framework.errors import StackError
 from framework.local.tools import java_executable
 
-__all__ = ["archive_path", "dump_flags", "partial_path", "publish", "use_flags"]
-
 _log = logging.getLogger(__name__)
 
 # The archive's own messages (a signed jar's classes skipped, a mismatch) go to the JVM's

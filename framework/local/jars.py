@@ -22,8 +22,6 @@ from pathlib import Path
 from framework.errors import StackError
 from framework.local.tools import maven_executable, pyspark_jars_dir
 
-__all__ = ["BUNDLES", "NIO_LOCAL_FS", "flamepipe_jar", "jar_bundle"]
-
 _log = logging.getLogger(__name__)
 
 BUNDLES = {

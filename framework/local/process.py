@@ -20,13 +20,6 @@ from pathlib import Path
 from framework.deadline import Deadline
 from framework.errors import StackError
 
-__all__ = [
-    "Daemon",
-    "log_tail",
-    "port_free",
-    "wait_for",
-]
-
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
     """True if nothing listens on ``host:port`` and we could bind it."""

@@ -23,8 +23,6 @@ from framework.config import Settings
 from framework.errors import ConfigError, StackError
 from framework.local.stack import LocalStack
 
-__all__ = ["free_port", "provision"]
-
 MODES = ("embedded", "external", "testcontainers")
 _EXTERNAL = ("FLAMEPIPE_BOOTSTRAP_SERVERS", "FLAMEPIPE_ZOOKEEPER_CONNECT")
 

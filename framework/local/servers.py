@@ -15,19 +15,6 @@ from pathlib import Path
 
 from framework.errors import StackError
 
-__all__ = [
-    "KafkaSpec",
-    "SparkMasterSpec",
-    "SparkWorkerSpec",
-    "ZooKeeperSpec",
-    "kafka_ready",
-    "spark_classpath",
-    "spark_worker_registered",
-    "tcp_ready",
-    "zookeeper_classpath",
-    "zookeeper_ready",
-]
-
 _LOG4J2 = """\
 status = error
 appender.out.type = Console

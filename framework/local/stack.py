@@ -47,8 +47,6 @@ from framework.local.servers import (
 )
 from framework.local.tools import java_executable, pyspark_jars_dir
 
-__all__ = ["Endpoints", "LocalStack", "ServiceStatus", "build_server_archives", "dumping_stack"]
-
 _log = logging.getLogger(__name__)
 
 

@@ -8,8 +8,6 @@ from pathlib import Path
 
 from framework.errors import StackError
 
-__all__ = ["java_executable", "maven_executable", "pyspark_jars_dir"]
-
 
 def java_executable() -> str:
     """Path of ``java``: ``$JAVA_HOME/bin/java`` if set, else the one on PATH."""

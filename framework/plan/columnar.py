@@ -43,8 +43,6 @@ from framework.wire.records import InRecord
 if TYPE_CHECKING:
     from framework.plan.task import _ExitRoute, _TaskRun
 
-__all__ = ["emit_results", "flow_columns", "slot_xors"]
-
 log = logging.getLogger(__name__)
 
 _ITEM_ERRORS = (DecodeError, UserFunctionError, EncodeError)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 
 from framework.plan.stages import ExitKind, Stage
 
-__all__ = ["Fused", "fuse"]
-
 
 @dataclass(frozen=True, slots=True)
 class Fused:

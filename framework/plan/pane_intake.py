@@ -40,8 +40,6 @@ from framework.wire.records import InRecord
 if TYPE_CHECKING:
     from framework.plan.task import _TaskRun
 
-__all__ = ["take_frames"]
-
 _new = tuple.__new__  # builds the NamedTuples without a Python-level __new__ call
 
 

@@ -11,8 +11,6 @@ from framework.plan.stages import Stage
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.topics import Topics
 
-__all__ = ["SourceDecoder", "StageSpec", "TaskResult"]
-
 
 class SourceDecoder(Protocol):
     """Turns an input record into a payload (`DecodeError` if it can't).

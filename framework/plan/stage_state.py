@@ -31,16 +31,6 @@ from framework.wire.changelog import (
     read_record,
 )
 
-__all__ = [
-    "ChangelogImage",
-    "Replayable",
-    "StageState",
-    "apply_changelog",
-    "apply_record",
-    "changelog_records",
-    "hold_value",
-]
-
 
 class ChangelogImage:
     """An aggregate's changelog as data: every key's latest bucket (plain, as written),

@@ -18,8 +18,6 @@ from framework.core.graph import Graph, Kind, Port
 from framework.errors import PipelineError
 from framework.wire.topics import Topics
 
-__all__ = ["Exit", "ExitKind", "Stage", "plan_stages"]
-
 _SHUFFLES = frozenset({Kind.GROUP, Kind.AGGREGATE})
 
 

@@ -89,8 +89,6 @@ from framework.wire.frames import FRAME_HEADERS, FrameBuilder, read_items
 from framework.wire.records import InRecord, OutRecord
 from framework.wire.serde import Pickle
 
-__all__ = ["RECORD_ERRORS", "StageProgram"]
-
 _PICKLE = Pickle()
 RECORD_ERRORS = (UserFunctionError, EncodeError)
 """Errors of one record (a user function failed on it, its output cannot be encoded): its

@@ -17,7 +17,7 @@ from typing import Self
 from framework.acker.service import AckerService
 from framework.barrier.service import BarrierService
 from framework.config import Settings
-from framework.coordination import SnapshotRegistry
+from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.core.time import front_id
 from framework.errors import ConfigError, FlamepipeError, PipelineError
@@ -28,23 +28,8 @@ from framework.kafka.topics import pre_topic_spec
 from framework.runners.keys import install_keys
 from framework.runners.recovery import StallWatch
 from framework.service import Service
-from framework.snapshots.backends import open_backend
+from framework.snapshots.backends.factory import open_backend
 from framework.snapshots.coordinator import SnapshotCoordinator
-
-__all__ = [
-    "ServiceSet",
-    "acker_for",
-    "acker_services",
-    "barrier_count",
-    "barrier_for",
-    "barrier_services",
-    "check_instance",
-    "coordinator_for",
-    "current_epoch",
-    "embedded_services",
-    "source_fronts",
-    "view_for",
-]
 
 
 def source_fronts(bootstrap: str, graph: Graph) -> list[int]:
@@ -58,7 +43,7 @@ def source_fronts(bootstrap: str, graph: Graph) -> list[int]:
 
 def current_epoch(settings: Settings, app: str) -> int:
     """The epoch ``app`` runs in (ZooKeeper; 0 before its first replay or recovery)."""
-    from framework.coordination import read_epoch
+    from framework.coordination.epochs import read_epoch
 
     record = read_epoch(settings.zookeeper, app)
     return 0 if record is None else record.epoch

@@ -59,15 +59,6 @@ from framework.plan.stages import plan_stages
 from framework.service import Service
 from framework.wire.topics import Topics
 
-__all__ = [
-    "TopicJanitor",
-    "acker_needs",
-    "barrier_needs",
-    "epoch_topics",
-    "old_epoch_topics",
-    "remove_old_epochs",
-]
-
 _log = logging.getLogger(__name__)
 
 Needs = Mapping[tuple[str, int], int]

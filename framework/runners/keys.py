@@ -11,8 +11,6 @@ from framework.config.secrets import pipeline_keys
 from framework.kafka import security
 from framework.wire.auth import Keyring, install
 
-__all__ = ["install_keys"]
-
 _log = logging.getLogger(__name__)
 
 

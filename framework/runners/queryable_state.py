@@ -43,8 +43,6 @@ from framework.runners.observe.server import bind_http, url_of
 from framework.runners.snapshots import CommittedSlot
 from framework.snapshots.queryable import StateReader, StateValue
 
-__all__ = ["StateServer", "open_state", "parse_key"]
-
 _log = logging.getLogger(__name__)
 
 

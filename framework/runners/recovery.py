@@ -23,14 +23,12 @@ from __future__ import annotations
 import time
 
 from framework.config import Settings
-from framework.coordination import read_latest
+from framework.coordination.committed_snapshot import read_latest
 from framework.core.graph import Graph
 from framework.kafka.mintime import MinTimeView
 from framework.runners.replay import resolve_start, start_replay
 from framework.service import Service
 from framework.wire.znodes import EpochRecord
-
-__all__ = ["StallWatch"]
 
 
 class StallWatch(Service):

@@ -32,8 +32,6 @@ from framework.kafka.endpoints import kafka_sources
 from framework.runners.keys import install_keys
 from framework.wire.znodes import EpochRecord
 
-__all__ = ["ReplayStart", "parse_offsets", "resolve_start", "start_replay"]
-
 Offsets = dict[str, dict[int, int]]
 
 
@@ -103,7 +101,7 @@ def start_replay(
     where that snapshot starts (`framework.runners.snapshots.restorer`).
     """
     install_keys(settings)
-    from framework.coordination import Epochs
+    from framework.coordination.epochs import Epochs
 
     bootstrap = settings.kafka_bootstrap
     start = ReplayStart(offsets)

@@ -35,14 +35,6 @@ from framework.runners.replay import resolve_start, start_replay
 from framework.wire.topics import Topics
 from framework.wire.znodes import EpochRecord
 
-__all__ = [
-    "check_parallelism",
-    "keyed_nodes",
-    "refuse_unkeyed",
-    "running_parallelism",
-    "start_rescale",
-]
-
 _FUTURE_MS = 3_600_000  # "the offsets an hour from now": every source partition's end
 
 
@@ -96,7 +88,7 @@ def check_parallelism(bootstrap: str, graph: Graph, epoch: int, parallelism: int
 
 def start_rescale(settings: Settings, graph: Graph, *, from_start: bool = False) -> EpochRecord:
     """Steps 1-4 for ``settings.parallelism``; returns the new epoch's record."""
-    from framework.coordination import read_epoch
+    from framework.coordination.epochs import read_epoch
     from framework.runners.snapshots import restorer
 
     bootstrap, parallelism = settings.kafka_bootstrap, settings.parallelism

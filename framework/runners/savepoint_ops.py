@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 
 from framework.config import Settings
-from framework.coordination import SnapshotRegistry
+from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.deadline import Deadline
 from framework.errors import ConfigError, SnapshotMissing
 from framework.runners.keys import install_keys
 from framework.runners.replay import Offsets, ReplayStart, resolve_start, start_replay
-from framework.snapshots.backends import open_backend
+from framework.snapshots.backends.factory import open_backend
 from framework.snapshots.restore import restore_epoch
 from framework.snapshots.savepoint_store import (
     Savepoint,
@@ -31,8 +31,6 @@ from framework.snapshots.savepoint_store import (
 )
 from framework.snapshots.upgrades import SavepointBackend, Upgrade, plan_upgrade
 from framework.wire.znodes import EpochRecord, SnapshotRecord
-
-__all__ = ["savepoint_root", "start_from_savepoint", "take_savepoint"]
 
 log = logging.getLogger(__name__)
 

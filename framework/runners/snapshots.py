@@ -9,13 +9,11 @@ import time
 from collections.abc import Callable
 
 from framework.config import Settings
-from framework.coordination import SnapshotRegistry
+from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.runners.replay import Offsets, ReplayStart
-from framework.snapshots.backends import open_backend
+from framework.snapshots.backends.factory import open_backend
 from framework.snapshots.restore import restore_epoch
-
-__all__ = ["CommittedSlot", "restorer"]
 
 
 class CommittedSlot:

@@ -44,15 +44,6 @@ from framework.errors import (
 )
 from framework.net import unreachable
 
-__all__ = [
-    "PASSING",
-    "PROGRESS_S",
-    "START_PAUSE_S",
-    "await_cluster",
-    "is_passing",
-    "start_retrying",
-]
-
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")

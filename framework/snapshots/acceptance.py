@@ -23,8 +23,6 @@ from framework.kafka.clients import close_quietly, kafka_retry, new_consumer
 from framework.wire.positions import BarrierMark
 from framework.wire.topics import Topics
 
-__all__ = ["BarrierMarks", "accepted_slot", "accepts", "barrier_group"]
-
 
 def barrier_group(app: str, sink_node: str) -> str:
     """The consumer group the barrier of ``sink_node`` commits its positions in."""

@@ -42,8 +42,6 @@ from framework.wire.lifts import Lift
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["KEEP", "SnapshotCoordinator", "SnapshotStats", "aligned", "combining_pane"]
-
 _log = logging.getLogger(__name__)
 
 KEEP = 2

@@ -57,8 +57,6 @@ from framework.kafka.clients import (
 from framework.plan.stage_state import ChangelogImage, Replayable, apply_changelog, apply_record
 from framework.wire.changelog import FLOOR_KEY, MIN_TIME, MIN_TIME_KEY, read_record
 
-__all__ = ["ChangelogCopies", "UnitCopy"]
-
 Part = tuple[str, int]
 Read = tuple[bytes | None, bytes | None, int]  # key, value, age in ms when read
 _MARKS = (MIN_TIME_KEY, FLOOR_KEY)  # an image's records that are no key's bucket

@@ -20,8 +20,6 @@ from framework.kafka.cache import ProcessCache
 from framework.kafka.clients import close_quietly, kafka_retry, new_consumer
 from framework.wire.lifts import Lift
 
-__all__ = ["replay_offsets"]
-
 
 def replay_offsets(
     bootstrap: str,

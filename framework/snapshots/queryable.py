@@ -48,8 +48,6 @@ from framework.kafka.mintime import MinTimeView
 from framework.snapshots.copies import ChangelogCopies
 from framework.wire.topics import Topics
 
-__all__ = ["StateReader", "StateValue", "queryable_nodes"]
-
 _POLL_S = 0.02
 
 

@@ -38,8 +38,6 @@ from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["Restored", "restore_epoch"]
-
 _TIMEOUT_S = 60.0  # a seed may be large: one transaction of every bucket of the snapshot
 _PRODUCER = {
     "linger.ms": 20,

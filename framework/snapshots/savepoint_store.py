@@ -39,17 +39,6 @@ from framework.snapshots.units import aggregate_shape, decode_unit, unit_label
 from framework.wire.auth import MAC_HEADER, current
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = [
-    "SAVEPOINT_FORMAT",
-    "SavedOperator",
-    "Savepoint",
-    "check_savable",
-    "delete_savepoint",
-    "list_savepoints",
-    "load_savepoint",
-    "save_savepoint",
-]
-
 SAVEPOINT_FORMAT = 1
 """Version of ``savepoint.json``; `load_savepoint` reads this version only."""
 

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from framework.errors import StateError
 from framework.snapshots.backends.base import StateBackend, check_key
 
-__all__ = ["Saved", "SnapshotWriter"]
-
 
 @dataclass(frozen=True, slots=True)
 class Saved:

@@ -36,21 +36,6 @@ from framework.wire.changelog import (
 )
 from framework.wire.serde import Pickle
 
-__all__ = [
-    "UNIT_FORMAT",
-    "aggregate_records",
-    "aggregate_shape",
-    "changelog_records",
-    "decode_unit",
-    "encode_aggregate_unit",
-    "encode_unit",
-    "keyed_records",
-    "parse_unit",
-    "resign_unit",
-    "unit_label",
-    "unit_name",
-]
-
 UNIT_FORMAT = 1
 """Version of the saved unit bytes; `decode_unit` reads this version only."""
 

@@ -28,8 +28,6 @@ from framework.snapshots.units import (
 )
 from framework.wire.znodes import SnapshotRecord
 
-__all__ = ["SavepointBackend", "Upgrade", "plan_upgrade"]
-
 _KEYED = (Kind.GROUP, Kind.AGGREGATE)
 
 

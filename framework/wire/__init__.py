@@ -21,4 +21,6 @@ module             format                              where it travels
 Every decoder raises `DecodeError` (never whatever the bytes triggered); every encoder
 `EncodeError`. Formats only grow: a field is added with a default, never renamed or
 retyped (`avro.decode_with` reads old bytes with a newer schema).
+
+Internal: not part of flamepipe's API (docs/architecture.md, "The API").
 """

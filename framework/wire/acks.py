@@ -15,8 +15,6 @@ from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack, Heartbeat
 from framework.wire.avro import encode_ack_batch
 
-__all__ = ["shard_batches"]
-
 
 def shard_batches(
     node: int,

@@ -36,17 +36,6 @@ from typing import Any
 
 from framework.errors import ConfigError
 
-__all__ = [
-    "MAC_HEADER",
-    "Keyring",
-    "authentic",
-    "current",
-    "install",
-    "installed",
-    "refused",
-    "signed",
-]
-
 MAC_HEADER = "fp.mac"
 """Header of every record flamepipe writes: ``<key id>.<tag>`` (ASCII id, raw tag)."""
 

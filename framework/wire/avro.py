@@ -43,21 +43,6 @@ from framework.core.time import GlobalTime
 from framework.errors import ConfigError, DecodeError, EncodeError
 from framework.wire import meta as meta_writer
 
-__all__ = [
-    "SCHEMA_NAMES",
-    "decode_ack_batch",
-    "decode_bundle_header",
-    "decode_meta",
-    "decode_min_time",
-    "decode_with",
-    "encode_ack_batch",
-    "encode_bundle_header",
-    "encode_meta",
-    "encode_metas",
-    "encode_min_time",
-    "schema",
-]
-
 # Dependency order: a schema only names types parsed before it.
 SCHEMA_NAMES = (
     "global_time",

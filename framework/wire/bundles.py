@@ -54,26 +54,6 @@ from framework.wire.avro import (
 )
 from framework.wire.records import OutRecord
 
-__all__ = [
-    "BUNDLES_SUFFIX",
-    "META_HEADER",
-    "BundleVerifier",
-    "Headers",
-    "barrier_instance",
-    "bundle_records",
-    "bundles_topic",
-    "header_records",
-    "header_value",
-    "item_record",
-    "item_records",
-    "output_partition",
-    "owned_partitions",
-    "read_bundle_header",
-    "read_meta",
-    "signed_item",
-    "signed_items",
-]
-
 META_HEADER = "fp.meta"
 """Header of an output item: its Avro ``Meta``."""
 BUNDLES_SUFFIX = ".bundles"

@@ -34,24 +34,6 @@ from framework.core.ops import key_bytes, read_key
 from framework.errors import DecodeError
 from framework.wire.serde import Pickle
 
-__all__ = [
-    "BUCKET",
-    "FLOOR",
-    "FLOOR_KEY",
-    "ITEM",
-    "ITEM_PREFIX",
-    "MIN_TIME",
-    "MIN_TIME_KEY",
-    "PlainMeta",
-    "bucket_record",
-    "floor_record",
-    "item_key",
-    "item_record",
-    "min_time_record",
-    "read_item_key",
-    "read_record",
-]
-
 _PICKLE = Pickle()
 
 MIN_TIME_KEY = b"\xfffp.min_time"

@@ -13,8 +13,6 @@ import pickle
 from framework.core.acker.sharded import ShardState
 from framework.errors import DecodeError
 
-__all__ = ["Checkpoint", "decode_checkpoint", "encode_checkpoint"]
-
 _FORMAT = 1
 
 Checkpoint = tuple[int, ShardState]

@@ -12,15 +12,6 @@ from typing import Protocol
 
 from framework.errors import DecodeError
 
-__all__ = [
-    "DLQ_HEADERS",
-    "DeadLetter",
-    "HeaderValue",
-    "MessageLike",
-    "dead_letter",
-    "read_dead_letter",
-]
-
 _REASON, _STAGE, _TOPIC = "fp.dlq.reason", "fp.dlq.stage", "fp.dlq.topic"
 _PARTITION, _OFFSET, _TRACEBACK = "fp.dlq.partition", "fp.dlq.offset", "fp.dlq.traceback"
 DLQ_HEADERS = (_REASON, _STAGE, _TOPIC, _PARTITION, _OFFSET, _TRACEBACK)

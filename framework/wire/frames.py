@@ -36,20 +36,6 @@ from framework.core.ops import Keyed
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation
 
-__all__ = [
-    "FRAME_BYTES",
-    "FRAME_HEADER",
-    "FRAME_HEADERS",
-    "FRAME_ITEMS",
-    "FRAME_VERSION",
-    "FrameBuilder",
-    "FrameItem",
-    "decode_frame",
-    "frame_rows",
-    "read_items",
-    "tick_frame",
-]
-
 FRAME_HEADER = "fp.frame"
 """Header of a frame: its format version in ASCII."""
 FRAME_VERSION = 1

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from framework.core.time import slot_of
 from framework.errors import DecodeError
 
-__all__ = ["Lift", "LiftIndex"]
-
 
 @dataclass(frozen=True, slots=True)
 class Lift:

@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from framework.core.meta import Meta
 from framework.errors import EncodeError
 
-__all__ = ["encode_meta", "encode_metas"]
-
 _I64_MIN = -(1 << 63)
 _I64_END = 1 << 63
 _U64 = 1 << 64

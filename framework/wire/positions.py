@@ -24,15 +24,6 @@ from dataclasses import dataclass
 from framework.core.time import GlobalTime
 from framework.errors import DecodeError, ProtocolViolation
 
-__all__ = [
-    "BarrierMark",
-    "BundleMark",
-    "PartitionLedger",
-    "TaskCounts",
-    "format_gt",
-    "parse_gt",
-]
-
 _VERSION = "fp1"
 _BARRIER_VERSION = "fp2"  # fp1 barrier marks also held P_ack and a node time (receipt acks)
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["InRecord", "OutRecord"]
-
 
 class InRecord(NamedTuple):
     """A Kafka record as a stage task reads it."""

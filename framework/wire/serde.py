@@ -26,8 +26,6 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from framework.errors import DecodeError, EncodeError, PipelineError
 
-__all__ = ["AvroSerde", "Bytes", "Json", "Pickle", "Serde", "TopicSerde", "Utf8", "bind_serde"]
-
 
 @runtime_checkable
 class Serde(Protocol):

@@ -15,8 +15,6 @@ from typing import Any
 
 from framework.errors import DecodeError
 
-__all__ = ["RECORD_VERSION", "EpochRecord", "Offsets", "SnapshotRecord"]
-
 RECORD_VERSION = 1
 
 Offsets = Mapping[str, Mapping[int, int]]

@@ -23,8 +23,9 @@ from framework.demos.readings import windowed_readings
 from framework.demos.wordcount import windowed_counts, wordcount
 from framework.errors import FlamepipeError
 from framework.pipeline import Pipeline
-from framework.runners.spark import SparkRunner, spark_session
 from framework.runners.spark.continuous import tasks_needed
+from framework.runners.spark.runner import SparkRunner
+from framework.runners.spark.session import spark_session
 from framework.runners.startup import is_passing
 
 WINDOW_MS = 200

@@ -12,14 +12,14 @@ from typing import Any
 from confluent_kafka import Producer
 
 from framework.config import Settings
-from framework.coordination import SnapshotRegistry
+from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.text import word_counts
 from framework.kafka.clients import produce_record, read_to_end
 from framework.pipeline import Pipeline
-from framework.runners.spark import PipelineRun, SparkRunner
+from framework.runners.spark.runner import PipelineRun, SparkRunner
 from framework.wire.avro import encode_ack_batch
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from framework.barrier import BarrierService
+from framework.barrier.service import BarrierService
 from framework.core.graph import Kind
 from framework.errors import PipelineError
 from framework.kafka.endpoints import KafkaSink, KafkaSource

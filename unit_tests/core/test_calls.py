@@ -16,8 +16,8 @@ from framework.core.graph import Kind
 from framework.core.meta import Meta, Record
 from framework.core.time import GlobalTime
 from framework.errors import PipelineError, UserFunctionError
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.frames import read_items

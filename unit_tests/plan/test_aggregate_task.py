@@ -14,9 +14,9 @@ from framework import Count, Pipeline, Sliding, Tumbling
 from framework.core.graph import Graph, Kind
 from framework.core.windows import WindowAggregator, WindowResult
 from framework.errors import PipelineError, UserFunctionError
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
 from framework.plan.stage_state import apply_changelog
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.snapshots.units import aggregate_records
 from framework.testing import ListSink, ListSource

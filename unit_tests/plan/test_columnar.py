@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from connectors import KafkaSink, KafkaSource
 from framework import Max, Mean, Min, Pipeline, Sum, Tally, Tumbling
 from framework.core.graph import Graph, Kind
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec, TaskResult
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
 from framework.wire.records import InRecord

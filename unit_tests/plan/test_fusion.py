@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from connectors import KafkaSink, KafkaSource
 from framework import Pipeline, Tumbling
-from framework.plan import plan_stages
 from framework.plan.fusion import fuse
+from framework.plan.stages import plan_stages
 
 
 def _stages(pipeline: Pipeline) -> tuple:  # type: ignore[type-arg]

@@ -20,9 +20,9 @@ from framework.core.meta import Meta
 from framework.core.ops import Keyed, key_bytes
 from framework.core.time import GlobalTime
 from framework.errors import ProtocolViolation, UserFunctionError
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
 from framework.plan.stage_state import apply_changelog
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.testing import ListSink, ListSource
 from framework.wire import auth

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import framework.coordination
+import framework.coordination.epochs
 import framework.runners.snapshots
 from framework import Pipeline
 from framework.config import Settings
@@ -34,7 +34,7 @@ class _Cluster:
         self.replays: list[dict[str, Any]] = []
         self.epoch = epoch
         monkeypatch.setattr(rescale, "partitions_if_exists", lambda _b, t: self.partitions.get(t))
-        monkeypatch.setattr(framework.coordination, "read_epoch", self._read_epoch)
+        monkeypatch.setattr(framework.coordination.epochs, "read_epoch", self._read_epoch)
         monkeypatch.setattr(rescale, "resolve_start", lambda _b, _g, at_ms=None: {"at": at_ms})
         monkeypatch.setattr(rescale, "start_replay", self._start_replay)
         monkeypatch.setattr(

@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from framework.snapshots.backends import FileBackend, RocksBackend, StateBackend
+from framework.snapshots.backends.base import StateBackend
+from framework.snapshots.backends.files import FileBackend
+from framework.snapshots.backends.rocks import RocksBackend
 
 __all__ = ["SIZE", "is_whole", "open_kind", "value"]
 

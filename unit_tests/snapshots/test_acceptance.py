@@ -9,7 +9,7 @@ from connectors import KafkaSink
 from framework.barrier.service import BarrierService
 from framework.core.barrier import Barrier
 from framework.core.time import GlobalTime
-from framework.snapshots import accepted_slot, accepts, barrier_group
+from framework.snapshots.acceptance import accepted_slot, accepts, barrier_group
 from framework.wire.positions import BarrierMark
 
 

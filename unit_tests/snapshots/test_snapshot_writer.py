@@ -10,7 +10,8 @@ from concurrent.futures import Future
 import pytest
 
 from framework.errors import StateError
-from framework.snapshots.backends import MemoryBackend, Saved, SnapshotWriter
+from framework.snapshots.backends.memory import MemoryBackend
+from framework.snapshots.snapshot_writer import Saved, SnapshotWriter
 
 
 def _const(data: bytes) -> Callable[[], bytes]:

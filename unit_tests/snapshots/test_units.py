@@ -19,7 +19,7 @@ from framework.core.time import GlobalTime
 from framework.errors import DecodeError, Unauthenticated
 from framework.plan.stage_state import apply_changelog
 from framework.plan.stage_state import changelog_records as task_records
-from framework.snapshots import (
+from framework.snapshots.units import (
     changelog_records,
     decode_unit,
     encode_unit,

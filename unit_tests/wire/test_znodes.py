@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from framework.coordination import EpochRecord, SnapshotRecord, app_root, leader_path
-from framework.coordination.paths import snapshot_path
+from framework.coordination.paths import app_root, leader_path, snapshot_path
 from framework.errors import DecodeError
+from framework.wire.znodes import EpochRecord, SnapshotRecord
 
 
 def _snapshot() -> SnapshotRecord:

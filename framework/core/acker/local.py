@@ -20,8 +20,6 @@ from typing import Protocol
 from framework.core.acker.tracker import topological_order
 from framework.core.messages import Ack, Heartbeat
 
-__all__ = ["AckSink", "LocalAcker"]
-
 
 class AckSink(Protocol):
     """Anything that takes acks in batches and heartbeats (`Acker`, a shard router)."""

@@ -48,15 +48,6 @@ from framework.core.ids import is_heartbeat_node
 from framework.core.messages import Ack, AckerInput, Heartbeat, MinTimeNotification, NodeTime
 from framework.errors import ProtocolViolation
 
-__all__ = [
-    "AckerShard",
-    "MinTimeListener",
-    "ShardRouter",
-    "ShardState",
-    "ShardedAcker",
-    "shard_of",
-]
-
 Vector = dict[int, int]
 
 

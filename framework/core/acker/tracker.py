@@ -25,8 +25,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from framework.core.messages import MinTimeNotification
 from framework.errors import PipelineError, ProtocolViolation
 
-__all__ = ["Acker", "MinTimeCallback", "topological_order"]
-
 MinTimeCallback = Callable[[MinTimeNotification], None]
 
 

@@ -22,8 +22,6 @@ from framework.core.ops import Keyed, Operation
 from framework.core.time import GlobalTime
 from framework.errors import EncodeError, UserFunctionError
 
-__all__ = ["Chain", "chain_from", "run_chain"]
-
 
 @dataclass(frozen=True, slots=True)
 class Chain:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Delivery", "InOrder", "Late", "Shuffled"]
-
 
 @dataclass(frozen=True, slots=True)
 class InOrder:

@@ -11,8 +11,6 @@ from framework.core.graph import Sink, Source
 from framework.core.meta import Record
 from framework.errors import PipelineError
 
-__all__ = ["ListSink", "ListSource", "SourceRecord"]
-
 
 class SourceRecord(NamedTuple):
     """One input record as Kafka would store it: partition, offset, timestamp, payload."""

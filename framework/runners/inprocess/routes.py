@@ -16,8 +16,6 @@ from framework.errors import PipelineError
 from framework.runners.inprocess.columns import Chain, chain_from
 from framework.runners.inprocess.endpoints import ListSink, ListSource
 
-__all__ = ["Front", "Plan"]
-
 _NO_END = 1 << 40
 """A last heartbeat past any window: slots of ~350 years of 10 ms."""
 

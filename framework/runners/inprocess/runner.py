@@ -35,8 +35,6 @@ from framework.runners.inprocess.columns import Chain, run_chain
 from framework.runners.inprocess.delivery import Delivery, InOrder, Late, Shuffled
 from framework.runners.inprocess.routes import Front, Plan
 
-__all__ = ["DeadLetter", "InProcessRunner", "RunResult", "run_local"]
-
 _RUN = 64  # most items of one front a columnar ingest takes
 
 

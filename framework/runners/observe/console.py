@@ -27,8 +27,6 @@ from rich.text import Text
 
 from framework.runners.observe.figures import Figures
 
-__all__ = ["LiveConsole", "render", "render_text"]
-
 
 def _count(n: int) -> str:
     """A count in at most 7 characters: exact below a million, else 12.3M, 4.5G."""

@@ -27,18 +27,6 @@ if TYPE_CHECKING:
     from framework.runners.spark.queries import StageStats
     from framework.runners.spark.runner import PipelineRun
 
-__all__ = [
-    "AckerFigures",
-    "BarrierFigures",
-    "Figures",
-    "StageFigures",
-    "acker_figures",
-    "barrier_figures",
-    "run_figures",
-    "service_figures",
-    "stage_figures",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class StageFigures:

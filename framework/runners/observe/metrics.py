@@ -54,8 +54,6 @@ from prometheus_client.registry import Collector
 from framework.runners.observe.figures import BarrierFigures, Figures, StageFigures
 from framework.wire import auth
 
-__all__ = ["FiguresCollector"]
-
 
 def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
     return CounterMetricFamily(name, doc, labels=labels)

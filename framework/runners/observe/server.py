@@ -40,8 +40,6 @@ from framework.errors import ConfigError
 from framework.runners.observe.figures import Figures
 from framework.runners.observe.metrics import FiguresCollector
 
-__all__ = ["WatchServer", "bind_http", "url_of"]
-
 _log = logging.getLogger(__name__)
 _HISTORY = 600
 

@@ -49,8 +49,6 @@ from framework.runners.spark.session import (
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_driver_archive", "build_executor_archive"]
-
 _log = logging.getLogger(__name__)
 _PID = "jvm-pid\t"
 _MODULE = "framework.runners.spark.class_archive"

@@ -58,17 +58,6 @@ from framework.wire.positions import TaskCounts
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = [
-    "ContinuousJob",
-    "ContinuousQuery",
-    "cancelled_with_all_jobs",
-    "check_slots",
-    "held_slots",
-    "local_master",
-    "stage_tasks",
-    "tasks_needed",
-]
-
 _log = logging.getLogger(__name__)
 
 

@@ -77,14 +77,6 @@ from framework.wire.lifts import Lift
 from framework.wire.positions import TaskCounts
 from framework.wire.records import InRecord, OutRecord
 
-__all__ = [
-    "ContinuousContext",
-    "TaskOrphaned",
-    "continuous_task",
-    "run_continuous",
-    "take_turns",
-]
-
 _log = logging.getLogger(__name__)
 
 # Per partition and fetch request (librdkafka's default: 1 MB, two of a stage's ~512 KB

@@ -31,8 +31,6 @@ import importlib.machinery
 import sys
 from pathlib import Path
 
-__all__ = ["without_installed_zips"]
-
 _PRELOADED = (
     # pyarrow imports pandas on its first array made from Python objects (a batch
     # operator's input): 0.46 CPU-s in every task's fresh worker, 1.6 s under load.

@@ -6,9 +6,11 @@ from framework.config import Settings
 from framework.core.graph import Graph
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.logs import configure
-from framework.runners.spark.runner import PipelineRun, SparkRunner
 
-__all__ = ["DefaultRunner", "PipelineRun", "default_runner"]  # PipelineRun: what it returns
+# What `Pipeline.run()` returns, re-exported for the facade, which imports no more of the
+# runner than this module.
+from framework.runners.spark.runner import PipelineRun as PipelineRun  # noqa: PLC0414
+from framework.runners.spark.runner import SparkRunner
 
 
 class DefaultRunner:
@@ -31,7 +33,7 @@ class DefaultRunner:
         kafka_sources(graph)
         sink_nodes(graph)
         if settings.embedded:
-            from framework.local import LocalStack
+            from framework.local.stack import LocalStack
 
             stack = LocalStack(settings)
             stack.up()

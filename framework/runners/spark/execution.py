@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from framework.runners.spark.queries import StageStats
     from framework.runners.spark.ticks import Due
 
-__all__ = ["StageExecution"]
-
 
 class StageExecution(Protocol):
     """How one stage (or a fused pair) runs on Spark."""

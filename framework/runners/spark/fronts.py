@@ -63,8 +63,6 @@ from framework.service import Service
 from framework.wire.acks import shard_batches
 from framework.wire.records import OutRecord
 
-__all__ = ["Consumption", "FrontHeartbeats", "consumed_offsets"]
-
 _log = logging.getLogger(__name__)
 
 _PARTITIONS_S = 30.0

@@ -30,8 +30,6 @@ from framework.runners.spark.ticks import Due
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FusedQuery"]
-
 # As a stage reads its topic (queries._COLUMNS), plus the topic: the union has two.
 _COLUMNS = ("topic", "key", "value", "partition", "offset", "unix_millis(timestamp) AS ts")
 _NO_HEADERS = "CAST(NULL AS ARRAY<STRUCT<key: STRING, value: BINARY>>) AS headers"

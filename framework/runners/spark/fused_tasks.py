@@ -56,14 +56,6 @@ from framework.wire.records import InRecord, OutRecord
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = [
-    "MAP_SCHEMA",
-    "FusedContext",
-    "map_task",
-    "reduce_task",
-    "spark_partition_keys",
-]
-
 MAP_SCHEMA = (
     "unit INT, pkey INT, kind INT, topic STRING, part LONG, off LONG, ts LONG, "
     "key BINARY, value BINARY, headers BINARY"

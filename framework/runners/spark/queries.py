@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["StageQuery", "StageStats", "summary_type"]
-
 _log = logging.getLogger(__name__)
 
 # No topic column: a stage reads one topic, so the task knows it (a string per row cost

@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CONTINUOUS_SUFFIX", "Mode", "QueryId"]
-
 Mode = Literal["split", "fused", "continuous"]
 
 CONTINUOUS_SUFFIX = "@continuous"

@@ -107,9 +107,8 @@ from framework.wire.znodes import Offsets
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from framework.coordination import EpochRecord, Epochs
-
-__all__ = ["RUN_RESTARTS", "RUN_RESTART_WINDOW_S", "PipelineRun", "SparkRunner"]
+    from framework.coordination.epochs import Epochs
+    from framework.wire.znodes import EpochRecord
 
 _log = logging.getLogger(__name__)
 
@@ -185,7 +184,7 @@ class SparkRunner:
         the pipeline's epoch changes (a replay, or a recovery after a stall), the run stops
         and starts again on the new epoch's topics.
         """
-        from framework.coordination import Epochs
+        from framework.coordination.epochs import Epochs
 
         # A driver started during a broker or ZooKeeper outage waits for them (bounded).
         run = start_retrying(self.settings, lambda: self.start(graph))
@@ -417,7 +416,7 @@ class PipelineRun:
         return run_figures(self)
 
     def _read_epoch(self) -> None:
-        from framework.coordination import read_epoch
+        from framework.coordination.epochs import read_epoch
 
         record = read_epoch(self.settings.zookeeper, self.graph.name)
         if record is not None:

@@ -21,13 +21,6 @@ from framework.runners.spark.warmup import warm_workers
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = [
-    "driver_addresses",
-    "driver_class_archive",
-    "executor_class_archive",
-    "spark_session",
-]
-
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 

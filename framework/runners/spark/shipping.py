@@ -53,8 +53,6 @@ from framework.errors import PipelineError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Shipment", "referenced_modules", "ship", "user_roots", "with_imports"]
-
 _log = logging.getLogger(__name__)
 
 _OWN = ("framework", "connectors", "schemas", "pyspark", "py4j")

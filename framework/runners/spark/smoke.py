@@ -16,9 +16,7 @@ from framework.config import Settings
 from framework.deadline import Deadline
 from framework.kafka.admin import TopicSpec, ensure_topics
 from framework.kafka.clients import QUICK_END, close_quietly, new_consumer, new_producer
-from framework.runners.spark import spark_session
-
-__all__ = ["SmokeResult", "create_topics", "read_all", "run_smoke"]
+from framework.runners.spark.session import spark_session
 
 _log = logging.getLogger(__name__)
 

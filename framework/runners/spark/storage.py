@@ -27,8 +27,6 @@ from framework.errors import StateError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["checkpoint_names", "checkpoint_root", "epoch_checkpoints", "read_or_create_run_id"]
-
 _log = logging.getLogger(__name__)
 _RUN_ID = "flamepipe-run-id"
 

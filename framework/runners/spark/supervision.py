@@ -37,8 +37,6 @@ from framework.errors import PipelineError, ProtocolViolation, ServiceFailed
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["FINAL", "RESTARTS", "WINDOW_S", "QuerySupervisor", "Supervised"]
-
 _log = logging.getLogger(__name__)
 
 FINAL = (

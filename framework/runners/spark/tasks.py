@@ -48,22 +48,6 @@ from framework.wire.auth import Keyring, install
 from framework.wire.lifts import Lift, LiftIndex
 from framework.wire.records import InRecord, OutRecord
 
-__all__ = [
-    "SUMMARY_SCHEMA",
-    "WORKER",
-    "TaskContext",
-    "check_lag",
-    "drop_state",
-    "on_worker",
-    "partition_state",
-    "program_for",
-    "read_records",
-    "sender_id",
-    "spare_the_collector",
-    "stage_task",
-    "summary_row",
-]
-
 SUMMARY_SCHEMA = (
     "partition LONG, records_in LONG, items_in LONG, items_out LONG, dead_letters LONG, "
     "tombstones LONG, skipped BOOLEAN, last_offset LONG, min_timestamp_ms LONG, "

@@ -33,8 +33,6 @@ from framework.service import Service
 from framework.wire.frames import FRAME_HEADERS, tick_frame
 from framework.wire.records import OutRecord
 
-__all__ = ["Due", "WindowTicks"]
-
 _log = logging.getLogger(__name__)
 _GIVE_UP_S = 120  # two minutes of failed rounds: the broker is not coming back soon
 

@@ -71,8 +71,6 @@ from framework.service import Service
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["ExecutorWarmup", "WorkerWarmup", "warm_workers"]
-
 _log = logging.getLogger(__name__)
 
 # What every stage task imports; the user's modules come from the shipment.

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Protocol
 
-__all__ = ["SLOT_MAX", "StateBackend", "check_key", "check_slot"]
-
 SLOT_MAX = (1 << 63) - 1
 """Largest slot a backend stores (slots are timestamps / delta_ms, far below it)."""
 

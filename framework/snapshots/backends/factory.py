@@ -13,8 +13,6 @@ from framework.snapshots.backends.rocks import RocksBackend
 if TYPE_CHECKING:
     from framework.config import Settings
 
-__all__ = ["open_backend"]
-
 
 def open_backend(settings: Settings, app: str | None = None) -> StateBackend:
     """Open ``settings.state_backend`` under ``settings.snapshot_path``.

@@ -26,8 +26,6 @@ from urllib.parse import quote, unquote
 from framework.errors import SnapshotMissing, StateError
 from framework.snapshots.backends.base import SLOT_MAX, check_key, check_slot
 
-__all__ = ["FileBackend"]
-
 _SNAP = re.compile(r"^(\d{20})\.snap$")
 _TEMP = re.compile(r"^\.(\d{20})\.[0-9a-f]{32}\.tmp$")
 

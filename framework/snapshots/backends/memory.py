@@ -7,8 +7,6 @@ import threading
 from framework.errors import SnapshotMissing, StateError
 from framework.snapshots.backends.base import SLOT_MAX, check_key, check_slot
 
-__all__ = ["MemoryBackend"]
-
 
 class MemoryBackend:
     """A `StateBackend` in process memory; safe to share between threads."""

@@ -18,8 +18,6 @@ from typing import Any
 from framework.errors import ConfigError, SnapshotMissing, StateError
 from framework.snapshots.backends.base import SLOT_MAX, check_key, check_slot
 
-__all__ = ["RocksBackend"]
-
 
 def _key(unit: str, slot: int) -> bytes:
     return unit.encode() + b"\x00" + slot.to_bytes(8, "big")

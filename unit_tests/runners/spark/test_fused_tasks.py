@@ -8,9 +8,9 @@ import json
 import pyarrow as pa
 
 from framework.demos.wordcount import windowed_counts
-from framework.plan import plan_stages
 from framework.plan.fusion import fuse
 from framework.plan.stage_spec import StageSpec
+from framework.plan.stages import plan_stages
 from framework.runners.spark import fused_tasks as ft
 from framework.runners.spark.tasks import TaskContext
 from framework.wire import auth

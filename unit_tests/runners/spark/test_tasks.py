@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from framework.demos.wordcount import word_pairs
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
+from framework.plan.stages import plan_stages
 from framework.runners.spark import tasks
 from framework.wire import auth
 from framework.wire.lifts import Lift

@@ -13,8 +13,8 @@ from framework.core.grouping import Grouping
 from framework.demos.wordcount import word_pairs
 from framework.errors import DecodeError
 from framework.kafka.topics import CHANGELOG_DELETE_RETENTION_MS
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
+from framework.plan.stages import plan_stages
 from framework.plan.task import StageProgram
 from framework.runners.spark import tasks
 from framework.wire import auth

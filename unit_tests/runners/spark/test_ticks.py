@@ -7,8 +7,8 @@ from pathlib import Path
 
 from framework.config import Settings
 from framework.core.graph import Kind
-from framework.plan import plan_stages
 from framework.plan.stage_spec import StageSpec
+from framework.plan.stages import plan_stages
 from framework.runners.spark.queries import StageQuery
 from framework.runners.spark.ticks import WindowTicks
 from unit_tests.plan.test_aggregate_task import counting

@@ -14,13 +14,11 @@ import pytest
 
 from framework.config import Settings
 from framework.errors import ConfigError, SnapshotMissing, StateError
-from framework.snapshots.backends import (
-    FileBackend,
-    MemoryBackend,
-    RocksBackend,
-    StateBackend,
-    open_backend,
-)
+from framework.snapshots.backends.base import StateBackend
+from framework.snapshots.backends.factory import open_backend
+from framework.snapshots.backends.files import FileBackend
+from framework.snapshots.backends.memory import MemoryBackend
+from framework.snapshots.backends.rocks import RocksBackend
 from unit_tests.snapshots.crash_writer import is_whole, open_kind
 
 ROOT = Path(__file__).resolve().parents[3]
