@@ -29,7 +29,6 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Self
 
 from confluent_kafka import Consumer, Message, TopicPartition
@@ -400,12 +399,7 @@ class BundleConsumer:
     def __enter__(self) -> Self:
         return self.open()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _kind: object, exc: BaseException | None, _tb: object) -> None:
         if exc is None:
             self.close()
         else:  # a failed caller did not receive the last bundle: do not acknowledge it

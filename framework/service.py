@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from abc import ABC, abstractmethod
-from types import TracebackType
 from typing import Self
 
 from framework.deadline import DEFAULT_TIMEOUT_S
@@ -79,12 +78,7 @@ class Service(ABC):
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _kind: object, exc: BaseException | None, _tb: object) -> None:
         if exc is None:
             self.stop()
         else:  # the block's own exception matters more than ours

@@ -590,11 +590,31 @@ def _stop(driver: subprocess.Popen[bytes]) -> None:
         driver.wait(10)
 
 
+def _whole_output(
+    bootstrap: str, sink: str, expected: Counter[str], driver: subprocess.Popen[bytes]
+) -> Counter[str]:
+    """The output once it holds as many items as ``expected`` (or the driver ended), read
+    3 s later: anything beyond the expected output would show by then."""
+    _wait(
+        lambda: (
+            len(read_output(bootstrap, sink)) >= sum(expected.values()) or driver.poll() is not None
+        ),
+        "the whole output",
+    )
+    time.sleep(3)
+    return _output(bootstrap, sink)
+
+
+def _log_tail(*logs: Path) -> tuple[str, str]:
+    """The logs' text, and its last 3 000 characters without librdkafka's lines."""
+    text = "".join(log.read_text(errors="replace") for log in logs)
+    return text, "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+
+
 def _shipped(log: Path) -> str:
     """The driver log's tail (librdkafka lines left out), once it says the user's helper
     module was shipped to the executors."""
-    text = log.read_text(errors="replace")
-    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    text, tail = _log_tail(log)
     assert "shipped wordtools to the executors" in text, tail
     return tail
 
@@ -846,16 +866,10 @@ def test_executor_and_worker_kills_then_an_upgrade_from_a_savepoint_lose_nothing
     upgrade = ["-m", "framework.cli", "upgrade", "jobs:running_job", "--savepoint", "mid"]
     driver = _launch(upgrade, user_dir, env, upgrade_log)
     try:
-        _wait(
-            lambda: output() >= sum(expected.values()) or driver.poll() is not None,
-            "the whole output",
-        )
-        time.sleep(3)
-        seen = _output(bootstrap, sink)
+        seen = _whole_output(bootstrap, sink, expected, driver)
     finally:
         _stop(driver)
-    text = log.read_text(errors="replace") + upgrade_log.read_text(errors="replace")
-    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    text, tail = _log_tail(log, upgrade_log)
     assert "state kept: running, windows" in text, tail
     if execution == "continuous":
         assert "runs as 2 continuous tasks" in text, tail
@@ -906,12 +920,7 @@ def test_continuous_stages_run_on_the_cluster_through_an_executor_kill(
             produce_lines(bootstrap, source, chunk, 1)
             time.sleep(1)
         expected = _oracle(user_dir, "windowed", app, read_to_end(bootstrap, source))
-        _wait(
-            lambda: output() >= sum(expected.values()) or driver.poll() is not None,
-            "the whole output",
-        )
-        time.sleep(3)
-        seen = _output(bootstrap, sink)
+        seen = _whole_output(bootstrap, sink, expected, driver)
     finally:
         _stop(driver)
     tail = _shipped(log)
@@ -951,19 +960,10 @@ def test_a_script_or_notebook_calling_pipeline_run_runs_on_the_cluster(
         env["FLAMEPIPE_EXECUTION"] = "micro-batch"  # fused stages run micro-batches only
     script = _launch(argv, user_dir, env, log, own_session=how == "notebook")
     try:
-        _wait(
-            lambda: (
-                len(read_output(bootstrap, sink)) >= sum(expected.values())
-                or script.poll() is not None
-            ),
-            "the whole output",
-        )
-        time.sleep(3)
-        seen = _output(bootstrap, sink)
+        seen = _whole_output(bootstrap, sink, expected, script)
     finally:
         _stop(script)
-    text = log.read_text(errors="replace")
-    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    _, tail = _log_tail(log)
     # The driver's own log file, not its console: a kernel's stderr goes to the notebook's
     # cell outputs, which reach the client's log only now and then.
     driver_log = (cluster.state_dir / "logs" / "flamepipe.log").read_text(errors="replace")
@@ -1009,19 +1009,10 @@ def test_a_stall_recovery_in_the_running_driver_completes_on_the_cluster(
             produce_lines(bootstrap, source, lines[start : start + LINES // 4], 2)
             time.sleep(0.5)
         expected = _oracle(user_dir, "running", app, read_to_end(bootstrap, source))
-        _wait(
-            lambda: (
-                len(read_output(bootstrap, sink)) >= sum(expected.values())
-                or driver.poll() is not None
-            ),
-            "the whole output",
-        )
-        time.sleep(3)
-        seen = _output(bootstrap, sink)
+        seen = _whole_output(bootstrap, sink, expected, driver)
     finally:
         _stop(driver)
-    text = log.read_text(errors="replace")
-    tail = "\n".join(ln for ln in text.splitlines() if not ln.startswith("%"))[-3000:]
+    text, tail = _log_tail(log)
     assert "epoch 1 started (recovery: min time stalled" in text, tail
     assert "shipped wordtools to the executors already" in text, tail
     assert "already registered with a different path" not in text, tail

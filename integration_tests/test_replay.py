@@ -32,6 +32,13 @@ from framework.runners.snapshots import restorer
 from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 
 
+def _word_pairs_run(prefix: str, seed: int) -> tuple[str, str, str, list[str]]:
+    """A new app's name, its source and sink topics, and 300 numbered lines of text."""
+    app = f"{prefix}{uuid.uuid4().hex[:6]}"
+    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=seed)
+    return app, f"{app}-lines", f"{app}-pairs", [f"{i} {text}" for i, text in enumerate(texts)]
+
+
 def _pairs(items: list[Any]) -> Counter[Any]:
     return Counter(pair_key(item) for item in items)
 
@@ -49,10 +56,7 @@ def test_replaying_the_same_input_twice_adds_nothing(
 ) -> None:
     settings = stack.with_(parallelism=2)
     bootstrap = settings.kafka_bootstrap
-    app = f"replay{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
-    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=3)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    app, source, sink, lines = _word_pairs_run("replay", seed=3)
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
     with running(settings, spark, pipeline) as run:
@@ -126,10 +130,7 @@ def test_replay_from_a_snapshot_restores_the_groupings(stack: Settings, spark: A
     from its offsets; results that pair words across the replay point prove the state."""
     settings = stack.with_(parallelism=2, snapshot_interval_ms=200)
     bootstrap = settings.kafka_bootstrap
-    app = f"snap{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
-    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=8)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    app, source, sink, lines = _word_pairs_run("snap", seed=8)
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
     with running(settings, spark, pipeline) as run:

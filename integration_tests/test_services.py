@@ -408,6 +408,22 @@ def values(bundle: VerifiedBundle) -> list[Any]:
     return [item.value for item in bundle.items]
 
 
+def _crash_the_release(rig: Rig, crashing: BarrierService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next release (heartbeat 11) dies before its commit with its transaction open:
+    the barrier stops with the simulated crash, and nothing of it is visible."""
+
+    def crash(self: TransactionalProducer) -> None:
+        raise PipelineError("simulated crash before the commit")
+
+    monkeypatch.setattr(TransactionalProducer, "commit", crash)
+    rig.heartbeat(11)
+    wait_until(lambda: not crashing.running, "the crash")
+    with pytest.raises(PipelineError, match="simulated crash"):
+        crashing.stop()
+    assert read_output(rig.bootstrap, rig.sink.topic) == []
+    monkeypatch.undo()
+
+
 def test_barrier_releases_bundles_past_min_time_in_meta_order(rig: Rig) -> None:
     rig.stage.send(FIRST)
     rig.heartbeat(11)
@@ -473,16 +489,7 @@ def test_a_crashed_bundle_is_invisible_and_comes_exactly_once_after_restart(
     )
     crashing.check()
 
-    def crash(self: TransactionalProducer) -> None:
-        raise PipelineError("simulated crash before the commit")
-
-    monkeypatch.setattr(TransactionalProducer, "commit", crash)
-    rig.heartbeat(11)  # the release of a and b now dies with its transaction open
-    wait_until(lambda: not crashing.running, "the crash")
-    with pytest.raises(PipelineError, match="simulated crash"):
-        crashing.stop()
-    assert read_output(rig.bootstrap, rig.sink.topic) == []
-    monkeypatch.undo()
+    _crash_the_release(rig, crashing, monkeypatch)  # of a and b
     group = f"{rig.app}.reader"
     with (
         rig.barrier() as barrier,
@@ -610,16 +617,7 @@ def test_a_sink_no_grouping_precedes_is_released_per_slot_exactly_once_through_a
     wait_until(lambda: crashing.stats.ahead == 3 or not crashing.running, "written ahead")
     crashing.check()
 
-    def crash(self: TransactionalProducer) -> None:
-        raise PipelineError("simulated crash before the commit")
-
-    monkeypatch.setattr(TransactionalProducer, "commit", crash)
-    rig.heartbeat(11)  # the release of a and b dies with its transaction open
-    wait_until(lambda: not crashing.running, "the crash")
-    with pytest.raises(PipelineError, match="simulated crash"):
-        crashing.stop()
-    assert read_output(rig.bootstrap, rig.sink.topic) == []
-    monkeypatch.undo()
+    _crash_the_release(rig, crashing, monkeypatch)  # of a and b
     group = f"{rig.app}.reader"
     with (
         rig.barrier(retracts=False, speculation=spec) as barrier,

@@ -11,7 +11,7 @@ from connectors import KafkaSink, KafkaSource
 from framework.core.graph import Sink, Source
 from framework.core.reducers import Sum
 from framework.core.windows import KeyValue, WindowResult
-from framework.pipeline import Pipeline, Tumbling
+from framework.pipeline import Pipeline, Stream, Tumbling
 
 COUNT_WINDOW = 1 << 30
 """A grouping window larger than any word's count: the window is the word's whole history."""
@@ -69,15 +69,15 @@ def word_pairs(name: str, source: str, sink: str | KafkaSink, partitions: int = 
     ``sink`` is a topic name or a `KafkaSink` of one's own (more partitions, barriers).
     """
     p = Pipeline(name)
-    (
-        p.source(KafkaSource(source, partitions=partitions))
-        .flat_map(tagged_words)
-        .key_by(_word)
-        .group(window=2)
-        .map(pair)
-        .sink(sink if isinstance(sink, KafkaSink) else KafkaSink(sink))
+    _pairs(p, KafkaSource(source, partitions=partitions)).sink(
+        sink if isinstance(sink, KafkaSink) else KafkaSink(sink)
     )
     return p
+
+
+def _pairs(p: Pipeline, source: Source) -> Stream:
+    """`word_pairs`' stream of pairs from ``source``."""
+    return p.source(source).flat_map(tagged_words).key_by(_word).group(window=2).map(pair)
 
 
 def first_letter(item: list[Any]) -> str:
@@ -93,17 +93,7 @@ def letter_window(window: tuple[list[Any], ...]) -> list[Any]:
 def two_groupings(name: str, source: Source, sink: Sink) -> Pipeline:
     """`word_pairs`, then a second grouping by first letter: two shuffles in sequence."""
     p = Pipeline(name)
-    (
-        p.source(source)
-        .flat_map(tagged_words)
-        .key_by(_word)
-        .group(window=2)
-        .map(pair)
-        .key_by(first_letter)
-        .group(window=3)
-        .map(letter_window)
-        .sink(sink)
-    )
+    _pairs(p, source).key_by(first_letter).group(window=3).map(letter_window).sink(sink)
     return p
 
 
@@ -112,17 +102,7 @@ def pairs_per_letter(name: str, source: Source, sink: Sink) -> Pipeline:
     order: the grouping's repairs (tombstones) end at the aggregate, whose results are
     final, so the sink's barrier needs no matching (`framework.barrier.blocks`)."""
     p = Pipeline(name)
-    (
-        p.source(source)
-        .flat_map(tagged_words)
-        .key_by(_word)
-        .group(window=2)
-        .map(pair)
-        .key_by(first_letter)
-        .aggregate(Tumbling(1000))
-        .map(letter_pairs)
-        .sink(sink)
-    )
+    _pairs(p, source).key_by(first_letter).aggregate(Tumbling(1000)).map(letter_pairs).sink(sink)
     return p
 
 

@@ -25,7 +25,6 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from framework.config import Settings
 from framework.errors import StackError
@@ -299,12 +298,7 @@ class LocalStack:
     def __enter__(self) -> Endpoints:
         return self.up()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.down()
 
     def _reuse(self, daemon: Daemon, ports: list[int], setting: str) -> bool:

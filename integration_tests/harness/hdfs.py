@@ -14,7 +14,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 from framework.config import Settings
 from framework.local.jars import jar_bundle
@@ -74,11 +73,6 @@ class LocalHdfs:
         except Exception as exc:
             raise RuntimeError(f"{exc}:\n{log_tail(log, 30)}") from exc
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self._daemon.stop(timeout_s=30)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -12,7 +12,6 @@ import threading
 import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from urllib.parse import parse_qs, urlparse
 
 __all__ = ["PriceService"]
@@ -69,12 +68,7 @@ class PriceService:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from types import TracebackType
 
 from framework.local.provision import free_port
 
@@ -72,12 +71,7 @@ class LocalPostgres:
             raise
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         try:
             if self._started:
                 self._run(_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")

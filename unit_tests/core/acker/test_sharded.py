@@ -32,6 +32,19 @@ from unit_tests.core.acker.test_tracker import Item, Segments, dag_maps, segment
 # -- the seed's scenario ----------------------------------------------------------------
 
 
+def _two_shards() -> tuple[MinTimeListener, Callable[[int, int, AckerInput], None]]:
+    """Two shards of segment ``s`` (one front), a listener of both, and ``send(shard,
+    node, message)``: a message to one shard, whose reports the listener receives."""
+    shards = [AckerShard(i, 2, {"s": []}, fronts=[0]) for i in range(2)]
+    listener = MinTimeListener(2, ["s"])
+
+    def send(shard: int, node: int, message: AckerInput) -> None:
+        for note in shards[shard].receive(node, message):
+            listener.receive(note)
+
+    return listener, send
+
+
 def test_seed_t_and_t_plus_1_scenario() -> None:
     """Element t+1 is done on shard 1, t is in flight on shard 0; processing t re-opens t+1.
 
@@ -39,14 +52,9 @@ def test_seed_t_and_t_plus_1_scenario() -> None:
     re-opening t+1 reaches shard 1. Node 0 is the front, node 1 the worker.
     """
     t = 10
-    shards = [AckerShard(i, 2, {"s": []}, fronts=[0]) for i in range(2)]
-    listener = MinTimeListener(2, ["s"])
+    listener, send = _two_shards()
     published: list[int] = []
     listener.subscribe(lambda note: published.append(note.slot) if note.segment is None else None)
-
-    def send(shard: int, node: int, message: AckerInput) -> None:
-        for note in shards[shard].receive(node, message):
-            listener.receive(note)
 
     def tick(node: int, time: int, order: tuple[int, ...] = (0, 1)) -> None:
         for shard in order:
@@ -84,12 +92,7 @@ def test_pending_reports_bound_the_accepted_one() -> None:
     node 2 at 2, and shard 1's last report ``<= B`` predates the ack that re-opened t+1.
     """
     t = 4
-    shards = [AckerShard(i, 2, {"s": []}, fronts=[0]) for i in range(2)]
-    listener = MinTimeListener(2, ["s"])
-
-    def send(shard: int, node: int, message: AckerInput) -> None:
-        for note in shards[shard].receive(node, message):
-            listener.receive(note)
+    listener, send = _two_shards()
 
     send(0, 0, Ack("s", t, 1))
     for shard in (0, 1):
@@ -119,12 +122,7 @@ def test_shards_report_whole_batches_only() -> None:
     report vectors equal to ``B`` with t and t+1 clear.
     """
     t = 0
-    shards = [AckerShard(i, 2, {"s": []}, fronts=[0]) for i in range(2)]
-    listener = MinTimeListener(2, ["s"])
-
-    def send(shard: int, node: int, message: AckerInput) -> None:
-        for note in shards[shard].receive(node, message):
-            listener.receive(note)
+    listener, send = _two_shards()
 
     send(0, 0, Ack("s", t, 1))
     for shard in (0, 1):
@@ -581,12 +579,7 @@ def test_a_heartbeat_round_cut_short_by_a_kill_does_not_stop_min_time(
     shard 0's reports back for good."""
     dead, new = (-11, -12) if heartbeat_only else (11, 12)
     worker = 3
-    shards = [AckerShard(i, 2, {"s": []}, fronts=[0]) for i in range(2)]
-    listener = MinTimeListener(2, ["s"])
-
-    def send(shard: int, node: int, message: AckerInput) -> None:
-        for note in shards[shard].receive(node, message):
-            listener.receive(note)
+    listener, send = _two_shards()
 
     def beat(node: int, time: int, slot: int, to: tuple[int, ...] = (0, 1)) -> None:
         for shard in to:
