@@ -14,7 +14,6 @@ how far its clock runs ahead (`framework.wire.positions.TaskCounts`), shown by t
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
@@ -23,27 +22,25 @@ from framework.config import Settings
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import wordcount
 from integration_tests.harness.runs import (
+    BOTH_EXECUTIONS,
     assert_running_counts,
+    new_app,
     produce_lines,
     read_output,
     running,
 )
 
 
-@pytest.mark.parametrize(
-    ("execution", "partitions"),
-    # Continuous: the source tasks heartbeat from their executors' clocks (the driver's
-    # failpoints reach them); one partition and one hash unit fit the session's slots.
-    [("micro-batch", 2), ("continuous", 1)],
-)
+# Continuous: the source tasks heartbeat from their executors' clocks (the driver's
+# failpoints reach them).
+@BOTH_EXECUTIONS
 def test_a_clock_2_s_ahead_loses_nothing(
     stack: Settings, spark: Any, monkeypatch: pytest.MonkeyPatch, execution: str, partitions: int
 ) -> None:
     monkeypatch.setenv("FLAMEPIPE_FAILPOINTS", "clock.skew_ms=2000")
     settings = stack.with_(parallelism=partitions, execution=execution)
     bootstrap = settings.kafka_bootstrap
-    app = f"skew{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
+    app, source, sink = new_app("skew", "counts")
     lines = generate_lines(100, words_per_line=5, vocabulary=30, seed=12)
     with running(settings, spark, wordcount(app, source, sink, partitions)) as run:
         # Two bursts with idle time between: the partitions are caught up, so they are

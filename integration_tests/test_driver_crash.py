@@ -31,7 +31,12 @@ from framework.demos.text import generate_lines, word_counts
 from framework.testing import InProcessRunner, ListSink, ListSource
 from framework.wire.topics import Topics
 from integration_tests.harness.driver_main import WINDOW_MS, stateful_names
-from integration_tests.harness.runs import assert_running_counts, produce_lines, read_output
+from integration_tests.harness.runs import (
+    assert_running_counts,
+    new_app,
+    produce_lines,
+    read_output,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -342,8 +347,7 @@ def test_a_driver_restarted_on_another_host_resumes_from_shared_checkpoints(
     """Checkpoints under ``checkpoint_uri`` and snapshots under ``snapshot_dir`` on shared
     storage: the driver killed on "host A" (a state directory of its own) restarts on
     "host B" (another, empty one) and resumes the same queries; nothing is lost or doubled."""
-    app = f"moved{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
+    app, source, sink = new_app("moved", "counts")
     bootstrap = stack.kafka_bootstrap
     host_a, host_b, shared = tmp_path / "host-a", tmp_path / "host-b", tmp_path / "shared"
     for directory in (host_a, host_b, shared):

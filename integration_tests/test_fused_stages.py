@@ -18,7 +18,7 @@ from framework.demos.wordcount import windowed_counts, word_pairs
 from framework.errors import ConfigError
 from framework.runners.spark.fused_query import FusedQuery
 from framework.runners.spark.fused_tasks import spark_partition_keys
-from integration_tests.harness.runs import produce_lines, read_output, running
+from integration_tests.harness.runs import numbered_lines, produce_lines, read_output, running
 
 
 def _app(prefix: str) -> str:
@@ -66,8 +66,7 @@ def test_a_fused_grouping_keeps_the_order_of_every_key(stack: Settings, spark: A
     bootstrap = settings.kafka_bootstrap
     app = _app("fpairs")
     source, sink = f"{app}-lines", f"{app}-pairs"
-    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=7)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    lines = numbered_lines(300, seed=7, words_per_line=5, vocabulary=30)
     with running(settings, spark, word_pairs(app, source, sink)) as run:
         until = produce_lines(bootstrap, source, lines, partitions=2)
         run.wait_released(until, timeout_s=120)

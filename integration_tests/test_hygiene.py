@@ -5,7 +5,6 @@ needs; the output stays exactly once."""
 from __future__ import annotations
 
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from framework.runners.replay import resolve_start, start_replay
 from framework.runners.spark.runner import PipelineRun
 from integration_tests.harness.runs import (
     assert_running_counts,
+    new_app,
     produce_lines,
     read_output,
     running,
@@ -41,8 +41,7 @@ def test_the_janitor_trims_and_a_restart_still_finds_what_it_needs(
 ) -> None:
     settings = stack.with_(parallelism=2, trim_interval_ms=1000)
     bootstrap = settings.kafka_bootstrap
-    app = f"trim{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
+    app, source, sink = new_app("trim", "counts")
     lines = generate_lines(900, words_per_line=5, vocabulary=50, seed=21)
     with running(settings, spark, wordcount(app, source, sink)) as run:
         for chunk in (lines[:200], lines[200:400], lines[400:600]):
@@ -75,8 +74,7 @@ def test_flamepipe_gc_removes_the_internal_topics_of_earlier_epochs(
 ) -> None:
     settings = stack.with_(parallelism=2)
     bootstrap = settings.kafka_bootstrap
-    app = f"gc{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
+    app, source, sink = new_app("gc", "pairs")
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
     with running(settings, spark, pipeline) as run:

@@ -22,31 +22,31 @@ import pytest
 from framework.config import Settings
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
-from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.admin import ensure_topics, input_topic_spec
 from framework.kafka.lifts import read_lifts
 from framework.snapshots.offsets import replay_offsets
 from framework.wire.lifts import Lift
-from integration_tests.harness.runs import produce_lines, read_output, running
-
-
-@pytest.mark.parametrize(
-    ("execution", "partitions"),
-    # Continuous: the source tasks heartbeat their own fronts, and lift by them; one
-    # partition and one hash unit fit the shared session's slots.
-    [("micro-batch", 2), ("continuous", 1)],
+from integration_tests.harness.runs import (
+    BOTH_EXECUTIONS,
+    new_app,
+    numbered_lines,
+    produce_lines,
+    read_output,
+    running,
 )
+
+
+# Continuous: the source tasks heartbeat their own fronts, and lift by them.
+@BOTH_EXECUTIONS
 def test_late_records_are_lifted_to_the_heartbeat_and_nothing_is_lost(
     stack: Settings, spark: Any, monkeypatch: pytest.MonkeyPatch, execution: str, partitions: int
 ) -> None:
     monkeypatch.setenv("FLAMEPIPE_FAILPOINTS", "fronts.ahead_ms=3000")
     settings = stack.with_(parallelism=partitions, execution=execution)
     bootstrap = settings.kafka_bootstrap
-    app = f"lift{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
-    texts = generate_lines(120, words_per_line=4, vocabulary=20, seed=21)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    app, source, sink = new_app("lift", "pairs")
+    lines = numbered_lines(120, seed=21, words_per_line=4, vocabulary=20)
     with running(settings, spark, word_pairs(app, source, sink, partitions)) as run:
         # Bursts after idle time: the partitions are caught up and promised 3 s ahead,
         # so the next burst arrives below the promise.

@@ -11,7 +11,6 @@ import struct
 import subprocess
 import threading
 import time
-import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from framework.config import Settings
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.runners.spark.runner import PipelineRun
-from integration_tests.harness.runs import produce_lines, running
+from integration_tests.harness.runs import new_app, produce_lines, running
 from integration_tests.harness.watch import scrape, total
 
 _BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
@@ -32,8 +31,7 @@ _BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-
 @pytest.fixture(scope="module")
 def busy_run(stack: Settings, spark: Any) -> Iterator[PipelineRun]:
     """Word pairs on Spark with lines produced in the background (about 200/s)."""
-    app = f"watch{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
+    app, source, sink = new_app("watch", "pairs")
     settings = stack.with_(parallelism=2)
     stop = threading.Event()
 

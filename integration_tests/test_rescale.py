@@ -39,7 +39,14 @@ from framework.kafka.lifts import read_lifts
 from framework.runners.rescale import keyed_nodes, start_rescale
 from framework.wire.topics import Topics
 from integration_tests.harness.counts import counts, released_windows, running_oracle
-from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
+from integration_tests.harness.runs import (
+    new_app,
+    numbered_lines,
+    produce_lines,
+    read_output,
+    running,
+    snapshot_past,
+)
 from integration_tests.harness.services import ServiceProcess, service_env
 
 
@@ -54,10 +61,8 @@ def _verified_pairs(bootstrap: str, topic: str) -> Counter[Any]:
 def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark: Any) -> None:
     base = stack.with_(parallelism=2, snapshot_interval_ms=200)
     bootstrap = base.kafka_bootstrap
-    app = f"rescale{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
-    texts = generate_lines(360, words_per_line=5, vocabulary=30, seed=13)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    app, source, sink = new_app("rescale", "pairs")
+    lines = numbered_lines(360, seed=13, words_per_line=5, vocabulary=30)
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
     epochs = []
@@ -124,8 +129,7 @@ def test_rescaling_continuous_stages_moves_both_kinds_of_state(
     ensure_topics(
         bootstrap, [input_topic_spec(source, 2), TopicSpec(pairs, 1), TopicSpec(counts, 1)]
     )
-    texts = generate_lines(240, words_per_line=5, vocabulary=30, seed=23)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    lines = numbered_lines(240, seed=23, words_per_line=5, vocabulary=30)
     spec = "integration_tests.harness.state_jobs:from_env"
     names = {"FP_TEST_APP": app, "FP_TEST_SOURCE": source}
     words = 0

@@ -24,13 +24,18 @@ from framework.config import Settings
 from framework.coordination.epochs import read_epoch
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key
-from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError, Unauthenticated
 from framework.kafka.clients import read_to_end
 from framework.runners.savepoint_ops import savepoint_root, start_from_savepoint, take_savepoint
 from framework.snapshots.savepoint_store import Savepoint, list_savepoints, load_savepoint
-from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
+from integration_tests.harness.runs import (
+    numbered_lines,
+    produce_lines,
+    read_output,
+    running,
+    snapshot_past,
+)
 from integration_tests.harness.services import run_cli
 from integration_tests.harness.upgrades import upgraded_pairs
 
@@ -87,8 +92,7 @@ def test_a_changed_pipeline_starts_from_a_savepoint(
     bootstrap = settings.kafka_bootstrap
     app = f"savepoint{uuid.uuid4().hex[:6]}"
     source, v1_out, pairs, letters = (f"{app}-{t}" for t in ("lines", "v1", "pairs", "letters"))
-    texts = generate_lines(300, words_per_line=5, vocabulary=30, seed=23)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    lines = numbered_lines(300, seed=23, words_per_line=5, vocabulary=30)
     v1 = word_pairs(app, source, v1_out)
     assert [n.id for n in v1.graph().nodes if n.kind == "group"] == ["group"]
     with running(settings, spark, v1) as run:

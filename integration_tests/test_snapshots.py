@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from framework.core.graph import Graph, Kind
 from framework.core.grouping import Grouping
 from framework.core.ops import key_hash, op_id_of
 from framework.core.time import GlobalTime
-from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.kafka.clients import read_to_end
 from framework.plan.stage_state import apply_changelog
@@ -32,7 +30,7 @@ from framework.snapshots.restore import restore_epoch
 from framework.snapshots.units import decode_unit, unit_label
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
-from integration_tests.harness.runs import produce_lines, running
+from integration_tests.harness.runs import new_app, numbered_lines, produce_lines, running
 
 Stored = list[tuple[int, int, GlobalTime, str]]  # partition, offset, global time, line
 
@@ -131,10 +129,8 @@ def test_snapshots_hold_the_state_below_their_slot(
         snapshot_dir=tmp_path / "snaps",
     )
     bootstrap = settings.kafka_bootstrap
-    app = f"snap{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-pairs"
-    texts = generate_lines(360, words_per_line=5, vocabulary=40, seed=7)
-    lines = [f"{i} {text}" for i, text in enumerate(texts)]
+    app, source, sink = new_app("snap", "pairs")
+    lines = numbered_lines(360, seed=7, words_per_line=5, vocabulary=40)
     pipeline = word_pairs(app, source, sink)
     graph = pipeline.graph()
     node = next(graph.by_kind(Kind.GROUP)).id

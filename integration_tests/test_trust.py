@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import pickle
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from framework.wire.frames import FRAME_HEADERS
 from framework.wire.topics import Topics
 from integration_tests.harness.runs import (
     assert_running_counts,
+    new_app,
     produce_lines,
     read_output,
     running,
@@ -66,8 +66,7 @@ def test_forged_records_run_nothing_move_no_time_and_lose_nothing(
 ) -> None:
     settings = stack.with_(parallelism=2)
     bootstrap = settings.kafka_bootstrap
-    app = f"trust{uuid.uuid4().hex[:6]}"
-    source, sink = f"{app}-lines", f"{app}-counts"
+    app, source, sink = new_app("trust", "counts")
     lines = generate_lines(600, words_per_line=6, vocabulary=50, seed=8)
     MARKER.unlink(missing_ok=True)
     refused_before = dict(auth.refused)

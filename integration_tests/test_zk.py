@@ -197,7 +197,7 @@ def test_standby_takes_over_when_the_leaders_session_ends(stack: Settings, app: 
 _LEADER = """
 import sys, time
 from framework.config import Settings
-from framework.coordination import LeaderElection
+from framework.coordination.election import LeaderElection
 from framework.coordination.processes import process_identity
 from framework.runners.keys import install_keys
 install_keys(Settings.load())  # FLAMEPIPE_SECRET is inherited

@@ -16,15 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-FACADES = (
-    "framework",
-    "framework.pipeline",
-    "framework.errors",
-    "framework.config",
-    "framework.testing",
-    "framework.spark",
-    "framework.state",
-    "connectors",
+# The modules of the API (docs/architecture.md, "The API").
+FACADES = tuple(
+    "framework framework.pipeline framework.errors framework.config framework.testing"
+    " framework.spark framework.state connectors".split()
 )
 
 

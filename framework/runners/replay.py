@@ -10,7 +10,7 @@ or before its ``GT_last``). Protocol of `start_replay`:
    or after a time, or the first offset.
 2. A pipeline with groupings or aggregates needs their state as it was at that point. From the first
    offsets the state is empty. Otherwise take the latest committed snapshot whose offsets
-   are all at or before the asked ones (`framework.coordination.SnapshotRegistry`), seed the new
+   are all at or before the asked ones (`framework.coordination.committed_snapshot.SnapshotRegistry`), seed the new
    epoch's changelogs from it and start from its offsets instead (earlier: the barriers
    drop the difference). No such snapshot: `ConfigError`, nothing changed.
 3. Bump the epoch in ZooKeeper with the start offsets: the next `run` (and every

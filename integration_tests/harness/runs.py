@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import random
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from framework.config import Settings
@@ -16,7 +18,7 @@ from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
 from framework.core.time import DEFAULT_DELTA_MS
-from framework.demos.text import word_counts
+from framework.demos.text import generate_lines, word_counts
 from framework.kafka.clients import produce_record, read_to_end
 from framework.pipeline import Pipeline
 from framework.runners.spark.runner import PipelineRun, SparkRunner
@@ -24,6 +26,26 @@ from framework.wire.avro import encode_ack_batch
 from framework.wire.records import OutRecord
 from framework.wire.topics import Topics
 from framework.wire.znodes import SnapshotRecord
+
+# Both execution modes on the shared Spark session; continuous stages on one partition and
+# one hash unit, whose tasks fit the session's task slots.
+BOTH_EXECUTIONS = pytest.mark.parametrize(
+    ("execution", "partitions"), [("micro-batch", 2), ("continuous", 1)]
+)
+
+
+def new_app(prefix: str, out: str = "out") -> tuple[str, str, str]:
+    """A fresh app name and its topics: ``<app>-lines`` in, ``<app>-<out>`` out."""
+    app = f"{prefix}{uuid.uuid4().hex[:6]}"
+    return app, f"{app}-lines", f"{app}-{out}"
+
+
+def numbered_lines(
+    count: int, *, seed: int, words_per_line: int = 5, vocabulary: int = 30
+) -> list[str]:
+    """``count`` generated lines, each led by its number, so that no two are equal."""
+    texts = generate_lines(count, words_per_line=words_per_line, vocabulary=vocabulary, seed=seed)
+    return [f"{i} {text}" for i, text in enumerate(texts)]
 
 
 def open_transaction(
