@@ -8,11 +8,12 @@ or before its ``GT_last``). Protocol of `start_replay`:
 
 1. Resolve where each source partition starts: given offsets, the first offset stamped at
    or after a time, or the first offset.
-2. A pipeline with groupings or aggregates needs their state as it was at that point. From the first
-   offsets the state is empty. Otherwise take the latest committed snapshot whose offsets
-   are all at or before the asked ones (`framework.coordination.committed_snapshot.SnapshotRegistry`), seed the new
-   epoch's changelogs from it and start from its offsets instead (earlier: the barriers
-   drop the difference). No such snapshot: `ConfigError`, nothing changed.
+2. A pipeline with groupings or aggregates needs their state as it was at that point. From
+   the first offsets the state is empty. Otherwise take the latest committed snapshot whose
+   offsets are all at or before the asked ones (`SnapshotRegistry` in
+   `framework.coordination.committed_snapshot`), seed the new epoch's changelogs from it
+   and start from its offsets instead (earlier: the barriers drop the difference). No such
+   snapshot: `ConfigError`, nothing changed.
 3. Bump the epoch in ZooKeeper with the start offsets: the next `run` (and every
    ``flamepipe acker|barrier`` process, which follows epochs) uses the new epoch's topics.
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class Topics:
     """Names of the framework's own topics for application ``app`` in ``epoch``.
 
-    A replay or a recovery starts a new epoch (`framework.coordination.epochs.Epochs`): its internal topics
+    A replay or a recovery starts a new epoch (`framework.coordination.epochs`): its internal topics
     are new (``<app>.e<epoch>.*``), so nothing of the old epoch's acks, shuffles, state or
     pre-barrier records can leak into the new one. Epoch 0 keeps the plain names. The
     dead-letter topic is for people and the lifts topic for replays: both stay the same

@@ -2,7 +2,7 @@
 
 Start-up protocol of `SparkRunner.start`:
 
-1. Read the pipeline's epoch from ZooKeeper (`framework.coordination.epochs.Epochs`; 0 before the first
+1. Read the pipeline's epoch from ZooKeeper (`framework.coordination.epochs`; 0 before the first
    replay or recovery) and plan the stages on that epoch's topics; every source must be a
    `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
    offsets its record gives. A keyed pipeline that ran in this epoch with another
