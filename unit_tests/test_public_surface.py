@@ -1,9 +1,10 @@
 """The API is what the facades list in ``__all__``; every other module is internal.
 
-A module of flamepipe with an ``__all__`` is one a user imports: one the table in
-docs/architecture.md's "The API" names (this test reads it there); internal modules carry none, so a reader tells the API from the rest by that
-alone, and each internal package says so in its docstring. A new ``__all__`` outside the
-facades, or a facade name that does not resolve, fails here.
+A module of flamepipe with an ``__all__`` is one a user imports: one that the table in
+docs/architecture.md's "The API" names (this test reads it there). Internal modules carry
+none, so a reader tells the API from the rest by that alone, and each internal package
+says so in its docstring. A new ``__all__`` outside the facades, or a facade name that
+does not resolve, fails here.
 """
 
 from __future__ import annotations
