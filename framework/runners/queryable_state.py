@@ -28,9 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -38,8 +36,8 @@ from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError, DeadlineExceeded, KafkaClientError
 from framework.runners.assembly import current_epoch, view_for
+from framework.runners.http_server import HttpServer, Response
 from framework.runners.keys import install_keys
-from framework.runners.observe.server import bind_http, url_of
 from framework.runners.snapshots import CommittedSlot
 from framework.snapshots.queryable import StateReader, StateValue
 
@@ -88,34 +86,27 @@ class StateServer:
 
     def __init__(self, reader: _Reader, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.reader = reader
-        self._host, self._port = host, port
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http = HttpServer(
+            "flamepipe-state",
+            lambda path: Response.json(*self.answer(path)),
+            host=host,
+            port=port,
+            fix="pass --port a free port, or 0 for any",
+        )
 
     @property
     def url(self) -> str:
         """``http://host:port/`` once started."""
-        return url_of(self._httpd)
+        return self._http.url
 
     def start(self) -> None:
         """Bind and serve; `ConfigError` in one line if the port is taken."""
-        self._httpd = bind_http(
-            self._host, self._port, self._handler(), "pass --port a free port, or 0 for any"
-        )
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="flamepipe-state", daemon=True
-        )
-        self._thread.start()
+        self._http.start()
         _log.info("queryable state at %sstate", self.url)
 
     def stop(self) -> None:
         """Stop serving."""
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        self._http.stop()
 
     def answer(self, path: str) -> tuple[int, dict[str, Any]]:
         """``(status, JSON body)`` for a request path."""
@@ -138,22 +129,3 @@ class StateServer:
             return 404, {"error": str(exc)}
         except (DeadlineExceeded, KafkaClientError) as exc:  # a broker restarting, say
             return 503, {"error": str(exc)}
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, body = server.answer(self.path)
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                _log.debug("state %s", format % args)
-
-        return Handler
