@@ -196,81 +196,40 @@ class Settings:
         return self.snapshot_dir or self.state_dir / "snapshots"
 
     def _validate(self) -> None:
-        ports = {
-            "kafka_port": self.kafka_port,
-            "controller_port": self.controller_port,
-            "zookeeper_port": self.zookeeper_port,
-        }
-        for name, port in ports.items():
-            if not 1 <= port <= 65535:
-                raise ConfigError(f"{name}={port} is not a TCP port: use 1..65535")
-        if len(set(ports.values())) != len(ports):
-            raise ConfigError(f"ports must differ, got {ports}: give each its own port")
+        """Every field against its declared check (`_PORTS`, `_LEAST`, `_ONE_OF`), then the
+        rules that tie fields together; the first failure is a `ConfigError` in one line."""
+        for name, least in _PORTS.items():
+            port = getattr(self, name)
+            if not least <= port <= 65535:
+                raise ConfigError(
+                    f"{name}={port} is not a TCP port: use {least}..65535{_env(name)}"
+                )
+        for name, (least, note) in _LEAST.items():
+            if getattr(self, name) < least:
+                raise ConfigError(
+                    f"{name}={getattr(self, name)} must be >= {least}{note}{_env(name)}"
+                )
+        for name, (choices, what) in _ONE_OF.items():
+            value = getattr(self, name)
+            if (value.upper() if name == "log_level" else value) not in choices:
+                raise ConfigError(
+                    f"{name}={value!r} is not {what}: use one of {', '.join(choices)}{_env(name)}"
+                )
+        self._validate_together()
+
+    def _validate_together(self) -> None:
+        stack = {name: getattr(self, name) for name in _STACK_PORTS}
+        if len(set(stack.values())) != len(stack):
+            raise ConfigError(f"ports must differ, got {stack}: give each its own port")
         if not _MASTER.match(self.spark_master):
             raise ConfigError(
                 f"spark_master={self.spark_master!r} is not a Spark master URL: "
                 "use local[*], local[N], spark://host:port, yarn or k8s://..."
             )
-        if self.log_level.upper() not in _LOG_LEVELS:
-            raise ConfigError(
-                f"log_level={self.log_level!r} is not a level: use one of {', '.join(_LOG_LEVELS)}"
-            )
-        if self.trim_interval_ms < 0:
-            raise ConfigError(f"trim_interval_ms={self.trim_interval_ms} must be >= 0 (0: never)")
-        if not 0 <= self.ui_port <= 65535:
-            raise ConfigError(f"ui_port={self.ui_port} is not a TCP port: use 1..65535, 0: any")
-        if not 0 <= self.registry_port <= 65535:
-            raise ConfigError(f"registry_port={self.registry_port} is not a TCP port: use 1..65535")
-        if self.spark_workers < 0:
-            raise ConfigError(f"spark_workers={self.spark_workers} must be >= 0 (0: none)")
-        if self.spark_worker_cores < 1:
-            raise ConfigError(
-                f"spark_worker_cores={self.spark_worker_cores} must be >= 1 "
-                "(FLAMEPIPE_SPARK_WORKER_CORES)"
-            )
-        if not 1 <= self.spark_master_port <= 65535:
-            raise ConfigError(
-                f"spark_master_port={self.spark_master_port} is not a TCP port: use 1..65535"
-            )
-        minimums = (
-            ("parallelism", 1),
-            ("acker_shards", 1),
-            ("heartbeat_ms", 1),
-            ("front_lag_ms", 0),
-            ("commit_interval_ms", 0),
-            ("max_batch_records", 1),
-            ("snapshot_interval_ms", 1),
-            ("stall_timeout_ms", 1000),
-            ("stuck_batch_ms", 1000),
-            ("startup_wait_ms", 0),
-            ("max_future_ms", 0),
-        )
-        for name, low in minimums:
-            if getattr(self, name) < low:
-                raise ConfigError(f"{name}={getattr(self, name)} must be >= {low}")
-        if self.trigger_ms < 0:
-            raise ConfigError(
-                f"trigger_ms={self.trigger_ms} must be >= 0 (0: run batches back to back)"
-            )
-        if self.execution not in EXECUTIONS:
-            raise ConfigError(
-                f"execution={self.execution!r} is not an execution mode: use one of "
-                f"{', '.join(EXECUTIONS)} (FLAMEPIPE_EXECUTION)"
-            )
-        if self.continuous_tasks not in TASK_LAYOUTS:
-            raise ConfigError(
-                f"continuous_tasks={self.continuous_tasks!r} is not a task layout: use one "
-                f"of {', '.join(TASK_LAYOUTS)} (FLAMEPIPE_CONTINUOUS_TASKS)"
-            )
         if self.execution == "continuous" and self.fuse_stages:
             raise ConfigError(
                 "fuse_stages runs micro-batches only: unset FLAMEPIPE_FUSE_STAGES or use "
                 "FLAMEPIPE_EXECUTION=micro-batch"
-            )
-        if self.state_backend not in STATE_BACKENDS:
-            raise ConfigError(
-                f"state_backend={self.state_backend!r} is not a state backend: use one of "
-                f"{', '.join(STATE_BACKENDS)} (FLAMEPIPE_STATE_BACKEND)"
             )
         for name in ("state_dir", "snapshot_dir"):
             value = getattr(self, name)
@@ -284,10 +243,49 @@ class Settings:
                 f"checkpoint_uri={self.checkpoint_uri!r} is neither a directory nor a URI "
                 "like hdfs://namenode:8020/flamepipe or s3a://bucket/flamepipe"
             )
-        if self.java_heap_mb < 128:
-            raise ConfigError(f"java_heap_mb={self.java_heap_mb} is too small: use >= 128")
         if self.zookeeper_connect is not None and self.bootstrap_servers is None:
             raise ConfigError(
                 "zookeeper_connect is set but bootstrap_servers is not: an external cluster "
                 "needs both (FLAMEPIPE_BOOTSTRAP_SERVERS and FLAMEPIPE_ZOOKEEPER_CONNECT)"
             )
+
+
+def _env(name: str) -> str:
+    return f" ({ENV_PREFIX}{name.upper()})"
+
+
+# The checks of single fields, declared once: `Settings._validate` runs them in order.
+_STACK_PORTS = ("kafka_port", "controller_port", "zookeeper_port")
+_PORTS = {
+    **dict.fromkeys(_STACK_PORTS, 1),
+    "spark_master_port": 1,
+    "ui_port": 0,  # 0: any free port
+    "registry_port": 0,  # 0: no schema registry
+}
+"""field -> the least port it takes."""
+_LEAST: dict[str, tuple[int, str]] = {
+    "parallelism": (1, ""),
+    "acker_shards": (1, ""),
+    "heartbeat_ms": (1, ""),
+    "front_lag_ms": (0, ""),
+    "commit_interval_ms": (0, ""),
+    "max_batch_records": (1, ""),
+    "snapshot_interval_ms": (1, ""),
+    "stall_timeout_ms": (1000, ""),
+    "stuck_batch_ms": (1000, ""),
+    "startup_wait_ms": (0, " (0: do not wait)"),
+    "max_future_ms": (0, ""),
+    "trigger_ms": (0, " (0: run batches back to back)"),
+    "trim_interval_ms": (0, " (0: never)"),
+    "spark_workers": (0, " (0: none)"),
+    "spark_worker_cores": (1, ""),
+    "java_heap_mb": (128, ""),
+}
+"""field -> (its least value, what that least value means)."""
+_ONE_OF: dict[str, tuple[tuple[str, ...], str]] = {
+    "execution": (EXECUTIONS, "an execution mode"),
+    "continuous_tasks": (TASK_LAYOUTS, "a task layout"),
+    "state_backend": (STATE_BACKENDS, "a state backend"),
+    "log_level": (_LOG_LEVELS, "a level"),
+}
+"""field -> (the values it takes, what they are)."""

@@ -105,3 +105,16 @@ def test_missing_or_broken_file(tmp_path: Path) -> None:
     bad.write_text("kafka_port = = 1")
     with pytest.raises(ConfigError, match="not valid TOML"):
         Settings.load(bad, env={})
+
+
+def test_every_declared_check_names_a_setting_and_every_least_value_is_refused_below() -> None:
+    from dataclasses import fields
+
+    from framework.config import settings as module
+
+    names = {f.name for f in fields(Settings)}
+    declared = {*module._PORTS, *module._LEAST, *module._ONE_OF}
+    assert declared <= names, f"checks of no setting: {sorted(declared - names)}"
+    for name, (least, _) in module._LEAST.items():
+        with pytest.raises(ConfigError, match=rf"^{name}={least - 1} must be >= {least}"):
+            Settings(**{name: least - 1})  # type: ignore[arg-type]
