@@ -28,49 +28,103 @@ from framework.errors import PipelineError, ProtocolViolation
 MinTimeCallback = Callable[[MinTimeNotification], None]
 
 
-def topological_order(segments: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
-    """Segment names, each after all of its inbound segments (Kahn, ties by name).
+def components(segments: Mapping[str, Sequence[str]]) -> tuple[tuple[str, ...], ...]:
+    """The segments' loops and lone segments (strongly connected components), each after
+    every component it has inbound segments in; members sorted, ties between components
+    by their first name.
 
-    Raises `PipelineError` on an empty mapping, an unknown inbound name or a cycle.
+    A loop is a set of segments that feed each other (an item that circles a cyclic
+    dataflow keeps its global time, so while it circulates the loop's XOR for that time
+    stays non-zero in some member: the tracker paper's case for XOR acking over markers).
+    Raises `PipelineError` on an empty mapping or an unknown inbound name.
     """
     if not segments:
         raise PipelineError("an acker needs at least one segment")
-    await_count: dict[str, int] = {}
     for name, inbound in segments.items():
         for source in inbound:
             if source not in segments:
                 raise PipelineError(f"segment {name!r} has unknown inbound {source!r}")
-        await_count[name] = len(set(inbound))
-    downstream: dict[str, list[str]] = {name: [] for name in segments}
-    for name, inbound in segments.items():
-        for source in set(inbound):
-            downstream[source].append(name)
-    ready = sorted(name for name, count in await_count.items() if count == 0)
-    order: list[str] = []
+    found = _strongly_connected(segments)
+    of = {name: i for i, members in enumerate(found) for name in members}
+    # Kahn's order over the components, ties by their first (least) member.
+    awaited = [
+        {of[s] for m in members for s in segments[m]} - {i} for i, members in enumerate(found)
+    ]
+    downstream: dict[int, set[int]] = {i: set() for i in range(len(found))}
+    for i, upstream in enumerate(awaited):
+        for j in upstream:
+            downstream[j].add(i)
+    ready = sorted(
+        (i for i, upstream in enumerate(awaited) if not upstream), key=lambda i: found[i]
+    )
+    order: list[tuple[str, ...]] = []
     while ready:
-        name = ready.pop(0)
-        order.append(name)
-        for target in sorted(downstream[name]):
-            await_count[target] -= 1
-            if await_count[target] == 0:
+        i = ready.pop(0)
+        order.append(found[i])
+        for target in downstream[i]:
+            awaited[target].discard(i)
+            if not awaited[target]:
                 ready.append(target)
-        ready.sort()
-    if len(order) != len(segments):
-        raise PipelineError(f"segments form a cycle: {sorted(set(segments) - set(order))}")
+        ready.sort(key=lambda i: found[i])
     return tuple(order)
+
+
+def _strongly_connected(segments: Mapping[str, Sequence[str]]) -> list[tuple[str, ...]]:
+    """Tarjan's strongly connected components along inbound edges, each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[tuple[str, ...]] = []
+
+    def visit(name: str) -> None:
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        on_stack.add(name)
+        for source in segments[name]:
+            if source not in index:
+                visit(source)
+                low[name] = min(low[name], low[source])
+            elif source in on_stack:
+                low[name] = min(low[name], index[source])
+        if low[name] == index[name]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == name:
+                    break
+            out.append(tuple(sorted(members)))
+
+    for name in sorted(segments):
+        if name not in index:
+            visit(name)
+    return out
+
+
+def topological_order(segments: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """Segment names, each after every inbound segment outside its own loop
+    (`components`, flattened)."""
+    return tuple(name for members in components(segments) for name in members)
 
 
 class Acker:
     """Single-node tracker: acks and heartbeats in, monotone min-time notifications out.
 
-    CheckMinTime, per segment in topological order:
+    CheckMinTime, per component of `components` (a lone segment, or the segments of a
+    loop together) in their order:
 
     1. Bound the new time by the lowest heartbeat of all fronts.
-    2. Bound it by the min time of every inbound segment.
-    3. Bound it by the lowest slot of the segment whose XOR is non-zero.
-    4. If it exceeds the segment's min time, store it and notify ``(segment, time)``.
+    2. Bound it by the min time of every inbound segment outside the component.
+    3. Bound it by the lowest slot whose XOR is non-zero in any segment of the component:
+       an item circling a loop keeps its global time, and is in flight in some member
+       until it leaves the loop or ends.
+    4. For each segment of the component whose min time it exceeds: store it and notify
+       ``(segment, time)``.
 
-    Then the global min time (the least over all segments) is notified if it grew.
+    Then the global min time (the least over the segments no other segment reads) is
+    notified if it grew.
     """
 
     def __init__(
@@ -85,17 +139,23 @@ class Acker:
         With ``snapshot_interval > 0`` a global notification asks for a snapshot whenever
         the global min time is at least that many slots past the last requested one.
         """
-        self._order = topological_order(segments)
+        loops = components(segments)
+        self._order = tuple(name for members in loops for name in members)
         self._inbound = {name: tuple(set(segments[name])) for name in self._order}
-        has_downstream = {source for inbound in self._inbound.values() for source in inbound}
-        self._sinks = tuple(name for name in self._order if name not in has_downstream)
         self._xor: dict[str, dict[int, int]] = {name: {} for name in self._order}
         self._heaps: dict[str, list[int]] = {name: [] for name in self._order}
         self._mt: dict[str, int] = dict.fromkeys(self._order, 0)
-        # CheckMinTime's loop, resolved once: (segment, inbound, heap, table).
+        # CheckMinTime's loop, resolved once: (members, inbound from outside, their heaps
+        # and tables).
         self._plan = [
-            (name, self._inbound[name], self._heaps[name], self._xor[name]) for name in self._order
+            (
+                members,
+                tuple({s for m in members for s in self._inbound[m]} - set(members)),
+                tuple((self._heaps[m], self._xor[m]) for m in members),
+            )
+            for members in loops
         ]
+        self._sinks = _sink_segments(loops, self._inbound)
         self._global = 0
         self._fronts: dict[int, int] = dict.fromkeys(fronts, 0)
         self._hb_min: int | None = 0 if self._fronts else None
@@ -250,21 +310,23 @@ class Acker:
             return  # No front yet: nothing bounds time from above.
         notes: list[MinTimeNotification] = []
         mt = self._mt
-        for segment, inbound, heap, table in self._plan:
+        for members, inbound, open_slots in self._plan:
             # Step 1
             time = self._hb_min
             # Step 2
             for source in inbound:
                 time = min(time, mt[source])
             # Step 3
-            while heap and heap[0] not in table:
-                heapq.heappop(heap)  # lazily drop slots that cleared
-            if heap and heap[0] < time:
-                time = heap[0]
+            for heap, table in open_slots:
+                while heap and heap[0] not in table:
+                    heapq.heappop(heap)  # lazily drop slots that cleared
+                if heap and heap[0] < time:
+                    time = heap[0]
             # Step 4
-            if time > mt[segment]:
-                mt[segment] = time
-                notes.append(MinTimeNotification(segment, time))
+            for segment in members:
+                if time > mt[segment]:
+                    mt[segment] = time
+                    notes.append(MinTimeNotification(segment, time))
         self._update_global(notes)
         for note in notes:
             for callback in list(self._subscribers):
@@ -284,3 +346,15 @@ class Acker:
             snapshot = True
             self._last_snapshot = time
         notes.append(MinTimeNotification(None, time, snapshot=snapshot))
+
+
+def _sink_segments(
+    loops: Sequence[tuple[str, ...]], inbound: Mapping[str, Sequence[str]]
+) -> tuple[str, ...]:
+    """The segments of the components no other component reads: the global min time is
+    the least of theirs (every other segment's is at least as high as one of them)."""
+    of = {name: i for i, members in enumerate(loops) for name in members}
+    read = {
+        of[s] for i, members in enumerate(loops) for m in members for s in inbound[m] if of[s] != i
+    }
+    return tuple(name for i, members in enumerate(loops) if i not in read for name in members)

@@ -27,7 +27,7 @@ from framework.core.messages import (
     NodeTime,
 )
 from framework.errors import ProtocolViolation
-from unit_tests.core.acker.test_tracker import Item, Segments, dag_maps, segment_dags
+from unit_tests.core.acker.test_tracker import Item, Segments, dag_maps, segment_graphs
 
 # -- the seed's scenario ----------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class ShardSim:
 @st.composite
 def shard_sims(draw: st.DrawFn) -> ShardSim:
     return ShardSim(
-        draw(segment_dags()),
+        draw(segment_graphs()),
         fronts=draw(st.integers(1, 2)),
         nodes=draw(st.integers(1, 3)),
         shards=draw(st.integers(1, 3)),
