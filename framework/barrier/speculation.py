@@ -177,7 +177,9 @@ class Speculation:
         of `admit` keep the transaction holding all of them."""
         self.frontier = max(self.frontier, slot)
         if barrier.pending < self.min_pending or not self.admits(slot):
-            self.skipped = self.skipped or change > 0
+            # Left out: any item buffered, not only this push's (a tombstone or an item
+            # past the frontier moves it over buffered items that were never written).
+            self.skipped = self.skipped or barrier.pending > 0
             return []
         self.skipped = False
         return barrier.live(0, self.frontier)

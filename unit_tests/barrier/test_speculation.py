@@ -156,6 +156,13 @@ def records_of(stream: list[tuple[int, int, bytes, int, int]]) -> list[Record]:
     seed=305,
     min_pending=3,
 )
+@example(  # copies of one item arriving around its tombstones (found by the search)
+    stream=[(0, 0, b"a", 0, 0)] * 3
+    + [(2, 0, b"a", 1, 1), (1, 0, b"a", 2, 2), (0, 0, b"a", 2, 2)]
+    + [(1, 0, b"a", 2, 2), (1, 0, b"a", 2, 1)],
+    seed=11932,
+    min_pending=3,
+)
 def test_each_commit_is_exactly_its_bundle(
     stream: list[tuple[int, int, bytes, int, int]], seed: int, min_pending: int
 ) -> None:
