@@ -10,6 +10,7 @@ from framework.errors import FlamepipeError, PipelineError
 from framework.pipeline import (
     Count,
     KeyedStream,
+    Loop,
     Pipeline,
     Session,
     Sink,
@@ -25,6 +26,7 @@ __all__ += [
     "Joined",
     "KeyValue",
     "KeyedStream",
+    "Loop",
     "Max",
     "Mean",
     "Message",

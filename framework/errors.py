@@ -21,6 +21,7 @@ __all__ = [
     "FlamepipeError",
     "KafkaClientError",
     "KafkaUnreachable",
+    "LoopUnsettled",
     "PipelineError",
     "ProtocolViolation",
     "RegistryError",
@@ -57,6 +58,11 @@ class PipelineError(FlamepipeError):
 
 class UserFunctionError(FlamepipeError):
     """A user function (map, key, reduce, ...) raised, in fail-fast mode; the cause is chained."""
+
+
+class LoopUnsettled(UserFunctionError):  # noqa: N818 - a state of an item, like the others
+    """An item would go round its loop more than the loop's ``max_rounds``: it goes to the
+    dead letters with this reason (or fails a fail-fast run) instead of going round."""
 
 
 class EncodeError(FlamepipeError):

@@ -15,6 +15,7 @@ The same pipeline object runs unchanged on any `Runner`: the in-process harness 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from framework.core.calls import AsyncCall
@@ -43,6 +44,7 @@ __all__ = [
     "Count",
     "KeyValue",
     "KeyedStream",
+    "Loop",
     "Pipeline",
     "Runner",
     "Session",
@@ -360,6 +362,36 @@ class Stream(_Handle):
         node = self.pipeline._add(Kind.BROADCAST, [self.port], name=name, ports=copies)
         return tuple(Stream(self.pipeline, Port(node.node, i)) for i in range(copies))
 
+    def loop(self, max_rounds: int, *, name: str = "") -> Loop:
+        """Start a loop over this stream (docs/decisions/cyclic-dataflows.md): the `Loop`'s
+        ``stream`` carries this stream's payloads and whatever `Loop.close` sends back.
+
+        Exactly once across the loop: an item that goes round keeps its global time, and
+        the acker holds min time below it until it has left the loop or ended, so what
+        leaves is released once, in global-time order, like any output. An item sent
+        round more than ``max_rounds`` times goes to the dead letters with the reason
+        instead of going round. Inside a loop: stateless operations, ``key_by`` and
+        ``group``; not aggregates (they wait for min time, which a circling item holds
+        back): aggregate what leaves the loop.
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("collatz")
+        >>> loop = p.source(ListSource([6, 7])).map(lambda n: (n, n, 0)).loop(max_rounds=20)
+        >>> def collatz(s):  # (start, value, steps): one step of the Collatz map
+        ...     start, value, steps = s
+        ...     return start, value // 2 if value % 2 == 0 else 3 * value + 1, steps + 1
+        >>> step = loop.stream.map(collatz)
+        >>> again, done = step.broadcast(2)
+        >>> loop.close(again.filter(lambda s: s[1] != 1))
+        >>> _ = done.filter(lambda s: s[1] == 1).map(lambda s: (s[0], s[2])).sink(ListSink())
+        >>> run_local(p).values()
+        [(6, 8), (7, 16)]
+        """
+        if max_rounds < 1:
+            raise PipelineError(f"loop() needs max_rounds >= 1, got {max_rounds}")
+        port = self.pipeline._add(Kind.LOOP, [self.port], name=name)
+        return Loop(self.pipeline, port, max_rounds, name)
+
     def join_window(
         self,
         other: Stream,
@@ -458,6 +490,49 @@ class Stream(_Handle):
             endpoint=sink,
         )
         return self.pipeline
+
+
+class Loop:
+    """A loop under construction (`Stream.loop`): ``stream`` is its entry, and `close`
+    sends a stream derived from it round again."""
+
+    __slots__ = ("_closed", "max_rounds", "name", "pipeline", "port")
+
+    def __init__(self, pipeline: Pipeline, port: Port, max_rounds: int, name: str) -> None:
+        self.pipeline = pipeline
+        self.port = port
+        self.max_rounds = max_rounds
+        self.name = name
+        self._closed = False
+
+    @property
+    def stream(self) -> Stream:
+        """The loop's entry: the stream the loop started on, and what goes round."""
+        return Stream(self.pipeline, self.port)
+
+    def close(self, again: Stream) -> None:
+        """Send ``again``'s payloads round the loop once more: each becomes an item of
+        ``stream`` again (the same global time, one more round)."""
+        if again.pipeline is not self.pipeline:
+            raise PipelineError("close() needs a stream of the loop's own pipeline")
+        if self._closed:
+            raise PipelineError(f"loop {self.port.node!r} is closed already")
+        pipeline, loop_id = self.pipeline, self.port.node
+        feedback = pipeline._add(
+            Kind.FEEDBACK,
+            [again.port],
+            name=f"{self.name}-feedback" if self.name else "",
+            derived=loop_id,
+            label=self.name or loop_id,
+            max_rounds=self.max_rounds,
+        )
+        nodes = pipeline._nodes
+        at = next(i for i, node in enumerate(nodes) if node.id == loop_id)
+        nodes[at] = replace(nodes[at], inputs=(*nodes[at].inputs, feedback))
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"Loop({self.pipeline.name!r}, {self.port.node!r})"
 
 
 class KeyedStream(_Handle):

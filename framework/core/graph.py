@@ -6,9 +6,14 @@ the builder makes topological; validation checks it anyway.
 
 Segments (the tracker paper) partition the nodes for the acker. An item in flight belongs to the
 segment of the node it travels to. A new segment starts at a source, at a ``group`` or
-``aggregate`` (a keyed shuffle: a new Spark stage), at a ``merge``, and right after an
-``aggregate`` (whose outputs are released by min time, so they must be tracked apart
-from its inputs). Every other node joins the segment of its single input.
+``aggregate`` (a keyed shuffle: a new Spark stage), at a ``merge`` or a ``loop``, and right
+after an ``aggregate`` (whose outputs are released by min time, so they must be tracked
+apart from its inputs). Every other node joins the segment of its single input.
+
+A loop (docs/decisions/cyclic-dataflows.md) is the one cycle a graph may hold: a ``loop``
+node merges its input with what its ``feedback`` node sends back, and that second input is
+the only edge that may point at a node listed later. The segments on the cycle form one
+loop for the tracker (`framework.core.acker.tracker.components`).
 """
 
 from __future__ import annotations
@@ -76,11 +81,15 @@ class Kind(StrEnum):
     MERGE = "merge"
     BROADCAST = "broadcast"
     SINK = "sink"
+    LOOP = "loop"
+    FEEDBACK = "feedback"
 
 
 _FUNCTION_KINDS = frozenset({Kind.MAP, Kind.MAP_ASYNC, Kind.FLAT_MAP, Kind.FILTER, Kind.KEY_BY})
 _KEYED_INPUT = frozenset({Kind.GROUP, Kind.AGGREGATE})
-_SEGMENT_HEADS = frozenset({Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE})
+_SEGMENT_HEADS = frozenset({Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE, Kind.LOOP})
+# Inside a loop: what emits only once min time passes would wait for itself.
+_NOT_IN_LOOPS = frozenset({Kind.AGGREGATE})
 
 
 class Port(NamedTuple):
@@ -98,7 +107,8 @@ class Node:
     the group's window; ``ports`` the broadcast's copies; ``endpoint`` the source or sink
     descriptor; ``aggregation`` the aggregate's `Aggregation`; ``call`` how map_async
     calls its function; ``batch`` that map, flat_map or filter's ``fn`` takes a column of
-    payloads (`framework.core.batches`).
+    payloads (`framework.core.batches`); ``max_rounds`` how many times a feedback sends
+    an item round its loop.
     """
 
     id: str
@@ -112,6 +122,7 @@ class Node:
     label: str = ""
     call: AsyncCall | None = None
     batch: bool = False  # map, flat_map, filter: ``fn`` takes a column (`core.batches`)
+    max_rounds: int = 0  # feedback: the rounds an item may go
 
     def describe(self) -> str:
         """The node for error messages: its id and user label."""
@@ -175,16 +186,19 @@ class Graph:
         """The acker segments of a valid graph (see the module docstring)."""
         self.validate()
         of_node: dict[str, str] = {}
-        inbound: dict[str, tuple[str, ...]] = {}
+        heads: list[Node] = []
         kinds = {node.id: node.kind for node in self.nodes}
-        for node in self.nodes:
-            upstream = [of_node[port.node] for port in node.inputs]
+        for node in self.nodes:  # a loop's feedback, listed later, is not needed here
             after_aggregate = any(kinds[port.node] is Kind.AGGREGATE for port in node.inputs)
             if node.kind in _SEGMENT_HEADS or after_aggregate:
                 of_node[node.id] = node.id
-                inbound[node.id] = tuple(dict.fromkeys(upstream))
+                heads.append(node)
             else:
-                of_node[node.id] = upstream[0]
+                of_node[node.id] = of_node[node.inputs[0].node]
+        inbound = {
+            head.id: tuple(dict.fromkeys(of_node[port.node] for port in head.inputs))
+            for head in heads
+        }
         return Segments(of_node, inbound)
 
 
@@ -205,6 +219,7 @@ def _validate(graph: Graph) -> None:
     for node in graph.nodes:
         _check_node(node, nodes)
     _check_acyclic(graph)
+    _check_loops(graph)
     _check_consumers(graph)
     _check_keys(graph)
     _check_combinable(graph)
@@ -227,7 +242,14 @@ def _check_node(node: Node, nodes: Mapping[str, Node]) -> None:
         raise PipelineError(f"source {node.describe()} cannot have inputs")
     if node.kind is Kind.MERGE and arity < 2:
         raise PipelineError(f"merge {node.describe()} needs at least two inputs, got {arity}")
-    if node.kind not in (Kind.SOURCE, Kind.MERGE) and arity != 1:
+    if node.kind is Kind.LOOP and arity != 2:
+        raise PipelineError(
+            f"loop {node.describe()} is never closed: call close(stream) on the Loop that "
+            "Stream.loop() returned, with the stream that goes round again"
+        )
+    if node.kind is Kind.FEEDBACK and node.max_rounds < 1:
+        raise PipelineError(f"loop {node.describe()} needs max_rounds >= 1, got {node.max_rounds}")
+    if node.kind not in (Kind.SOURCE, Kind.MERGE, Kind.LOOP) and arity != 1:
         raise PipelineError(f"{node.describe()} needs exactly one input, got {arity}")
     if node.kind in _FUNCTION_KINDS and not callable(node.fn):
         raise PipelineError(f"{node.describe()} needs a function")
@@ -248,21 +270,83 @@ def _check_node(node: Node, nodes: Mapping[str, Node]) -> None:
 
 
 def _check_acyclic(graph: Graph) -> None:
-    """Nodes must come after their inputs; a cycle is reported with its path."""
+    """Nodes must come after their inputs, but for a loop's feedback; any other cycle is
+    reported with its path."""
     position = {node.id: i for i, node in enumerate(graph.nodes)}
     for node in graph.nodes:
-        for port in node.inputs:
+        for index, port in enumerate(node.inputs):
+            if node.kind is Kind.LOOP and index == 1:
+                continue  # the feedback: `_check_loops`
             if position[port.node] >= position[node.id]:
                 path = _cycle_through(graph, node.id)
                 if path:
                     raise PipelineError(
-                        f"cycle {' -> '.join(path)}: cycles are not supported; "
-                        "feed results back through a Kafka topic instead"
+                        f"cycle {' -> '.join(path)}: a cycle needs a loop: use "
+                        "Stream.loop() and close the loop with the stream that goes round"
                     )
                 raise PipelineError(
                     f"{node.describe()} is listed before its input {port.node!r}: "
                     "list nodes in topological order"
                 )
+
+
+def _check_loops(graph: Graph) -> None:
+    """A loop is closed by a feedback that its own body feeds, and holds nothing that
+    waits for min time (docs/decisions/cyclic-dataflows.md)."""
+    nodes = {node.id: node for node in graph.nodes}
+    for loop in graph.by_kind(Kind.LOOP):
+        feedback = nodes[loop.inputs[1].node]
+        if feedback.kind is not Kind.FEEDBACK:
+            raise PipelineError(
+                f"loop {loop.describe()}: its second input must be its feedback, not "
+                f"{feedback.describe()}"
+            )
+        body = _downstream(graph, loop.id) & _upstream(graph, feedback.id)
+        if loop.id not in body:
+            raise PipelineError(
+                f"loop {loop.describe()} is closed with a stream that does not come from "
+                "the loop: close it with a stream derived from loop.stream"
+            )
+        for node in graph.nodes:
+            if node.id in body and node.kind in _NOT_IN_LOOPS:
+                raise PipelineError(
+                    f"{node.describe()} is inside loop {loop.describe()}: an aggregate "
+                    "emits once min time passes a slot, which no item still going round "
+                    "lets it do; aggregate the loop's output after it"
+                )
+    for feedback in graph.by_kind(Kind.FEEDBACK):
+        readers = [n for n in graph.nodes if Port(feedback.id) in n.inputs]
+        if [n.kind for n in readers] != [Kind.LOOP]:
+            raise PipelineError(f"feedback {feedback.describe()} must feed its loop only")
+
+
+def _downstream(graph: Graph, start: str) -> set[str]:
+    """Every node reachable from ``start`` along edges (``start`` only if on a cycle)."""
+    readers: dict[str, list[str]] = {node.id: [] for node in graph.nodes}
+    for node in graph.nodes:
+        for port in node.inputs:
+            readers[port.node].append(node.id)
+    seen: set[str] = set()
+    todo = list(readers[start])
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(readers[current])
+    return seen
+
+
+def _upstream(graph: Graph, start: str) -> set[str]:
+    """Every node ``start`` is reachable from, and ``start`` itself."""
+    nodes = {node.id: node for node in graph.nodes}
+    seen = {start}
+    todo = [port.node for port in nodes[start].inputs]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(port.node for port in nodes[current].inputs)
+    return seen
 
 
 def _cycle_through(graph: Graph, start: str) -> list[str]:
@@ -309,7 +393,14 @@ def _check_keys(graph: Graph) -> None:
     """Only key_by (or a merge of keyed streams) may feed group and aggregate."""
     keyed: dict[str, bool] = {}
     for node in graph.nodes:
-        inputs = [keyed[port.node] for port in node.inputs]
+        # A loop's feedback is listed later; it is checked as the feedback node itself.
+        reads = node.inputs[:1] if node.kind is Kind.LOOP else node.inputs
+        inputs = [keyed[port.node] for port in reads]
+        if node.kind is Kind.LOOP and inputs[0]:
+            raise PipelineError(
+                f"loop {node.describe()} reads a keyed stream: loop over the stream before "
+                "key_by() and key it inside the loop"
+            )
         if node.kind is Kind.MERGE:
             if any(inputs) and not all(inputs):
                 raise PipelineError(

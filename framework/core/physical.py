@@ -14,6 +14,7 @@ from framework.core.calls import MapAsyncOp
 from framework.core.graph import Kind, Node
 from framework.core.ops import (
     BroadcastOp,
+    FeedbackOp,
     FilterOp,
     FlatMapOp,
     KeyByOp,
@@ -43,8 +44,10 @@ def stateless_operation(pipeline: str, node: Node) -> Operation:
         return FilterOp(name, op_id, fn)
     if node.kind is Kind.KEY_BY:
         return KeyByOp(name, op_id, fn)
-    if node.kind is Kind.MERGE:
+    if node.kind in (Kind.MERGE, Kind.LOOP):  # a loop merges its input and its feedback
         return MergeOp(name, op_id)
+    if node.kind is Kind.FEEDBACK:
+        return FeedbackOp(name, op_id, node.max_rounds, node.label or node.id)
     if node.kind is Kind.BROADCAST:
         return BroadcastOp(name, op_id, node.ports)
     raise PipelineError(f"{node.describe()} is not a stateless operation")

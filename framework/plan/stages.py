@@ -57,11 +57,25 @@ class Stage:
         return self.entry
 
 
+def refuse_loops(graph: Graph) -> None:
+    """`PipelineError` for a graph with a loop: its feedback needs a topic that the loop's
+    entry stage reads besides its input, which stages do not have yet
+    (docs/decisions/cyclic-dataflows.md, "Engines")."""
+    loop = next(graph.by_kind(Kind.LOOP), None)
+    if loop is not None:
+        raise PipelineError(
+            f"loop {loop.describe()}: loops run in the in-process harness "
+            "(framework.testing.run_local) only for now, not on Spark "
+            "(docs/decisions/cyclic-dataflows.md)"
+        )
+
+
 def plan_stages(
     graph: Graph, source_topics: Mapping[str, str], epoch: int = 0
 ) -> tuple[Stage, ...]:
     """The stages of ``graph`` in ``epoch``; ``source_topics``: source node -> its topic."""
     graph.validate()
+    refuse_loops(graph)
     topics = Topics(graph.name, epoch)
     kinds = {node.id: node.kind for node in graph.nodes}
     order = {node.id: i for i, node in enumerate(graph.nodes)}
