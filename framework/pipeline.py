@@ -678,6 +678,32 @@ KeyValue(key=1, value=3), KeyValue(key=1, value=5)]
         aggregation = Aggregation(Count(1), rolling=True, ttl_ms=ttl_ms, step=First())
         return self._rolling(aggregation, name)
 
+    def converge(self, join: Callable[[Any, Any], Any], *, name: str = "") -> Stream:
+        """Per key, the join of its payloads so far as of each payload's global time, as
+        a `KeyValue` emitted whenever it grew: the keyed state a loop can hold
+        (`framework.core.converge`). ``join`` must be commutative, associative and
+        idempotent (``min``, set union, ``max``). Emits at once; what it emits depends on
+        the arrival order, what the emissions say as of any time does not: aggregate them
+        per key with the same join (``reduce(join, every_ms=...)``) to release the same
+        result in every run. Not after a grouping (a join cannot take a payload back).
+
+        >>> from framework.testing import ListSink, ListSource, run_local
+        >>> p = Pipeline("lowest")
+        >>> numbers = p.source(ListSource([5, 3, 8, 4, 6])).key_by(lambda n: n % 2)
+        >>> _ = numbers.converge(min).sink(ListSink())
+        >>> [(kv.key, kv.value) for kv in run_local(p).values()]
+        [(1, 5), (1, 3), (0, 8), (0, 4)]
+        """
+        port = self.pipeline._add(
+            Kind.CONVERGE,
+            [self.port],
+            name=name,
+            derived=_derived(join),
+            label=_label(join, name),
+            fn=join,
+        )
+        return Stream(self.pipeline, port)
+
     @staticmethod
     def _pane(every_ms: int | None) -> WindowSpec:
         if every_ms is None:

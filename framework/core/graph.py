@@ -83,11 +83,16 @@ class Kind(StrEnum):
     SINK = "sink"
     LOOP = "loop"
     FEEDBACK = "feedback"
+    CONVERGE = "converge"
 
 
-_FUNCTION_KINDS = frozenset({Kind.MAP, Kind.MAP_ASYNC, Kind.FLAT_MAP, Kind.FILTER, Kind.KEY_BY})
-_KEYED_INPUT = frozenset({Kind.GROUP, Kind.AGGREGATE})
-_SEGMENT_HEADS = frozenset({Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE, Kind.LOOP})
+_FUNCTION_KINDS = frozenset(
+    {Kind.MAP, Kind.MAP_ASYNC, Kind.FLAT_MAP, Kind.FILTER, Kind.KEY_BY, Kind.CONVERGE}
+)
+_KEYED_INPUT = frozenset({Kind.GROUP, Kind.AGGREGATE, Kind.CONVERGE})
+_SEGMENT_HEADS = frozenset(
+    {Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE, Kind.LOOP, Kind.CONVERGE}
+)
 # Inside a loop: what emits only once min time passes would wait for itself.
 _NOT_IN_LOOPS = frozenset({Kind.AGGREGATE})
 
@@ -224,6 +229,7 @@ def _validate(graph: Graph) -> None:
     _check_keys(graph)
     _check_combinable(graph)
     _check_async_calls(graph)
+    _check_converge(graph)
     _check_names(graph)
 
 
@@ -438,6 +444,17 @@ def _check_async_calls(graph: Graph) -> None:
                 f"{node.describe()} follows {grouping.describe()}, whose repairs retract "
                 "items with tombstones that would call the service again and may get "
                 "another answer: call the service before the grouping"
+            )
+
+
+def _check_converge(graph: Graph) -> None:
+    """A join cannot take a payload back: no tombstone may reach a converge."""
+    for node in graph.by_kind(Kind.CONVERGE):
+        if graph.retracts(node.id):
+            raise PipelineError(
+                f"{node.describe()} follows a grouping whose repairs retract items with "
+                "tombstones, which a join cannot undo: converge before the grouping, or "
+                "aggregate between them"
             )
 
 

@@ -58,16 +58,18 @@ class Stage:
 
 
 def refuse_loops(graph: Graph) -> None:
-    """`PipelineError` for a graph with a loop: its feedback needs a topic that the loop's
-    entry stage reads besides its input, which stages do not have yet
-    (docs/decisions/cyclic-dataflows.md, "Engines")."""
-    loop = next(graph.by_kind(Kind.LOOP), None)
-    if loop is not None:
-        raise PipelineError(
-            f"loop {loop.describe()}: loops run in the in-process harness "
-            "(framework.testing.run_local) only for now, not on Spark "
-            "(docs/decisions/cyclic-dataflows.md)"
-        )
+    """`PipelineError` for a graph with a loop or a converge: a loop's feedback needs a
+    topic that the loop's entry stage reads besides its input, and a converge a stage
+    task and a changelog, which stages do not have yet (docs/decisions/cyclic-dataflows.md,
+    "Engines")."""
+    for kind in (Kind.LOOP, Kind.CONVERGE):
+        node = next(graph.by_kind(kind), None)
+        if node is not None:
+            raise PipelineError(
+                f"{kind} {node.describe()}: loops and converge run in the in-process "
+                "harness (framework.testing.run_local) only for now, not on Spark "
+                "(docs/decisions/cyclic-dataflows.md)"
+            )
 
 
 def plan_stages(

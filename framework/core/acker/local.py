@@ -10,6 +10,12 @@ front, then flushes periodically. The flush order keeps the tracker's ordering r
 
 An aggregate that XORs to zero (an item sent and received inside one flush window) is
 dropped: that is the traffic the local tracker saves.
+
+Across a loop (segments that feed each other) no order inside a slot follows every item's
+path: one item may go from A to B while another goes from B to A. So a flush is applied
+as a whole: `flush_to` hands its acks to one `ack_many`, and a shard applies a sender's
+batch at its `NodeTime` (`framework.core.acker.sharded`); the acks of one slot always
+go to one shard.
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from framework.core.aggregate import aggregator
 from framework.core.barrier import Barrier
+from framework.core.converge import Converge
 from framework.core.graph import Graph, Kind, Node, Port, Segments
 from framework.core.grouping import Grouping
 from framework.core.ops import Operation, op_id_of
@@ -60,6 +62,7 @@ class Plan:
         }
         self.ops: dict[str, Operation] = {}
         self.groupings: dict[str, Grouping] = {}
+        self.converges: dict[str, Converge] = {}
         self.aggregates: dict[str, WindowAggregator] = {}
         self.barriers: dict[str, Barrier] = {}
         self.sinks: dict[str, ListSink] = {}
@@ -78,6 +81,9 @@ class Plan:
         graph = self.graph
         if node.kind is Kind.GROUP:
             self.groupings[node.id] = Grouping(op_id_of(graph.name, node.id), node.window)
+        elif node.kind is Kind.CONVERGE and node.fn is not None:
+            join: Any = node.fn  # a node's fn is typed for one argument; a join takes two
+            self.converges[node.id] = Converge(op_id_of(graph.name, node.id), join)
         elif node.kind is Kind.AGGREGATE and node.aggregation is not None:
             op_id = op_id_of(graph.name, node.id)
             self.aggregates[node.id] = aggregator(op_id, node.aggregation, graph.delta_ms)

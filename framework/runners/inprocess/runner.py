@@ -174,6 +174,8 @@ class _Run:
                 if kind is Kind.GROUP:
                     outputs = plan.groupings[node].push(record)
                     self.repairs += sum(1 for out in outputs if out.meta.tombstone)
+                elif kind is Kind.CONVERGE:
+                    outputs = plan.converges[node].push(record)
                 else:
                     outputs = plan.ops[node].apply(record)
                 self.send(node, outputs, acks)
@@ -216,6 +218,9 @@ class _Run:
         for node in plan.groupings:
             if plan.segment(node) == note.segment:
                 plan.groupings[node].on_min_time(slot)
+        for node, converge in plan.converges.items():
+            if plan.segment(node) == note.segment:
+                converge.on_min_time(slot)
         for node, aggregate in plan.aggregates.items():
             if plan.segment(node) == note.segment:
                 acks: list[tuple[str, int, int]] = []

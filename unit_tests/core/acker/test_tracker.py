@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from framework.core.acker.local import LocalAcker
 from framework.core.acker.tracker import Acker, components, topological_order
-from framework.core.messages import Ack, MinTimeNotification
+from framework.core.messages import Ack, Heartbeat, MinTimeNotification
 from framework.errors import PipelineError, ProtocolViolation
 
 # -- a simulated dataflow with an oracle ------------------------------------------------
@@ -132,21 +132,39 @@ class Sim:
         self._send(sender, ("ack", item.segment, item.slot, item.value))
 
     def flush(self, sender: int) -> None:
-        """Move a local acker's buffer onto its channel (local mode only)."""
-        for message in self.locals[sender].flush():
+        """Move a local acker's buffer onto its channel (local mode only): its acks, an
+        ``end`` mark (the acker applies them together, as `LocalAcker.flush_to` and a
+        shard's node batch do), then its heartbeats."""
+        messages = self.locals[sender].flush()
+        channel = self.channels[sender]
+        for message in messages:
             if isinstance(message, Ack):
-                self.channels[sender].append(("ack", message.segment, message.slot, message.value))
-            else:
-                self.channels[sender].append(("hb", "", message.front, message.slot))
+                channel.append(("ack", message.segment, message.slot, message.value))
+        if any(isinstance(message, Ack) for message in messages):
+            channel.append(("end", "", 0, 0))
+        for message in messages:
+            if isinstance(message, Heartbeat):
+                channel.append(("hb", "", message.front, message.slot))
 
     # receiving side
 
     def deliver(self, channel: int, count: int) -> None:
-        """The acker takes up to ``count`` messages from one channel, in order."""
+        """The acker takes up to ``count`` messages from one channel, in order (a local
+        flush's acks as one: see `flush`)."""
         queue = self.channels[channel]
         batch: list[tuple[str, int, int]] = []
-        for _ in range(min(count, len(queue))):
+        taken = 0
+        while queue and taken < count:
             kind, segment, a, b = queue.popleft()
+            taken += 1
+            if kind == "ack" and self.mode == "local":
+                # A flush's acks are applied together (their order inside a loop's
+                # segments is not an item's path): up to its end mark.
+                flushed = [(segment, a, b)]
+                while (entry := queue.popleft())[0] != "end":
+                    flushed.append((entry[1], entry[2], entry[3]))
+                self.acker.ack_many(flushed)
+                continue
             if kind == "ack" and self.mode == "batch":
                 batch.append((segment, a, b))
                 continue

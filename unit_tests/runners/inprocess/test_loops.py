@@ -158,3 +158,11 @@ def test_spark_stages_refuse_a_loop_before_anything_starts() -> None:
     graph = _collatz_pipeline([6], max_rounds=5).graph()
     with pytest.raises(PipelineError, match=r"loop steps .*in-process harness .*only for now"):
         plan_stages(graph, {"source-input": "input"})
+
+
+def test_converge_after_a_grouping_is_refused_with_the_fix() -> None:
+    p = Pipeline("retracted")
+    windows = p.source(ListSource([1, 2])).key_by(lambda n: n).group(window=2)
+    windows.key_by(lambda w: w[-1]).converge(min).sink(ListSink())
+    with pytest.raises(PipelineError, match="converge before the grouping, or aggregate between"):
+        p.graph()

@@ -1,0 +1,148 @@
+"""Per key, the join of every payload so far, as of each payload's global time.
+
+The keyed state a loop can hold (docs/decisions/cyclic-dataflows.md, "Keyed state inside
+a loop"): ``join`` must be commutative, associative and idempotent (a join-semilattice:
+min of labels, union of sets, max of versions). The value of a key *as of* a global time
+is the join of its payloads at or before it; every payload emits the key's value as of its
+own time when that value grew, so an output never holds anything from a later time. Items
+may arrive in any order: a payload that arrives after later ones re-emits the values as of
+those later times that it changed (as a grouping repairs its windows), with a new child id
+each time. What is emitted depends on the arrival order; what the outputs say as of any
+time does not: the join of the values emitted at or before it is the value as of it.
+Consume them with an idempotent aggregate (per key and pane, the join so far) and the
+result is the same in every run.
+
+Protocol on a payload ``x`` of key ``k`` with meta ``m``:
+
+1. Find ``k``'s history: its base (the join of everything below min time) and its
+   payloads at or above it, sorted by meta, each with its value as of it.
+2. Insert ``x`` at its position ``i``; its value as of it is the value before ``i``
+   joined with ``x``.
+3. Emit ``(k, value)`` at ``m`` if that grew the value before ``i``.
+4. For each later payload, join ``x`` into its value; emit at that payload's meta (a
+   child id one higher than its last emission) if the value grew.
+
+Min time prunes: payloads below it are joined into the base and dropped.
+
+Example::
+
+    >>> from framework.core.ops import Keyed
+    >>> from framework.core.time import GlobalTime
+    >>> def item(slot, value):
+    ...     return Record(Meta(GlobalTime(slot, 0, 0)), Keyed("v", 0, value))
+    >>> op = Converge(7, min)
+    >>> [out.value.value for out in op.push(item(5, 3))]
+    [3]
+    >>> [out.value.value for out in op.push(item(2, 4))]  # earlier, and 3 was later
+    [4]
+    >>> [out.value.value for out in op.push(item(1, 1))]  # changes both later values
+    [1, 1, 1]
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from framework.core.grouping import keyed_of
+from framework.core.meta import Meta, Record
+from framework.core.windows import KeyValue
+from framework.errors import ProtocolViolation, UserFunctionError
+
+# Values are the user's lattice elements: any type ``join`` takes.
+Join = Callable[[Any, Any], Any]
+
+
+@dataclass(slots=True)
+class _History:
+    """One key: the join below min time, and each later payload with its value as of it."""
+
+    base: Any = None
+    has_base: bool = False
+    metas: list[Meta] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)  # the value as of each payload
+    payloads: list[Any] = field(default_factory=list)
+    emitted: list[int] = field(default_factory=list)  # emissions at each payload so far
+
+
+class Converge:
+    """The converge physical operation with op id ``op_id`` over `Keyed` records."""
+
+    __slots__ = ("_histories", "join", "op_id")
+
+    def __init__(self, op_id: int, join: Join) -> None:
+        self.op_id = op_id
+        self.join = join
+        self._histories: dict[object, _History] = {}
+
+    def push(self, record: Record) -> list[Record]:
+        """Take one payload (module docstring, steps 1-4); the outputs in emission order."""
+        if record.meta.tombstone:
+            raise ProtocolViolation(
+                "converge got a tombstone: a join cannot take a payload back (the graph "
+                "refuses a grouping before converge without an aggregate between)"
+            )
+        keyed = keyed_of(record)
+        # Step 1
+        history = self._histories.get(keyed.key)
+        if history is None:
+            history = self._histories[keyed.key] = _History()
+        # Step 2
+        at = bisect_right(history.metas, record.meta)
+        before, known = self._value_before(history, at)
+        value = self._join(before, keyed.value) if known else keyed.value
+        history.metas.insert(at, record.meta)
+        history.payloads.insert(at, keyed.value)
+        history.values.insert(at, value)
+        history.emitted.insert(at, 0)
+        out: list[Record] = []
+        # Step 3
+        if not known or value != before:
+            out.append(self._emit(history, at, keyed.key))
+        # Step 4
+        for later in range(at + 1, len(history.metas)):
+            grown = self._join(history.values[later], keyed.value)
+            if grown != history.values[later]:
+                history.values[later] = grown
+                out.append(self._emit(history, later, keyed.key))
+        return out
+
+    def on_min_time(self, slot: int) -> None:
+        """Join the payloads below ``slot`` into their key's base and drop them."""
+        for history in self._histories.values():
+            below = 0
+            while below < len(history.metas) and history.metas[below].gt.slot < slot:
+                below += 1
+            if below:
+                history.base, history.has_base = history.values[below - 1], True
+                for column in (history.metas, history.values, history.payloads):
+                    del column[:below]
+                del history.emitted[:below]
+
+    def value(self, key: object) -> Any:
+        """``key``'s value as of everything received (None before any payload)."""
+        history = self._histories.get(key)
+        if history is None:
+            return None
+        if history.values:
+            return history.values[-1]
+        return history.base
+
+    def _value_before(self, history: _History, at: int) -> tuple[Any, bool]:
+        if at > 0:
+            return history.values[at - 1], True
+        return history.base, history.has_base
+
+    def _join(self, a: Any, b: Any) -> Any:
+        try:
+            return self.join(a, b)
+        except Exception as exc:
+            raise UserFunctionError(f"converge's join failed on {a!r} and {b!r}: {exc!r}") from exc
+
+    def _emit(self, history: _History, at: int, key: object) -> Record:
+        child = history.emitted[at]
+        history.emitted[at] = child + 1
+        meta = history.metas[at].child(self.op_id, child)
+        return Record(meta, KeyValue(key, history.values[at]))
