@@ -30,19 +30,17 @@ from __future__ import annotations
 import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed, key_hash
+from framework.core.values import UserValue
 from framework.errors import UserFunctionError
 
-# `Any` here is a user's column value (numbers, strings, or anything Arrow cannot hold).
 
-
-def as_array(values: Any) -> pa.Array:
+def as_array(values: UserValue) -> pa.Array:
     """``values`` (what a batch function takes or returns) as one Arrow array.
 
     Raises `UserFunctionError` if Arrow cannot hold them (mixed types, say)."""
@@ -62,7 +60,7 @@ def as_array(values: Any) -> pa.Array:
         ) from exc
 
 
-def lists_of(values: Any, name: str, count: int) -> pa.ListArray | pa.LargeListArray:
+def lists_of(values: UserValue, name: str, count: int) -> pa.ListArray | pa.LargeListArray:
     """A flat_map_batches function's result as a list array of ``count`` lists."""
     array = as_array(values)
     if not (pa.types.is_list(array.type) or pa.types.is_large_list(array.type)):
@@ -76,7 +74,7 @@ def _check_length(name: str, got: int, count: int) -> None:
         raise UserFunctionError(f"{name} returned {got} results for {count} payloads")
 
 
-def _call(name: str, fn: Callable[[pa.Array], Any], payloads: pa.Array) -> Any:
+def _call(name: str, fn: Callable[[pa.Array], UserValue], payloads: pa.Array) -> UserValue:
     try:
         return fn(payloads)
     except UserFunctionError:
@@ -93,7 +91,7 @@ class MapBatchesOp:
 
     name: str
     op_id: int
-    fn: Callable[[pa.Array], Any]
+    fn: Callable[[pa.Array], UserValue]
 
     def column(self, payloads: pa.Array) -> pa.Array:
         """The outputs of a column of payloads, one per payload."""
@@ -112,7 +110,7 @@ class FlatMapBatchesOp:
 
     name: str
     op_id: int
-    fn: Callable[[pa.Array], Any]
+    fn: Callable[[pa.Array], UserValue]
 
     def column(self, payloads: pa.Array) -> pa.ListArray | pa.LargeListArray:
         """One list of outputs per payload."""
@@ -130,7 +128,7 @@ class FilterBatchesOp:
 
     name: str
     op_id: int
-    fn: Callable[[pa.Array], Any]
+    fn: Callable[[pa.Array], UserValue]
 
     def column(self, payloads: pa.Array) -> pa.BooleanArray:
         """The mask: true where a payload passes (a null is false)."""
@@ -157,10 +155,10 @@ class KeyByBatchesOp:
 
     name: str
     op_id: int
-    fn: Callable[[pa.Array], Any]
-    hashes: dict[Any, int] = field(default_factory=dict, compare=False, repr=False)
+    fn: Callable[[pa.Array], UserValue]
+    hashes: dict[UserValue, int] = field(default_factory=dict, compare=False, repr=False)
 
-    def column(self, payloads: pa.Array) -> tuple[list[Any], list[int]]:
+    def column(self, payloads: pa.Array) -> tuple[list[UserValue], list[int]]:
         """Every payload's key and its stable hash, hashed once per distinct key."""
         keys = as_array(_call(self.name, self.fn, payloads))
         _check_length(self.name, len(keys), len(payloads))

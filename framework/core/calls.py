@@ -29,13 +29,11 @@ import reprlib
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from framework.core.meta import Record
+from framework.core.values import UserValue
 from framework.errors import PipelineError, UserFunctionError
 from framework.retries import Retry
-
-# `Any` here is what a user's async function takes and returns.
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +81,7 @@ class _Loop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def run(self, coroutine: Awaitable[Any]) -> Any:
+    def run(self, coroutine: Awaitable[UserValue]) -> UserValue:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
@@ -94,7 +92,7 @@ class _Loop:
         return asyncio.run_coroutine_threadsafe(_awaited(coroutine), self._loop).result()
 
 
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
+async def _awaited(awaitable: Awaitable[UserValue]) -> UserValue:
     return await awaitable
 
 
@@ -104,7 +102,7 @@ class MapAsyncOp:
 
     name: str
     op_id: int
-    fn: Callable[[Any], Awaitable[Any]]
+    fn: Callable[[UserValue], Awaitable[UserValue]]
     call: AsyncCall
     _loop: _Loop = field(default_factory=_Loop, repr=False, compare=False)
     calls: int = 0  # calls made, retries included
@@ -123,7 +121,7 @@ class MapAsyncOp:
             return []
         if any(r.meta.tombstone for r in records):  # the graph check keeps groupings out
             raise PipelineError(f"{self.name} got a tombstone: map_async cannot follow a group")
-        results: list[Any] = self._loop.run(self._all([r.value for r in records]))
+        results: list[UserValue] = self._loop.run(self._all([r.value for r in records]))
         outcomes: list[list[Record] | UserFunctionError] = []
         for record, result in zip(records, results, strict=True):
             if isinstance(result, UserFunctionError):
@@ -133,16 +131,16 @@ class MapAsyncOp:
                 outcomes.append([Record(record.meta.child(self.op_id, 0), result)])
         return outcomes
 
-    async def _all(self, payloads: list[Any]) -> list[Any]:
+    async def _all(self, payloads: list[UserValue]) -> list[UserValue]:
         gate = asyncio.Semaphore(self.call.concurrency)
 
-        async def one(payload: object) -> Any:
+        async def one(payload: object) -> UserValue:
             async with gate:
                 return await self._with_retries(payload)
 
         return list(await asyncio.gather(*(one(p) for p in payloads)))
 
-    async def _with_retries(self, payload: object) -> Any:
+    async def _with_retries(self, payload: object) -> UserValue:
         errors: list[str] = []
         call = self.call
 
@@ -150,7 +148,7 @@ class MapAsyncOp:
             timed_out = isinstance(exc, TimeoutError)
             errors.append(f"timed out after {call.timeout_s} s" if timed_out else repr(exc))
 
-        async def once() -> Any:
+        async def once() -> UserValue:
             self.calls += 1
             # Step 1
             return await asyncio.wait_for(self.fn(payload), call.timeout_s)

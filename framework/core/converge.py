@@ -44,26 +44,26 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from framework.core.grouping import keyed_of
 from framework.core.meta import Meta, Record
+from framework.core.values import UserValue
 from framework.core.windows import KeyValue
 from framework.errors import ProtocolViolation, UserFunctionError
 
 # Values are the user's lattice elements: any type ``join`` takes.
-Join = Callable[[Any, Any], Any]
+Join = Callable[[UserValue, UserValue], UserValue]
 
 
 @dataclass(slots=True)
 class _History:
     """One key: the join below min time, and each later payload with its value as of it."""
 
-    base: Any = None
+    base: UserValue = None
     has_base: bool = False
     metas: list[Meta] = field(default_factory=list)
-    values: list[Any] = field(default_factory=list)  # the value as of each payload
-    payloads: list[Any] = field(default_factory=list)
+    values: list[UserValue] = field(default_factory=list)  # the value as of each payload
+    payloads: list[UserValue] = field(default_factory=list)
     emitted: list[int] = field(default_factory=list)  # emissions at each payload so far
 
 
@@ -121,7 +121,7 @@ class Converge:
                     del column[:below]
                 del history.emitted[:below]
 
-    def value(self, key: object) -> Any:
+    def value(self, key: object) -> UserValue:
         """``key``'s value as of everything received (None before any payload)."""
         history = self._histories.get(key)
         if history is None:
@@ -130,12 +130,12 @@ class Converge:
             return history.values[-1]
         return history.base
 
-    def _value_before(self, history: _History, at: int) -> tuple[Any, bool]:
+    def _value_before(self, history: _History, at: int) -> tuple[UserValue, bool]:
         if at > 0:
             return history.values[at - 1], True
         return history.base, history.has_base
 
-    def _join(self, a: Any, b: Any) -> Any:
+    def _join(self, a: UserValue, b: UserValue) -> UserValue:
         try:
             return self.join(a, b)
         except Exception as exc:

@@ -20,13 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
+from framework.core.values import UserValue
 from framework.core.windows import NO_VALUE, WindowResult
 from framework.errors import PipelineError
-
-# `Any` here is a user's payload or side value: the user's functions give them their
-# types; the framework only pairs and passes them.
 
 LEFT, RIGHT = 0, 1
 How = Literal["inner", "left"]
@@ -60,7 +58,7 @@ class Tag:
 
     side: int
 
-    def __call__(self, payload: Any) -> Side:
+    def __call__(self, payload: UserValue) -> Side:
         return Side(self.side, payload)
 
 
@@ -68,9 +66,9 @@ class Tag:
 class SideKey:
     """``key_by`` function of a tagged payload: the user's key of the payload inside."""
 
-    fn: Callable[[Any], Any]
+    fn: Callable[[UserValue], UserValue]
 
-    def __call__(self, tagged: Side) -> Any:
+    def __call__(self, tagged: Side) -> UserValue:
         return self.fn(tagged.value)
 
 
@@ -101,7 +99,9 @@ class TableLookup:
 
     how: How
 
-    def __call__(self, key: object, acc: Any, payload: Side) -> tuple[Any, Sequence[Any]]:
+    def __call__(
+        self, key: object, acc: UserValue, payload: Side
+    ) -> tuple[UserValue, Sequence[UserValue]]:
         if payload.side == RIGHT:
             return (NO_VALUE if deletes(payload.value) else payload.value), ()
         if acc is NO_VALUE:

@@ -35,11 +35,11 @@ Protocol on a min time ``m`` of its segment:
 from __future__ import annotations
 
 import heapq
-from typing import Any
 
 from framework.core.grouping import meta_from_plain
 from framework.core.meta import Meta, Record
 from framework.core.ops import Keyed
+from framework.core.values import UserValue
 from framework.core.windows import (
     Aggregation,
     Sliding,
@@ -48,8 +48,6 @@ from framework.core.windows import (
     WindowResult,
 )
 from framework.errors import PipelineError, UserFunctionError
-
-# `Any` here is a user's value or accumulator, typed by the user's functions.
 
 _new = tuple.__new__
 
@@ -66,7 +64,7 @@ def reduces_per_pane(aggregation: Aggregation) -> bool:
     )
 
 
-def _first(item: Any) -> Meta:
+def _first(item: UserValue) -> Meta:
     return item[0]  # type: ignore[no-any-return]
 
 
@@ -83,7 +81,7 @@ class PaneAggregator(WindowAggregator):
         self._pane = aggregation.pane_slots(delta_ms)
         # key -> pane -> [largest meta, reduced value] (a buffered cell, `_put_item`: and
         # its items); panes in arrival order.
-        self._cells: dict[object, dict[int, list[Any]]] = {}
+        self._cells: dict[object, dict[int, list[UserValue]]] = {}
         # Keys whose deletion a changelog writer put off to its next commit (`defer`).
         self._deferred: dict[object, None] = {}
 
@@ -98,7 +96,7 @@ class PaneAggregator(WindowAggregator):
         self.add(keyed.key, meta, keyed.value)
         return []
 
-    def add(self, key: object, meta: Meta, value: Any) -> None:
+    def add(self, key: object, meta: Meta, value: UserValue) -> None:
         """Reduce ``value`` with ``meta`` into ``key``'s cell of its pane."""
         slot = meta[0][0]
         cells = self._cells.get(key)
@@ -212,7 +210,7 @@ class PaneAggregator(WindowAggregator):
         if not cells:
             del self._cells[key]
 
-    def _unhold_cell(self, cell: list[Any], *, silent: bool = False) -> None:
+    def _unhold_cell(self, cell: list[UserValue], *, silent: bool = False) -> None:
         """Release what ``cell`` holds: its largest meta's slot, or a buffered cell's
         slot of each item."""
         if len(cell) > 2:
@@ -221,7 +219,7 @@ class PaneAggregator(WindowAggregator):
         else:
             self._unhold(cell[0][0][0], silent=silent)
 
-    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+    def bucket_state(self, key: object) -> tuple[UserValue, ...] | None:
         """One key's cells as a bucket's plain lists (metas, values, no early tombstones),
         in meta order, or None."""
         cells = self._cells.get(key)
@@ -232,7 +230,7 @@ class PaneAggregator(WindowAggregator):
             items.sort(key=_first)
         return ([item[0] for item in items], [item[1] for item in items], [])
 
-    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+    def put_bucket(self, key: object, state: tuple[UserValue, ...] | None) -> None:
         """Replace ``key``'s cells by a changelog state (a `WindowAggregator`'s items, too,
         reduced per pane). Holds change silently: the state was written with their acks."""
         for cell in self._cells.pop(key, {}).values():
@@ -245,7 +243,7 @@ class PaneAggregator(WindowAggregator):
         for plain, value in zip(metas, values, strict=True):
             self._put_item(key, meta_from_plain(plain), value)
 
-    def _put_item(self, key: object, meta: Meta, value: Any) -> None:
+    def _put_item(self, key: object, meta: Meta, value: UserValue) -> None:
         """One item of a changelog state into its cell, holding its slot silently.
 
         A state this aggregate wrote has one item per pane. More than one came from the
@@ -317,9 +315,9 @@ class PaneAggregator(WindowAggregator):
         the step, which a pane divides)."""
         return (pane * self._pane) // self._step * self._step + self._size
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, UserValue]:
         """The state as plain data: each key's cells as items, and the last min time."""
-        buckets: list[tuple[object, list[tuple[Meta, Any]], list[Any]]] = []
+        buckets: list[tuple[object, list[tuple[Meta, UserValue]], list[UserValue]]] = []
         for key in self._cells:
             state = self.bucket_state(key)
             assert state is not None

@@ -45,17 +45,14 @@ item by item, with the same result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from framework.core.values import UserValue
 from framework.errors import PipelineError
-
-# `Any` here is a user's value or accumulator: whatever the user's stream carries and
-# its reducer adds or compares; the framework never looks inside.
 
 Ints = npt.NDArray[np.int64]
 Field = int | str | None
@@ -71,21 +68,21 @@ class Reducer:
 
     field: Field = None
 
-    def _pick(self, a: Any, b: Any) -> Any:
+    def _pick(self, a: UserValue, b: UserValue) -> UserValue:
         raise NotImplementedError
 
-    def __call__(self, a: Any, b: Any) -> Any:
+    def __call__(self, a: UserValue, b: UserValue) -> UserValue:
         field = self.field
         if field is None:
             return self._pick(a, b)
         return _with(a, field, self._pick(a[field], b[field]))
 
-    def start(self, value: Any) -> Any:
+    def start(self, value: UserValue) -> UserValue:
         """The partial of one payload before the shuffle: the payload itself (a `Subtotal`
         for `Tally` and `Mean`, as their vectorized combining makes it)."""
         return value
 
-    def finish(self, value: Any) -> Any:
+    def finish(self, value: UserValue) -> UserValue:
         """The value a window result or a rolling update shows for a reduced ``value``."""
         return value
 
@@ -95,7 +92,7 @@ class Sum(Reducer):
     """``a + b``: exact for integers; a float sum depends on the order of its terms, so
     declare it ``combinable`` only if that does not matter to you."""
 
-    def _pick(self, a: Any, b: Any) -> Any:
+    def _pick(self, a: UserValue, b: UserValue) -> UserValue:
         return a + b
 
 
@@ -103,7 +100,7 @@ class Sum(Reducer):
 class Min(Reducer):
     """The smaller; the first of equal ones."""
 
-    def _pick(self, a: Any, b: Any) -> Any:
+    def _pick(self, a: UserValue, b: UserValue) -> UserValue:
         return b if b < a else a
 
 
@@ -111,7 +108,7 @@ class Min(Reducer):
 class Max(Reducer):
     """The larger; the first of equal ones."""
 
-    def _pick(self, a: Any, b: Any) -> Any:
+    def _pick(self, a: UserValue, b: UserValue) -> UserValue:
         return b if b > a else a
 
 
@@ -121,21 +118,21 @@ class Subtotal:
     ``total``. It crosses the shuffle as a partial and lives in a rolling key's state."""
 
     count: int
-    total: Any = 0
+    total: UserValue = 0
 
 
 @dataclass(frozen=True, slots=True)
 class _Tallying(Reducer):
     """Reduces payloads and subtotals alike: a payload counts as the subtotal of itself."""
 
-    def lift(self, value: Any) -> Subtotal:
+    def lift(self, value: UserValue) -> Subtotal:
         """The subtotal of one payload."""
         raise NotImplementedError
 
-    def start(self, value: Any) -> Subtotal:
+    def start(self, value: UserValue) -> Subtotal:
         return value if type(value) is Subtotal else self.lift(value)
 
-    def __call__(self, a: Any, b: Any) -> Subtotal:
+    def __call__(self, a: UserValue, b: UserValue) -> Subtotal:
         a, b = self.start(a), self.start(b)
         return Subtotal(a.count + b.count, a.total + b.total)
 
@@ -148,10 +145,10 @@ class Tally(_Tallying):
         if self.field is not None:
             raise PipelineError("Tally() counts payloads and takes no field")
 
-    def lift(self, value: Any) -> Subtotal:
+    def lift(self, value: UserValue) -> Subtotal:
         return Subtotal(1)
 
-    def finish(self, value: Any) -> Any:
+    def finish(self, value: UserValue) -> UserValue:
         return self.start(value).count
 
 
@@ -161,10 +158,10 @@ class Mean(_Tallying):
     total divided once by the count. The total of floats depends on the order of its
     terms, as `Sum`'s does."""
 
-    def lift(self, value: Any) -> Subtotal:
+    def lift(self, value: UserValue) -> Subtotal:
         return Subtotal(1, value if self.field is None else value[self.field])
 
-    def finish(self, value: Any) -> Any:
+    def finish(self, value: UserValue) -> UserValue:
         subtotal = self.start(value)
         return subtotal.total / subtotal.count
 
@@ -173,7 +170,7 @@ _UFUNCS: dict[type[Reducer], np.ufunc] = {Sum: np.add, Min: np.minimum, Max: np.
 """The built-in reducers' NumPy twins (exact types: a subclass may reduce otherwise)."""
 
 
-def _with(row: Any, field: int | str, value: Any) -> Any:
+def _with(row: UserValue, field: int | str, value: UserValue) -> UserValue:
     """``row`` with ``field`` set to ``value`` (a new row of the same kind)."""
     if isinstance(row, dict):
         return {**row, field: value}
@@ -185,8 +182,8 @@ def _with(row: Any, field: int | str, value: Any) -> Any:
 
 
 def combine_runs(
-    reducer: Reducer, panes: Ints, keys: list[Any], values: list[Any] | pa.Array
-) -> list[tuple[int, int, int, Any]] | None:
+    reducer: Reducer, panes: Ints, keys: list[UserValue], values: list[UserValue] | pa.Array
+) -> list[tuple[int, int, int, UserValue]] | None:
     """Map-side combining of items in meta order: per run of a pane and per key in the
     order first seen, ``(pane, first item, last item, reduced value)``; None when the
     values or keys do not fit the vectorized path (the caller reduces item by item)."""
@@ -215,14 +212,14 @@ def combine_runs(
     if kind is Tally or kind is Mean:
         sizes = (ends - starts)[order].tolist()
         totals = np.add.reduceat(numbers[by_group], starts)[order].tolist()
-        rows: list[Any] = list(map(Subtotal, sizes, totals))
+        rows: list[UserValue] = list(map(Subtotal, sizes, totals))
     else:
         reduced = _UFUNCS[kind].reduceat(numbers[by_group], starts)[order]
         rows = _rows(values, firsts, reducer.field, reduced.tolist())
     return list(zip(panes[firsts].tolist(), firsts.tolist(), lasts.tolist(), rows, strict=True))
 
 
-def _operands(reducer: Reducer, values: list[Any] | pa.Array) -> Ints | None:
+def _operands(reducer: Reducer, values: list[UserValue] | pa.Array) -> Ints | None:
     """The integers a vectorized reducer adds up or compares (a `Tally` counts zeros)."""
     if type(reducer) is not Tally:
         return _numbers(values, reducer.field)
@@ -231,7 +228,7 @@ def _operands(reducer: Reducer, values: list[Any] | pa.Array) -> Ints | None:
     return np.zeros(len(values), np.int64)
 
 
-def _numbers(values: list[Any] | pa.Array, field: Field) -> Ints | None:
+def _numbers(values: list[UserValue] | pa.Array, field: Field) -> Ints | None:
     """The integers to reduce, or None if they are not all 64-bit integers."""
     if isinstance(values, pa.Array):
         column = values
@@ -255,7 +252,7 @@ def _numbers(values: list[Any] | pa.Array, field: Field) -> Ints | None:
         return None
 
 
-def _codes(keys: list[Any]) -> Ints | None:
+def _codes(keys: list[UserValue]) -> Ints | None:
     """Per key, a small int equal for equal keys; None unless every key is of one type
     whose equality Arrow shares with Python (``str``, ``bytes``, ``int``: not floats, with
     NaN and -0.0; and not mixed, which Arrow would coerce: ``"a"`` and ``b"a"`` differ)."""
@@ -270,8 +267,8 @@ def _codes(keys: list[Any]) -> Ints | None:
 
 
 def _rows(
-    values: list[Any] | pa.Array, firsts: Ints, field: Field, reduced: list[Any]
-) -> list[Any]:
+    values: list[UserValue] | pa.Array, firsts: Ints, field: Field, reduced: list[UserValue]
+) -> list[UserValue]:
     """Each group's payload: the reduced number, or its first item with the field set."""
     if field is None:
         return reduced

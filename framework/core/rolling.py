@@ -27,18 +27,18 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
 from framework.core.meta import Record
+from framework.core.values import UserValue
 from framework.core.windows import NO_VALUE, Aggregation, KeyValue, WindowAggregator, slots_of
-
-# `Any` here is a user's payload or accumulator, typed by the user's functions.
 
 
 class First:
     """The `Step` of ``dedup``: a key's first payload passes, the others do not."""
 
-    def __call__(self, key: object, acc: Any, payload: Any) -> tuple[Any, Sequence[Any]]:
+    def __call__(
+        self, key: object, acc: UserValue, payload: UserValue
+    ) -> tuple[UserValue, Sequence[UserValue]]:
         """``payload`` alone if ``acc`` is `NO_VALUE`; the value is then True."""
         return True, (payload,) if acc is NO_VALUE else ()
 
@@ -54,7 +54,7 @@ class RollingAggregator(WindowAggregator):
 
     def __init__(self, op_id: int, aggregation: Aggregation, delta_ms: int) -> None:
         super().__init__(op_id, aggregation, delta_ms)
-        self._values: dict[object, Any] = {}  # key -> its value so far
+        self._values: dict[object, UserValue] = {}  # key -> its value so far
         self._last: dict[object, int] = {}  # key -> slot of its last folded item
         ttl = aggregation.ttl_ms
         self._ttl = slots_of(ttl, delta_ms, "ttl_ms") if ttl is not None else 0
@@ -116,7 +116,7 @@ class RollingAggregator(WindowAggregator):
                 del keys[key]
         return out
 
-    def _window_payload(self, key: object, start: int, end: int, values: list[Any]) -> object:
+    def _window_payload(self, key: object, start: int, end: int, values: list[UserValue]) -> object:
         # Step 2 for a pane: the key's value after the pane's last item.
         acc, last = self._values.get(key, NO_VALUE), self._last.get(key)
         if self._ttl and last is not None and last + self._ttl <= start:
@@ -149,7 +149,7 @@ class RollingAggregator(WindowAggregator):
         for key in waiting:
             heapq.heappush(self._expiries, (slot + 1, next(self._tiebreak), key))
 
-    def value_of(self, key: object) -> tuple[bool, Any]:
+    def value_of(self, key: object) -> tuple[bool, UserValue]:
         """``(True, value)`` of ``key``: every item of it below `min_time` folded in global-time
         order, none at or after it; ``(False, None)`` for a key without a value (none yet,
         or forgotten by its TTL)."""
@@ -157,7 +157,7 @@ class RollingAggregator(WindowAggregator):
             return True, self.aggregation.finish(self._values[key])
         return False, None
 
-    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+    def bucket_state(self, key: object) -> tuple[UserValue, ...] | None:
         """``(metas, values, early, (value, last slot))``; None once the key has neither
         items nor a value."""
         bucket = super().bucket_state(key)
@@ -166,7 +166,7 @@ class RollingAggregator(WindowAggregator):
         carried = (self._values[key], self._last[key])
         return (*(bucket or ([], [], [])), carried)
 
-    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+    def put_bucket(self, key: object, state: tuple[UserValue, ...] | None) -> None:
         """Replace ``key``'s bucket and value by a changelog state."""
         self._values.pop(key, None)
         self._last.pop(key, None)
@@ -177,7 +177,7 @@ class RollingAggregator(WindowAggregator):
             state = (metas, values, early) if metas or early else None
         super().put_bucket(key, state)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, UserValue]:
         """`WindowAggregator.snapshot` plus every key's value and last slot."""
         state = super().snapshot()
         state["values"] = [(key, value, self._last[key]) for key, value in self._values.items()]
@@ -185,7 +185,7 @@ class RollingAggregator(WindowAggregator):
 
     @classmethod
     def restore(
-        cls, op_id: int, aggregation: Aggregation, delta_ms: int, state: dict[str, Any]
+        cls, op_id: int, aggregation: Aggregation, delta_ms: int, state: dict[str, UserValue]
     ) -> WindowAggregator:
         """A rolling aggregator holding a `snapshot`'s state."""
         agg = super().restore(op_id, aggregation, delta_ms, state)

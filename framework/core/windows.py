@@ -28,16 +28,14 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from framework.core.grouping import Bucket, meta_from_plain
 from framework.core.meta import Record
 from framework.core.ops import Keyed
 from framework.core.reducers import Reducer
+from framework.core.values import UserValue
 from framework.errors import PipelineError, UserFunctionError
-
-# `Any` here is a user's payload or accumulator: the user's functions give them their
-# types; the framework only stores and passes them.
 
 
 def slots_of(ms: int, delta_ms: int, what: str) -> int:
@@ -102,7 +100,7 @@ class KeyValue(NamedTuple):
     value: object
 
 
-NO_VALUE: Any = object()
+NO_VALUE: UserValue = object()
 """A rolling aggregation's value of a key that has none yet (None is a value)."""
 
 
@@ -110,7 +108,9 @@ class Step(Protocol):
     """A per-item rolling operation: ``(key, value so far or NO_VALUE, payload)`` -> the
     key's new value and the outputs (payloads), in order. Deterministic and picklable."""
 
-    def __call__(self, key: object, acc: Any, payload: Any) -> tuple[Any, Sequence[Any]]: ...
+    def __call__(
+        self, key: object, acc: UserValue, payload: UserValue
+    ) -> tuple[UserValue, Sequence[UserValue]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,14 +133,14 @@ class Aggregation:
     """
 
     window: WindowSpec
-    reduce: Callable[[Any, Any], Any] | None = None
-    fold: Callable[[Any, Any], Any] | None = None
-    initial: Any = None
+    reduce: Callable[[UserValue, UserValue], UserValue] | None = None
+    fold: Callable[[UserValue, UserValue], UserValue] | None = None
+    initial: UserValue = None
     combinable: bool = False
     rolling: bool = False
     ttl_ms: int | None = None
     step: Step | None = None
-    event_time: Callable[[Any], int] | None = None
+    event_time: Callable[[UserValue], int] | None = None
     lateness_ms: int = 0
     updates_ms: int = 0
 
@@ -177,7 +177,7 @@ class Aggregation:
         if isinstance(self.window, Sliding) and self.window.step_ms > self.window.size_ms:
             raise PipelineError("sliding window step must not exceed its size")
 
-    def combine(self, values: Sequence[Any]) -> Any:
+    def combine(self, values: Sequence[UserValue]) -> UserValue:
         """The result value of a non-empty window."""
         if self.fold is not None:
             acc = self.initial
@@ -188,20 +188,20 @@ class Aggregation:
             return self.finish(functools.reduce(self.reduce, values))
         return tuple(values)
 
-    def finish(self, value: Any) -> Any:
+    def finish(self, value: UserValue) -> UserValue:
         """The value a result shows for a reduced ``value`` (a built-in `Count` or `Mean`
         reduces to a tally and shows its count or mean; any other reduce shows it as is)."""
         reduce = self.reduce
         return reduce.finish(value) if isinstance(reduce, Reducer) else value
 
-    def finisher(self) -> Callable[[Any], Any] | None:
+    def finisher(self) -> Callable[[UserValue], UserValue] | None:
         """`finish` where it changes the value, else None (a hot loop skips the call)."""
         reduce = self.reduce
         if isinstance(reduce, Reducer) and type(reduce).finish is not Reducer.finish:
             return reduce.finish
         return None
 
-    def carry(self, acc: Any, values: Sequence[Any]) -> Any:
+    def carry(self, acc: UserValue, values: Sequence[UserValue]) -> UserValue:
         """A rolling value: ``acc`` (`NO_VALUE`: none yet) updated by ``values`` in order."""
         if self.fold is not None:
             if acc is NO_VALUE:
@@ -381,14 +381,14 @@ class WindowAggregator:
         self._changed.clear()
         return changed
 
-    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+    def bucket_state(self, key: object) -> tuple[UserValue, ...] | None:
         """One key's bucket as plain lists (metas, values, early tombstones), or None."""
         bucket = self._buckets.get(key)
         if bucket is None:
             return None
         return (list(bucket.metas), list(bucket.values), list(bucket.early))
 
-    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+    def put_bucket(self, key: object, state: tuple[UserValue, ...] | None) -> None:
         """Replace ``key``'s bucket by a changelog state.
 
         Holds change silently: the state was written with the acks of its holds.
@@ -476,7 +476,7 @@ class WindowAggregator:
         meta = bucket.metas[hi - 1].child(self.op_id, start // self._step)
         return Record(meta, self._window_payload(key, start, end, bucket.values[lo:hi]))
 
-    def _window_payload(self, key: object, start: int, end: int, values: list[Any]) -> object:
+    def _window_payload(self, key: object, start: int, end: int, values: list[UserValue]) -> object:
         """The payload of a time window's result (the rolling subclass carries instead)."""
         value = self.aggregation.combine(values)
         return WindowResult(key, start * self.delta_ms, end * self.delta_ms, value)
@@ -555,7 +555,7 @@ class WindowAggregator:
             if not silent:
                 self._released.append(slot)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, UserValue]:
         """The state as plain data: buffered items per key and the last min time."""
         buckets = [
             (key, list(zip(b.metas, b.values, strict=True)), list(b.early))
@@ -565,7 +565,7 @@ class WindowAggregator:
 
     @classmethod
     def restore(
-        cls, op_id: int, aggregation: Aggregation, delta_ms: int, state: dict[str, Any]
+        cls, op_id: int, aggregation: Aggregation, delta_ms: int, state: dict[str, UserValue]
     ) -> WindowAggregator:
         """An aggregator holding a `snapshot`'s state; `take_holds` lists slots to re-hold."""
         agg = cls(op_id, aggregation, delta_ms)
