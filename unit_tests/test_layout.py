@@ -18,7 +18,6 @@ _STEP = re.compile(r"#\s*Step\s+\d")
 INTEGRATION_ONLY: dict[str, str] = {
     "framework/demos/wordcount_demo.py": "integration_tests/test_stack_cli.py",
     "framework/local/stack.py": "integration_tests/test_stack_cli.py",
-    "framework/runners/spark/class_archive.py": "integration_tests/test_class_archive.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
 }
 
