@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[1]
 _STEP = re.compile(r"#\s*Step\s+\d")
 
 INTEGRATION_ONLY: dict[str, str] = {
-    "framework/local/stack.py": "integration_tests/test_stack_cli.py",
     "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
 }
 
