@@ -15,9 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 _STEP = re.compile(r"#\s*Step\s+\d")
 
-INTEGRATION_ONLY: dict[str, str] = {
-    "framework/runners/spark/runner.py": "integration_tests/test_continuous.py",
-}
+INTEGRATION_ONLY: dict[str, str] = {}
 
 
 SHARED: dict[str, str] = {
