@@ -20,7 +20,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors import BundleConsumer
 from framework.config import Settings
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, word_pairs_oracle
@@ -29,7 +28,7 @@ from framework.demos.wordcount import word_pairs
 from framework.failpoints import ENV as FAILPOINTS
 from framework.kafka.clients import read_to_end
 from framework.runners.spark.runner import SparkRunner
-from integration_tests.harness.runs import produce_lines
+from integration_tests.harness.runs import produce_lines, verified_items
 from integration_tests.harness.services import ServiceProcess, service_env, services
 from integration_tests.harness.watch import scrape, total
 from integration_tests.pipelines import build
@@ -70,14 +69,6 @@ def _plain_read_committed(bootstrap: str, topic: str) -> Counter[str]:
     finally:
         consumer.close()
     return _items(messages)
-
-
-def _verified(bootstrap: str, topic: str) -> Counter[str]:
-    out: Counter[str] = Counter()
-    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
-        for bundle in consumer.bundles(to_end=True):
-            out.update(json.dumps(item.value, sort_keys=True) for item in bundle.items)
-    return out
 
 
 def _census(bootstrap: str, app: str) -> str:
@@ -184,7 +175,7 @@ def test_killed_barrier_instance_and_acker_processes_lose_and_duplicate_nothing(
     # items included exactly as often as a failure-free run makes them.
     assert aborted <= output
     assert _plain_read_committed(bootstrap, sink) == output
-    assert _verified(bootstrap, sink) == output
+    assert verified_items(bootstrap, sink) == output
     partitions = Counter(m.partition() for m in read_to_end(bootstrap, sink))
     assert sorted(partitions) == [0, 1, 2, 3]
 
@@ -246,5 +237,5 @@ def test_standby_acker_and_barrier_take_over_from_killed_leaders(
     oracle = word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
     assert Counter(pair_key(json.loads(item)) for item in output.elements()) == oracle
     assert _plain_read_committed(bootstrap, sink) == output
-    assert _verified(bootstrap, sink) == output
+    assert verified_items(bootstrap, sink) == output
     assert takeover_s < 60

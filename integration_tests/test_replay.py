@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from connectors import BundleConsumer
 from framework.cli import main
 from framework.config import Settings
 from framework.coordination.epochs import Epochs
@@ -29,7 +28,13 @@ from framework.runners.assembly import source_fronts
 from framework.runners.hygiene import epoch_topics
 from framework.runners.replay import resolve_start, start_replay
 from framework.runners.snapshots import restorer
-from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
+from integration_tests.harness.runs import (
+    produce_lines,
+    read_output,
+    running,
+    snapshot_past,
+    verified_items,
+)
 
 
 def _word_pairs_run(prefix: str, seed: int) -> tuple[str, str, str, list[str]]:
@@ -41,14 +46,6 @@ def _word_pairs_run(prefix: str, seed: int) -> tuple[str, str, str, list[str]]:
 
 def _pairs(items: list[Any]) -> Counter[Any]:
     return Counter(pair_key(item) for item in items)
-
-
-def _verified_items(bootstrap: str, topic: str) -> Counter[Any]:
-    seen: Counter[Any] = Counter()
-    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
-        for bundle in consumer.bundles(to_end=True):
-            seen.update(pair_key(item.value) for item in bundle.items)
-    return seen
 
 
 def test_replaying_the_same_input_twice_adds_nothing(
@@ -103,7 +100,7 @@ def test_replaying_the_same_input_twice_adds_nothing(
         run.wait_released(until, timeout_s=180)
     output = _pairs(read_output(bootstrap, sink))
     assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
-    assert _verified_items(bootstrap, sink) == output
+    assert verified_items(bootstrap, sink) == output
     assert epoch_topics(graph, 1) & set(list_topics(bootstrap)) == set()
 
 
@@ -148,7 +145,7 @@ def test_replay_from_a_snapshot_restores_the_groupings(stack: Settings, spark: A
         run.wait_released(until, timeout_s=180)
     output = _pairs(read_output(bootstrap, sink))
     assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
-    assert _verified_items(bootstrap, sink) == output
+    assert verified_items(bootstrap, sink) == output
 
 
 def test_replaying_a_join_and_a_rolling_count_from_the_start_adds_nothing(

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from connectors import BundleConsumer
 from framework.config import Settings
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
@@ -46,16 +45,9 @@ from integration_tests.harness.runs import (
     read_output,
     running,
     snapshot_past,
+    verified_items,
 )
 from integration_tests.harness.services import ServiceProcess, service_env
-
-
-def _verified_pairs(bootstrap: str, topic: str) -> Counter[Any]:
-    seen: Counter[Any] = Counter()
-    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
-        for bundle in consumer.bundles(to_end=True):
-            seen.update(pair_key(item.value) for item in bundle.items)
-    return seen
 
 
 def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark: Any) -> None:
@@ -85,7 +77,7 @@ def test_rescaling_a_grouping_up_and_down_moves_its_state(stack: Settings, spark
     assert len(set(epochs)) == 2
     output = Counter(pair_key(item) for item in read_output(bootstrap, sink))
     assert output == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS)
-    assert _verified_pairs(bootstrap, sink) == output
+    assert verified_items(bootstrap, sink) == output
 
 
 def test_rescaling_aggregates_moves_their_state(stack: Settings, spark: Any) -> None:
@@ -163,7 +155,7 @@ def test_rescaling_continuous_stages_moves_both_kinds_of_state(
     lifts = read_lifts(bootstrap, app).get(source, ())
     seen = Counter(pair_key(item) for item in read_output(bootstrap, pairs))
     assert seen == word_pairs_oracle(bootstrap, source, DEFAULT_DELTA_MS, lifts)
-    assert _verified_pairs(bootstrap, pairs) == seen
+    assert verified_items(bootstrap, pairs) == seen
     totals: Counter[str] = Counter()
     for msg in read_to_end(bootstrap, source):
         totals.update((msg.value() or b"").decode().split()[1:])

@@ -25,25 +25,36 @@ from framework.core.ops import (
 )
 from framework.errors import PipelineError
 
+# The stateless operations that take the node's function, per kind: per item, and on
+# columns (``batch``).
+_WITH_FN: dict[Kind, Any] = {
+    Kind.MAP: MapOp,
+    Kind.FLAT_MAP: FlatMapOp,
+    Kind.FILTER: FilterOp,
+    Kind.KEY_BY: KeyByOp,
+}
+_BATCH: dict[Kind, Any] = {
+    Kind.MAP: MapBatchesOp,
+    Kind.FLAT_MAP: FlatMapBatchesOp,
+    Kind.FILTER: FilterBatchesOp,
+    Kind.KEY_BY: KeyByBatchesOp,
+}
+
 
 def stateless_operation(pipeline: str, node: Node) -> Operation:
     """The physical operation of a stateless ``node`` of pipeline ``pipeline``."""
     op_id = op_id_of(pipeline, node.id)
     name = f"{node.kind} {node.describe()}"
-    fn: Any = node.fn
+    kinds = _BATCH if node.batch else _WITH_FN
+    if node.kind in kinds:
+        op: Operation = kinds[node.kind](name, op_id, node.fn)
+        return op
     if node.batch:
-        return _batch_operation(name, op_id, node)
-    if node.kind is Kind.MAP:
-        return MapOp(name, op_id, fn)
+        raise PipelineError(f"{node.describe()} has no batch form")
     if node.kind is Kind.MAP_ASYNC:
         assert node.call is not None  # validated
-        return MapAsyncOp(name, op_id, fn, node.call)
-    if node.kind is Kind.FLAT_MAP:
-        return FlatMapOp(name, op_id, fn)
-    if node.kind is Kind.FILTER:
-        return FilterOp(name, op_id, fn)
-    if node.kind is Kind.KEY_BY:
-        return KeyByOp(name, op_id, fn)
+        call: Any = node.fn  # a coroutine function: the node types it as any function
+        return MapAsyncOp(name, op_id, call, node.call)
     if node.kind in (Kind.MERGE, Kind.LOOP):  # a loop merges its input and its feedback
         return MergeOp(name, op_id)
     if node.kind is Kind.FEEDBACK:
@@ -51,16 +62,3 @@ def stateless_operation(pipeline: str, node: Node) -> Operation:
     if node.kind is Kind.BROADCAST:
         return BroadcastOp(name, op_id, node.ports)
     raise PipelineError(f"{node.describe()} is not a stateless operation")
-
-
-def _batch_operation(name: str, op_id: int, node: Node) -> Operation:
-    fn: Any = node.fn
-    if node.kind is Kind.MAP:
-        return MapBatchesOp(name, op_id, fn)
-    if node.kind is Kind.FLAT_MAP:
-        return FlatMapBatchesOp(name, op_id, fn)
-    if node.kind is Kind.FILTER:
-        return FilterBatchesOp(name, op_id, fn)
-    if node.kind is Kind.KEY_BY:
-        return KeyByBatchesOp(name, op_id, fn)
-    raise PipelineError(f"{node.describe()} has no batch form")

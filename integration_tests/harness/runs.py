@@ -6,6 +6,7 @@ import json
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from connectors.bundles import BundleConsumer
 from framework.config import Settings
 from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.acker.sharded import shard_of
 from framework.core.messages import Ack
 from framework.core.time import DEFAULT_DELTA_MS
+from framework.demos.oracle import pair_key
 from framework.demos.text import generate_lines, word_counts
 from framework.kafka.clients import produce_record, read_to_end
 from framework.pipeline import Pipeline
@@ -46,6 +49,16 @@ def numbered_lines(
     """``count`` generated lines, each led by its number, so that no two are equal."""
     texts = generate_lines(count, words_per_line=words_per_line, vocabulary=vocabulary, seed=seed)
     return [f"{i} {text}" for i, text in enumerate(texts)]
+
+
+def verified_items(bootstrap: str, topic: str) -> Counter[str]:
+    """Every item of ``topic`` (as `pair_key` writes it: canonical JSON), read to the end
+    by a new verifying consumer: a gap, a duplicate or a foreign bundle raises."""
+    seen: Counter[str] = Counter()
+    with BundleConsumer(bootstrap, topic, f"verify-{uuid.uuid4().hex}") as consumer:
+        for bundle in consumer.bundles(to_end=True):
+            seen.update(pair_key(item.value) for item in bundle.items)
+    return seen
 
 
 def open_transaction(
