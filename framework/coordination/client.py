@@ -15,7 +15,7 @@ import contextlib
 import hashlib
 import hmac
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError
@@ -136,3 +136,20 @@ class Connection:
         """Close the client if this connection made it."""
         if self.owned:
             close_client(self.client)
+
+
+class OnConnection:
+    """What holds a `Connection` (``_conn``): `close` closes the client if it made it, and
+    so does the end of a ``with`` block."""
+
+    _conn: Connection
+
+    def close(self) -> None:
+        """Close the ZooKeeper client if this object opened it (ends its session)."""
+        self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

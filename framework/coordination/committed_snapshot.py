@@ -19,7 +19,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection
+from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection, OnConnection
 from framework.coordination.paths import committed_path, snapshot_path, snapshots_path
 from framework.errors import CoordinationError, Fenced, ProtocolViolation
 from framework.wire.znodes import SnapshotRecord
@@ -35,7 +35,7 @@ def read_latest(zk: str, app: str) -> SnapshotRecord | None:
         registry.close()
 
 
-class SnapshotRegistry:
+class SnapshotRegistry(OnConnection):
     """Commits, reads and garbage-collects the snapshot records of ``app``.
 
     A registry remembers the version of ``/committed`` it saw when opened; its commits
@@ -133,16 +133,6 @@ class SnapshotRegistry:
                     "deleting a snapshot record", self.client.delete, snapshot_path(self.app, slot)
                 )
         return doomed
-
-    def close(self) -> None:
-        """Close the ZooKeeper client if this registry opened it."""
-        self._conn.close()
-
-    def __enter__(self) -> SnapshotRegistry:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _ensure_znodes(self) -> None:
         self.client.ensure_path(snapshots_path(self.app))

@@ -34,7 +34,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.lock import Lock
 
-from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection
+from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection, OnConnection
 from framework.errors import CoordinationError, Fenced
 
 T = TypeVar("T")
@@ -66,7 +66,7 @@ class Leadership:
             raise Fenced(f"{self.identity} is no longer the leader (token {self.token})")
 
 
-class LeaderElection:
+class LeaderElection(OnConnection):
     """Elects one leader among the candidates sharing ``path``."""
 
     def __init__(
@@ -141,16 +141,6 @@ class LeaderElection:
         """Identities of the candidates, the leader first."""
         names: list[str] = self.client.Lock(f"{self.path}/lock").contenders()
         return names
-
-    def close(self) -> None:
-        """Close the ZooKeeper client if this election opened it (ends its session)."""
-        self._conn.close()
-
-    def __enter__(self) -> LeaderElection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _remove_the_dead(self) -> None:
         if self.is_dead is None:

@@ -17,7 +17,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection
+from framework.coordination.client import DEFAULT_TIMEOUT_S, Connection, OnConnection
 from framework.coordination.paths import epoch_path
 from framework.wire.znodes import EpochRecord, Offsets
 
@@ -32,7 +32,7 @@ def read_epoch(zk: str, app: str) -> EpochRecord | None:
         epochs.close()
 
 
-class Epochs:
+class Epochs(OnConnection):
     """The epoch counter of ``app``: read it, or start the next epoch."""
 
     def __init__(
@@ -80,16 +80,6 @@ class Epochs:
             except (BadVersionError, ConnectionLoss, SessionExpiredError):
                 continue  # Step 4
             return record
-
-    def close(self) -> None:
-        """Close the ZooKeeper client if this object opened it."""
-        self._conn.close()
-
-    def __enter__(self) -> Epochs:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _ensure_znode(self) -> None:
         with contextlib.suppress(NodeExistsError):

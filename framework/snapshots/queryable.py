@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from framework.core.graph import Graph, Kind
@@ -99,6 +99,7 @@ def queryable_nodes(graph: Graph) -> dict[str, str]:
     return found
 
 
+@dataclass
 class StateReader:
     """Answers `get` for the groupings and rolling aggregates of ``graph`` in ``epoch``
     (see the module docstring); thread-safe; `close` it.
@@ -107,26 +108,21 @@ class StateReader:
     ``committed`` gives the committed snapshot slot (0 without snapshots).
     """
 
-    def __init__(
-        self,
-        bootstrap: str,
-        graph: Graph,
-        epoch: int,
-        view: MinTimeView,
-        *,
-        committed: Callable[[], int] = lambda: 0,
-        timeout_s: float = 10.0,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.graph = graph
-        self.epoch = epoch
-        self.view = view
-        self.committed = committed
-        self.timeout_s = timeout_s
-        self.topics = Topics(graph.name, epoch)
-        self.kinds = queryable_nodes(graph)
-        self._copies: dict[str, tuple[ChangelogCopies, int]] = {}
-        self._lock = threading.Lock()
+    bootstrap: str
+    graph: Graph
+    epoch: int
+    view: MinTimeView
+    _: KW_ONLY
+    committed: Callable[[], int] = field(default=lambda: 0)
+    timeout_s: float = 10.0
+    topics: Topics = field(init=False)
+    kinds: dict[str, str] = field(init=False)
+    _copies: dict[str, tuple[ChangelogCopies, int]] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.topics = Topics(self.graph.name, self.epoch)
+        self.kinds = queryable_nodes(self.graph)
 
     def get(self, node: str, key: object) -> StateValue:
         """The committed value of ``key`` in operator ``node``.

@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from framework.errors import PipelineError, ProtocolViolation, ServiceFailed
@@ -70,27 +71,20 @@ class Supervised(Protocol):
         ...
 
 
+@dataclass
 class QuerySupervisor:
     """Steps 1-3 over the queries of one run."""
 
-    def __init__(
-        self,
-        app: str,
-        queries: Callable[[], Mapping[str, Supervised]],
-        spark: SparkSession,
-        *,
-        stuck_batch_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.app = app
-        self.queries = queries
-        self.spark = spark
-        self.stuck_batch_s = stuck_batch_s
-        self.clock = clock
-        self.restarts: dict[str, deque[float]] = {}
-        self.restarted = 0
-        """Queries restarted so far (a figure)."""
-        self._lock = threading.Lock()
+    app: str
+    queries: Callable[[], Mapping[str, Supervised]]
+    spark: SparkSession
+    _: KW_ONLY
+    stuck_batch_s: float
+    clock: Callable[[], float] = time.monotonic
+    restarts: dict[str, deque[float]] = field(default_factory=dict, init=False)
+    restarted: int = field(default=0, init=False)
+    """Queries restarted so far (a figure)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def heal(self) -> None:
         """Steps 1-3; `ServiceFailed` for a query that must not or cannot restart."""
