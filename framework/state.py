@@ -3,7 +3,7 @@
 Every answer is committed state as of the global time it names (docs/operations.md,
 "Queryable state"): a grouping's kept items below the global min time, a rolling
 aggregate's value as of its hash unit's min time. The implementation lives in
-`framework.snapshots.queryable` and `framework.runners.queryable_state`.
+`framework.snapshots.queryable` and `framework.operations.queryable_state`.
 
 Example::
 
@@ -13,7 +13,7 @@ Example::
     >>> answer.found, answer.value, answer.as_of_ms  # doctest: +SKIP
 """
 
-from framework.runners.queryable_state import open_state
+from framework.operations.queryable_state import open_state
 from framework.snapshots.queryable import StateReader, StateValue
 
 __all__ = ["StateReader", "StateValue", "open_state"]

@@ -21,7 +21,7 @@ from framework.config import Settings
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import window_counts_oracle
 from framework.demos.text import generate_lines
-from framework.runners.savepoint_ops import start_from_savepoint, take_savepoint
+from framework.operations.savepoints import start_from_savepoint, take_savepoint
 from integration_tests.harness.counts import counts, released_windows, running_oracle
 from integration_tests.harness.runs import produce_lines, read_output, running, snapshot_past
 

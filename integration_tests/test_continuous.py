@@ -23,7 +23,7 @@ from framework.demos.wordcount import windowed_counts
 from framework.errors import ConfigError
 from framework.kafka.admin import TopicSpec, ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
-from framework.runners.replay import resolve_start, start_replay
+from framework.operations.replay import resolve_start, start_replay
 from framework.runners.spark.continuous import local_master, tasks_needed
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.topics import Topics

@@ -14,8 +14,8 @@ from framework.config import Settings
 from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs, wordcount
 from framework.kafka.admin import end_offsets, list_topics, offsets_at
-from framework.runners.hygiene import epoch_topics
-from framework.runners.replay import resolve_start, start_replay
+from framework.operations.hygiene import epoch_topics
+from framework.operations.replay import resolve_start, start_replay
 from framework.runners.spark.runner import PipelineRun
 from integration_tests.harness.runs import (
     assert_running_counts,

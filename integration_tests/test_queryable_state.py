@@ -28,7 +28,7 @@ from framework.config import Settings
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.text import generate_lines
 from framework.kafka.clients import read_to_end
-from framework.runners.queryable_state import StateServer, open_state
+from framework.operations.queryable_state import StateServer, open_state
 from integration_tests.harness.runs import produce_lines, running
 from integration_tests.harness.services import run_cli
 from integration_tests.harness.state_jobs import pairs_and_counts

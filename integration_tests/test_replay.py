@@ -24,9 +24,9 @@ from framework.demos.text import generate_lines
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError
 from framework.kafka.admin import list_topics
+from framework.operations.hygiene import epoch_topics
+from framework.operations.replay import resolve_start, start_replay
 from framework.runners.assembly import source_fronts
-from framework.runners.hygiene import epoch_topics
-from framework.runners.replay import resolve_start, start_replay
 from framework.runners.snapshots import restorer
 from integration_tests.harness.runs import (
     produce_lines,
@@ -193,8 +193,8 @@ def test_operators_restart_from_a_savepoint_with_their_state(stack: Settings, sp
     from connectors import KafkaSink, KafkaSource
     from framework.core.graph import Kind
     from framework.kafka.clients import read_to_end
+    from framework.operations.savepoints import start_from_savepoint, take_savepoint
     from framework.runners.inprocess.endpoints import SourceRecord
-    from framework.runners.savepoint_ops import start_from_savepoint, take_savepoint
     from framework.testing import InProcessRunner, ListSink, ListSource
     from integration_tests.harness.operators import operators
 

@@ -35,7 +35,7 @@ from framework.kafka.admin import (
 )
 from framework.kafka.clients import read_to_end
 from framework.kafka.lifts import read_lifts
-from framework.runners.rescale import keyed_nodes, start_rescale
+from framework.operations.rescale import keyed_nodes, start_rescale
 from framework.wire.topics import Topics
 from integration_tests.harness.counts import counts, released_windows, running_oracle
 from integration_tests.harness.runs import (

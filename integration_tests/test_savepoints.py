@@ -27,7 +27,7 @@ from framework.demos.oracle import pair_key
 from framework.demos.wordcount import word_pairs
 from framework.errors import ConfigError, Unauthenticated
 from framework.kafka.clients import read_to_end
-from framework.runners.savepoint_ops import savepoint_root, start_from_savepoint, take_savepoint
+from framework.operations.savepoints import savepoint_root, start_from_savepoint, take_savepoint
 from framework.snapshots.savepoint_store import Savepoint, list_savepoints, load_savepoint
 from integration_tests.harness.runs import (
     numbered_lines,

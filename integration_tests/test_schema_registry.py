@@ -31,7 +31,7 @@ from framework.kafka.admin import ensure_topics, input_topic_spec
 from framework.kafka.clients import read_to_end
 from framework.local.apicurio import SchemaRegistry
 from framework.local.provision import free_port
-from framework.runners.replay import resolve_start, start_replay
+from framework.operations.replay import resolve_start, start_replay
 from framework.runners.spark.runner import SparkRunner
 from framework.wire.dead_letters import read_dead_letter
 from framework.wire.topics import Topics

@@ -51,15 +51,26 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "framework.barrier",
         "framework.snapshots",
         "framework.runners",
+        "framework.operations",
         "framework.config",
         "framework.local",
         "framework.pipeline",
+    ),
+    # Beside the runners: what prepares the epochs they start.
+    "framework.operations": (
+        *ROLES,
+        "framework.acker",
+        "framework.barrier",
+        "framework.snapshots",
+        "framework.runners",
+        "framework.operations",
+        "framework.config",
     ),
     # The user-facing facades: what a pipeline author imports.
     "framework.pipeline": (*CORE, "framework.runners.spark.default"),
     "framework.testing": ("framework.runners.inprocess",),
     "framework.spark": ("framework.runners.spark",),
-    "framework.state": ("framework.runners.queryable_state", "framework.snapshots.queryable"),
+    "framework.state": ("framework.operations.queryable_state", "framework.snapshots.queryable"),
     "framework": ("framework.core", "framework.errors", "framework.pipeline"),
     "connectors": (*KAFKA, "framework", "framework.config", "connectors"),
     # The command line and the demo sit on top of everything.
@@ -86,6 +97,7 @@ THIRD_PARTY_ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.barrier": ("confluent_kafka",),
     "framework.snapshots": ("confluent_kafka", "rocksdict"),
     "framework.runners": ("confluent_kafka", "kazoo", "pyspark", "py4j"),
+    "framework.operations": ("confluent_kafka", "kazoo"),
     # Watching a run: metrics and the console sit beside the runners, not in the data path.
     "framework.runners.observe": ("prometheus_client", "rich"),
     "framework.local": ("testcontainers", "confluent_kafka"),

@@ -167,7 +167,7 @@ def _cmd_acls(args: argparse.Namespace) -> int:
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from framework.runners.replay import parse_offsets, resolve_start, start_replay
+    from framework.operations.replay import parse_offsets, resolve_start, start_replay
 
     graph = _graph(args)
     given = parse_offsets(args.offsets) if args.offsets else None  # before any stack starts
@@ -192,7 +192,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_rescale(args: argparse.Namespace) -> int:
-    from framework.runners.rescale import refuse_unkeyed, start_rescale
+    from framework.operations.rescale import refuse_unkeyed, start_rescale
 
     graph = _graph(args)
     if args.parallelism < 1:
@@ -219,8 +219,8 @@ def _cmd_rescale(args: argparse.Namespace) -> int:
 def _cmd_gc(args: argparse.Namespace) -> int:
     from framework.kafka.admin import delete_records
     from framework.kafka.endpoints import sink_nodes
+    from framework.operations.hygiene import acker_needs, barrier_needs, old_epoch_topics
     from framework.runners.assembly import current_epoch
-    from framework.runners.hygiene import acker_needs, barrier_needs, old_epoch_topics
     from framework.wire.topics import Topics
 
     graph = _graph(args)

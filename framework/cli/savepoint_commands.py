@@ -43,7 +43,7 @@ def _directory(args: argparse.Namespace) -> Path | None:
 
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
-    from framework.runners.savepoint_ops import savepoint_root, take_savepoint
+    from framework.operations.savepoints import savepoint_root, take_savepoint
     from framework.snapshots.savepoint_store import delete_savepoint, list_savepoints
 
     graph = load_pipeline(args.pipeline).graph()
@@ -81,7 +81,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def _cmd_upgrade(args: argparse.Namespace) -> int:
-    from framework.runners.savepoint_ops import start_from_savepoint
+    from framework.operations.savepoints import start_from_savepoint
 
     graph = load_pipeline(args.pipeline).graph()
     renames = parse_renames(args.rename)  # before any stack starts

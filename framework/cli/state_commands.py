@@ -21,7 +21,7 @@ from framework.errors import ConfigError
 
 
 def _cmd_state(args: argparse.Namespace) -> int:
-    from framework.runners.queryable_state import StateServer, open_state, parse_key
+    from framework.operations.queryable_state import StateServer, open_state, parse_key
 
     graph = load_pipeline(args.pipeline).graph()
     key = None

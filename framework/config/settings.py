@@ -95,7 +95,7 @@ class Settings:
     ``verbose`` also shows the client libraries' lines (librdkafka, kazoo) and Spark's
     warnings on the console, which otherwise go to the log files only (`framework.logs`).
     ``trim_interval_ms``: how often the driver trims internal topics below what their
-    readers may still read (0: never; `framework.runners.hygiene`).
+    readers may still read (0: never; `framework.operations.hygiene`).
     ``ui``: every pipeline process (driver, ``flamepipe acker``, ``flamepipe barrier``)
     serves its live page and Prometheus metrics on ``ui_host:ui_port`` (0: a free port,
     logged at start; `framework.runners.observe`).

@@ -5,7 +5,7 @@ Names come from `framework.wire.topics.Topics`; creation and checks from
 
 Every internal topic rolls its log segments at `SEGMENTS` (64 MiB or 10 minutes): the
 broker frees disk only a whole segment at a time, after the topic janitor moved the log
-start past it (`framework.runners.hygiene`) or the cleaner compacted it, and the default
+start past it (`framework.operations.hygiene`) or the cleaner compacted it, and the default
 segment (1 GiB, 7 days) would keep an hour of a busy pipeline's acks and shuffles on disk
 whatever was trimmed.
 """

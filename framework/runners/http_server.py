@@ -1,7 +1,7 @@
 """The one HTTP layer of flamepipe's servers: GET only, served by a thread, one address.
 
 The watch server (`framework.runners.observe.server`: the live page, its JSON feed,
-Prometheus metrics) and the queryable state's (`framework.runners.queryable_state`) answer
+Prometheus metrics) and the queryable state's (`framework.operations.queryable_state`) answer
 a GET from its path alone; this module binds, serves and stops them. A port that cannot be
 bound is a `ConfigError` in one line that names the setting to change; an answer that
 raises is a 500 whose body says why, and the server goes on.

@@ -8,7 +8,7 @@ tolerance answers with replay. `StallWatch` runs beside the snapshot coordinator
    first min time (0: Spark's cold start, a replay catching up) there is nothing to
    stall: a new epoch takes as long as its first batches take.
 2. When it has grown once and then not for ``stall_timeout_ms``, recover: start the next epoch from
-   the committed snapshot (its offsets, its state; `framework.runners.replay`), or from
+   the committed snapshot (its offsets, its state; `framework.operations.replay`), or from
    the first offsets when there is none yet.
 3. Stop: this epoch is over. The driver, the acker and the barriers follow the epoch
    (`SparkRunner.run`, ``flamepipe acker|barrier``) and start again on its topics.
@@ -26,7 +26,7 @@ from framework.config import Settings
 from framework.coordination.committed_snapshot import read_latest
 from framework.core.graph import Graph
 from framework.kafka.mintime import MinTimeView
-from framework.runners.replay import resolve_start, start_replay
+from framework.operations.replay import resolve_start, start_replay
 from framework.service import Service
 from framework.wire.znodes import EpochRecord
 

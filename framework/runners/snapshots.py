@@ -11,7 +11,7 @@ from collections.abc import Callable
 from framework.config import Settings
 from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph
-from framework.runners.replay import Offsets, ReplayStart
+from framework.operations.replay import Offsets, ReplayStart
 from framework.snapshots.backends.factory import open_backend
 from framework.snapshots.restore import restore_epoch
 
@@ -49,11 +49,11 @@ class CommittedSlot:
 def restorer(
     settings: Settings, graph: Graph, *, units: int | None = None
 ) -> Callable[[Offsets, int], ReplayStart | None]:
-    """The ``restore`` step of `framework.runners.replay.start_replay` for ``graph``.
+    """The ``restore`` step of `framework.operations.replay.start_replay` for ``graph``.
 
     Picks the newest kept snapshot whose offsets are all at or before the asked ones and
     seeds the new epoch's changelogs with its state, in ``units`` hash units per keyed node
-    (None: as many as the snapshot has; `framework.runners.rescale`).
+    (None: as many as the snapshot has; `framework.operations.rescale`).
     """
 
     def restore(offsets: Offsets, new_epoch: int) -> ReplayStart | None:

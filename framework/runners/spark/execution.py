@@ -70,5 +70,5 @@ class StageExecution(Protocol):
 
     def trim_needs(self) -> dict[tuple[str, int], int]:
         """Per (topic, partition) of an internal topic it reads, the offset it may still
-        read from (`framework.runners.hygiene`)."""
+        read from (`framework.operations.hygiene`)."""
         ...

@@ -6,7 +6,7 @@ Start-up protocol of `SparkRunner.start`:
    replay or recovery) and plan the stages on that epoch's topics; every source must be a
    `KafkaSource` and every sink a `KafkaSink`. A new epoch's source queries start at the
    offsets its record gives. A keyed pipeline that ran in this epoch with another
-   ``parallelism`` is refused (`framework.runners.rescale`).
+   ``parallelism`` is refused (`framework.operations.rescale`).
 2. Prepare topics: sources (created with LogAppendTime, or checked for it), sinks, and the
    framework's own (shuffles, changelogs, pre-barrier, acks, min time, dead letters). In
    continuous execution, check that Spark has a task slot for every long-lived task, or,
@@ -26,7 +26,7 @@ Start-up protocol of `SparkRunner.start`:
    yet open reads min time 0, which prunes nothing), then start the front heartbeats, the
    window ticks of aggregate stages (`framework.runners.spark.ticks`) and the topic
    janitor; in an epoch after the first, delete the earlier epochs' internal topics
-   (`framework.runners.hygiene`).
+   (`framework.operations.hygiene`).
 6. Serve the live page and Prometheus metrics (``ui``; `framework.runners.observe`).
 """
 
@@ -65,6 +65,8 @@ from framework.kafka.topics import (
     pre_topic_spec,
     shuffle_topic_spec,
 )
+from framework.operations.hygiene import TopicJanitor, acker_needs, barrier_needs, remove_old_epochs
+from framework.operations.rescale import check_parallelism
 from framework.plan.fusion import Fused, fuse
 from framework.plan.stage_spec import StageSpec
 from framework.plan.stages import ExitKind, Stage, plan_stages
@@ -74,12 +76,10 @@ from framework.runners.assembly import (
     embedded_services,
     view_for,
 )
-from framework.runners.hygiene import TopicJanitor, acker_needs, barrier_needs, remove_old_epochs
 from framework.runners.keys import install_keys
 from framework.runners.observe.console import LiveConsole
 from framework.runners.observe.figures import Figures, run_figures
 from framework.runners.observe.server import WatchServer
-from framework.runners.rescale import check_parallelism
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.continuous import (
     ContinuousJob,
@@ -402,7 +402,7 @@ class PipelineRun:
             self.watch.start()
 
     def trim_needs(self) -> dict[tuple[str, int], int]:
-        """What each internal topic's reader may still read (`framework.runners.hygiene`)."""
+        """What each internal topic's reader may still read (`framework.operations.hygiene`)."""
         needs = dict(acker_needs(self.bootstrap, self.topics, self.settings.acker_shards))
         needs.update(
             barrier_needs(self.bootstrap, self.topics, self.graph.name, sink_nodes(self.graph))

@@ -13,7 +13,7 @@ from framework import Pipeline
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError
-from framework.runners import rescale
+from framework.operations import rescale
 from framework.testing import ListSink, ListSource
 from framework.wire.topics import Topics
 from framework.wire.znodes import EpochRecord

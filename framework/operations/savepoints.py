@@ -3,7 +3,7 @@
 `take_savepoint` waits for the next snapshot the running pipeline commits (or, with
 ``latest``, uses the committed one) and copies it out of the state backend
 (`framework.snapshots.savepoint_store`). `start_from_savepoint` is a replay
-(`framework.runners.replay`) whose state and start offsets are the savepoint's, for the
+(`framework.operations.replay`) whose state and start offsets are the savepoint's, for the
 graph as it is now: matching operators keep their state, new groupings start empty,
 removed operators are reported, an incompatible change is refused before anything changes.
 """
@@ -19,8 +19,8 @@ from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.graph import Graph
 from framework.deadline import Deadline
 from framework.errors import ConfigError, SnapshotMissing
+from framework.operations.replay import Offsets, ReplayStart, resolve_start, start_replay
 from framework.runners.keys import install_keys
-from framework.runners.replay import Offsets, ReplayStart, resolve_start, start_replay
 from framework.snapshots.backends.factory import open_backend
 from framework.snapshots.restore import restore_epoch
 from framework.snapshots.savepoint_store import (

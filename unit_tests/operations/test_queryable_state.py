@@ -6,7 +6,7 @@ import doctest
 from operator import add
 from typing import Any
 
-import framework.runners.queryable_state
+import framework.operations.queryable_state
 import framework.snapshots.queryable
 from framework import Pipeline
 from framework.core.grouping import Grouping
@@ -15,8 +15,8 @@ from framework.core.ops import Keyed, key_hash
 from framework.core.rolling import RollingAggregator
 from framework.core.time import GlobalTime
 from framework.errors import ConfigError, DeadlineExceeded
+from framework.operations.queryable_state import StateServer, parse_key
 from framework.pipeline import Tumbling
-from framework.runners.queryable_state import StateServer, parse_key
 from framework.snapshots.queryable import StateValue, queryable_nodes
 from framework.testing import ListSink, ListSource
 
@@ -87,4 +87,4 @@ def test_keys_come_from_json_and_arrays_are_tuples() -> None:
 
 def test_the_module_examples_run() -> None:
     assert doctest.testmod(framework.snapshots.queryable).failed == 0
-    assert doctest.testmod(framework.runners.queryable_state).failed == 0
+    assert doctest.testmod(framework.operations.queryable_state).failed == 0

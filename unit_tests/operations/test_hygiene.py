@@ -9,8 +9,8 @@ import pytest
 from connectors import KafkaSink, KafkaSource
 from framework import Pipeline
 from framework.errors import ConfigError
-from framework.runners import hygiene
-from framework.runners.hygiene import TopicJanitor, epoch_topics
+from framework.operations import hygiene
+from framework.operations.hygiene import TopicJanitor, epoch_topics
 
 
 def _graph() -> Pipeline:

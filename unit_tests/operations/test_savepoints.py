@@ -14,7 +14,7 @@ from framework import Pipeline
 from framework.config import Settings
 from framework.core.graph import Graph
 from framework.errors import ConfigError, SnapshotMissing
-from framework.runners import savepoint_ops
+from framework.operations import savepoints
 from framework.testing import ListSink, ListSource
 from framework.wire.znodes import EpochRecord, SnapshotRecord
 
@@ -51,11 +51,11 @@ class _Fakes:
         self.missing: set[int] = set()  # snapshots collected before their copy ends
         self.backend = SimpleNamespace(closed=False)
         self.backend.close = lambda: setattr(self.backend, "closed", True)
-        monkeypatch.setattr(savepoint_ops, "install_keys", lambda _s: None)
-        monkeypatch.setattr(savepoint_ops, "SnapshotRegistry", lambda _zk, _app: self.registry)
-        monkeypatch.setattr(savepoint_ops, "open_backend", lambda _s, _app: self.backend)
-        monkeypatch.setattr(savepoint_ops, "save_savepoint", self._save)
-        monkeypatch.setattr(savepoint_ops, "_POLL_S", 0.01)
+        monkeypatch.setattr(savepoints, "install_keys", lambda _s: None)
+        monkeypatch.setattr(savepoints, "SnapshotRegistry", lambda _zk, _app: self.registry)
+        monkeypatch.setattr(savepoints, "open_backend", lambda _s, _app: self.backend)
+        monkeypatch.setattr(savepoints, "save_savepoint", self._save)
+        monkeypatch.setattr(savepoints, "_POLL_S", 0.01)
 
     def _save(self, _root: Path, name: str, _g: Graph, record: SnapshotRecord, _b: Any) -> Any:
         self.copies.append(record.slot)
@@ -72,7 +72,7 @@ def test_it_waits_for_the_next_snapshot_the_running_pipeline_commits(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fakes = _Fakes(monkeypatch, [_record(5), _record(5), _record(5), _record(9)])
-    saved = savepoint_ops.take_savepoint(_settings(tmp_path), _graph(), "v1", wait_s=5)
+    saved = savepoints.take_savepoint(_settings(tmp_path), _graph(), "v1", wait_s=5)
     assert (saved.name, saved.slot) == ("v1", 9)
     assert fakes.copies == [9]
     assert fakes.registry.closed and fakes.backend.closed
@@ -82,13 +82,13 @@ def test_latest_saves_the_committed_one_and_nothing_to_save_says_the_fix(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     fakes = _Fakes(monkeypatch, [_record(5)])
-    assert savepoint_ops.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True).slot == 5
+    assert savepoints.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True).slot == 5
     _Fakes(monkeypatch, [None])
     with pytest.raises(ConfigError, match="has no committed snapshot: run it"):
-        savepoint_ops.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True)
+        savepoints.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True)
     _Fakes(monkeypatch, [_record(5)])
     with pytest.raises(ConfigError, match=r"committed no snapshot in 0\.05 s"):
-        savepoint_ops.take_savepoint(_settings(tmp_path), _graph(), "v1", wait_s=0.05)
+        savepoints.take_savepoint(_settings(tmp_path), _graph(), "v1", wait_s=0.05)
     assert fakes.copies == [5]
 
 
@@ -97,7 +97,7 @@ def test_a_snapshot_collected_during_the_copy_is_replaced_by_the_newer_one(
 ) -> None:
     fakes = _Fakes(monkeypatch, [_record(5), _record(7)])
     fakes.missing = {5}
-    saved = savepoint_ops.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True)
+    saved = savepoints.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True)
     assert saved.slot == 7 and fakes.copies == [5, 7]
 
 
@@ -107,7 +107,7 @@ def test_a_copy_that_keeps_missing_its_snapshot_gives_up(
     fakes = _Fakes(monkeypatch, [_record(5)])  # no newer snapshot: nothing else to copy
     fakes.missing = {5}
     with pytest.raises(SnapshotMissing):
-        savepoint_ops.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True)
+        savepoints.take_savepoint(_settings(tmp_path), _graph(), "v1", latest=True)
     assert fakes.copies == [5] and fakes.backend.closed and fakes.registry.closed
 
 
@@ -119,14 +119,14 @@ def test_start_from_a_savepoint_runs_its_three_steps_in_order(
         slot=42, offsets={"lines": {0: 10, 1: 11}, "gone": {0: 3}}, name="v1"
     )
     upgrade = SimpleNamespace(removed_sources=("gone",), new=("pairs",))
-    monkeypatch.setattr(savepoint_ops, "install_keys", lambda _s: calls.append(("keys", None)))
+    monkeypatch.setattr(savepoints, "install_keys", lambda _s: calls.append(("keys", None)))
     monkeypatch.setattr(
-        savepoint_ops,
+        savepoints,
         "load_savepoint",
         lambda root, name: calls.append(("load", name)) or savepoint,
     )
     monkeypatch.setattr(
-        savepoint_ops,
+        savepoints,
         "plan_upgrade",
         lambda sp, _g, renames: calls.append(("plan", renames)) or upgrade,
     )
@@ -135,9 +135,9 @@ def test_start_from_a_savepoint_runs_its_three_steps_in_order(
         calls.append(("offsets", offsets))
         return {"resolved": offsets}
 
-    monkeypatch.setattr(savepoint_ops, "resolve_start", resolve)
+    monkeypatch.setattr(savepoints, "resolve_start", resolve)
     monkeypatch.setattr(
-        savepoint_ops,
+        savepoints,
         "SavepointBackend",
         lambda sp, up: SimpleNamespace(record=lambda epoch: ("record", epoch)),
     )
@@ -145,7 +145,7 @@ def test_start_from_a_savepoint_runs_its_three_steps_in_order(
     def restore_epoch(*args: Any, **kwargs: Any) -> None:
         calls.append(("restore", (args[2], args[4], kwargs["units"], kwargs["empty"])))
 
-    monkeypatch.setattr(savepoint_ops, "restore_epoch", restore_epoch)
+    monkeypatch.setattr(savepoints, "restore_epoch", restore_epoch)
 
     def start_replay(_s: Settings, _g: Graph, offsets: Any, *, reason: str, restore: Any) -> Any:
         calls.append(("replay", reason))
@@ -153,10 +153,10 @@ def test_start_from_a_savepoint_runs_its_three_steps_in_order(
         calls.append(("start", (start.offsets, start.snapshot)))
         return EpochRecord(3, reason, None, None, 0)
 
-    monkeypatch.setattr(savepoint_ops, "start_replay", start_replay)
+    monkeypatch.setattr(savepoints, "start_replay", start_replay)
     settings = Settings.load(env={}, parallelism=4)
 
-    epoch, got = savepoint_ops.start_from_savepoint(
+    epoch, got = savepoints.start_from_savepoint(
         settings, _graph(), "v1", directory=tmp_path, renames={"old": "pairs"}
     )
 

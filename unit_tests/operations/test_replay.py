@@ -6,7 +6,7 @@ import pytest
 
 from framework.cli import _parser
 from framework.errors import ConfigError
-from framework.runners.replay import parse_offsets
+from framework.operations.replay import parse_offsets
 
 
 def test_offsets_parse_per_topic_and_partition() -> None:

@@ -18,7 +18,7 @@ would notice: `check_parallelism` refuses that before anything starts, and
    sources start at the snapshot's offsets.
 4. Bump the epoch (reason ``"rescale to N"``); the next run with parallelism N uses it.
 
-Why the output does not change: this is a replay (`framework.runners.replay`), and where a
+Why the output does not change: this is a replay (`framework.operations.replay`), and where a
 key's state lives does not change what the key's items compute; every barrier drops what it
 released before.
 """
@@ -31,7 +31,7 @@ from framework.config import Settings
 from framework.core.graph import Graph, Kind
 from framework.errors import ConfigError
 from framework.kafka.admin import partitions_if_exists
-from framework.runners.replay import resolve_start, start_replay
+from framework.operations.replay import resolve_start, start_replay
 from framework.wire.topics import Topics
 from framework.wire.znodes import EpochRecord
 
