@@ -25,6 +25,16 @@ CORE = (*BASE, "framework.core")
 WIRE = (*CORE, "framework.wire", "schemas")
 KAFKA = (*WIRE, "framework.kafka")
 ROLES = (*KAFKA, "framework.plan", "framework.coordination")
+# The runners and the operations beside them (each may import the other).
+RUNNING = (
+    *ROLES,
+    "framework.acker",
+    "framework.barrier",
+    "framework.snapshots",
+    "framework.runners",
+    "framework.operations",
+    "framework.config",
+)
 
 # layer prefix -> the prefixes it may import (longest prefix decides a module's layer)
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -45,27 +55,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "framework.barrier": (*ROLES, "framework.barrier"),
     "framework.snapshots": (*ROLES, "framework.snapshots", "framework.config"),
     "framework.local": (*BASE, "framework.config", "framework.local"),
-    "framework.runners": (
-        *ROLES,
-        "framework.acker",
-        "framework.barrier",
-        "framework.snapshots",
-        "framework.runners",
-        "framework.operations",
-        "framework.config",
-        "framework.local",
-        "framework.pipeline",
-    ),
+    "framework.runners": (*RUNNING, "framework.local", "framework.pipeline"),
     # Beside the runners: what prepares the epochs they start.
-    "framework.operations": (
-        *ROLES,
-        "framework.acker",
-        "framework.barrier",
-        "framework.snapshots",
-        "framework.runners",
-        "framework.operations",
-        "framework.config",
-    ),
+    "framework.operations": RUNNING,
     # The user-facing facades: what a pipeline author imports.
     "framework.pipeline": (*CORE, "framework.runners.spark.default"),
     "framework.testing": ("framework.runners.inprocess",),
