@@ -24,6 +24,12 @@ Protocol on a payload ``x`` of key ``k`` with meta ``m``:
 
 Min time prunes: payloads below it are joined into the base and dropped.
 
+As a stage's state (`framework.plan.stage_state`) a key's history is one changelog bucket:
+``(metas, [(value, payload, emissions), ...], [], base, has_base)``, the layout of an
+aggregate's (its early tombstones always empty, the base carried), so a snapshot cuts it
+as it cuts an aggregate's image: the entries below the cut stay, and their values and
+emissions do not depend on anything at or after it (step 4 changes later entries only).
+
 Example::
 
     >>> from framework.core.ops import Keyed
@@ -44,8 +50,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
-from framework.core.grouping import keyed_of
+from framework.core.grouping import keyed_of, meta_from_plain
 from framework.core.meta import Meta, Record
 from framework.core.values import UserValue
 from framework.core.windows import KeyValue
@@ -70,12 +77,14 @@ class _History:
 class Converge:
     """The converge physical operation with op id ``op_id`` over `Keyed` records."""
 
-    __slots__ = ("_histories", "join", "op_id")
+    __slots__ = ("_changed", "_histories", "join", "min_time", "op_id")
 
     def __init__(self, op_id: int, join: Join) -> None:
         self.op_id = op_id
         self.join = join
+        self.min_time = 0  # the highest min time pruned by
         self._histories: dict[object, _History] = {}
+        self._changed: dict[object, None] = {}  # keys changed since `take_changed`
 
     def push(self, record: Record) -> list[Record]:
         """Take one payload (module docstring, steps 1-4); the outputs in emission order."""
@@ -89,6 +98,7 @@ class Converge:
         history = self._histories.get(keyed.key)
         if history is None:
             history = self._histories[keyed.key] = _History()
+        self._changed[keyed.key] = None
         # Step 2
         at = bisect_right(history.metas, record.meta)
         before, known = self._value_before(history, at)
@@ -110,7 +120,13 @@ class Converge:
         return out
 
     def on_min_time(self, slot: int) -> None:
-        """Join the payloads below ``slot`` into their key's base and drop them."""
+        """Join the payloads below ``slot`` into their key's base and drop them.
+
+        A pruned key is not marked changed: its older bucket in the changelog says the
+        same as of every time at or after ``slot``, and a restore prunes it again."""
+        if slot <= self.min_time:
+            return
+        self.min_time = slot
         for history in self._histories.values():
             below = 0
             while below < len(history.metas) and history.metas[below].gt.slot < slot:
@@ -129,6 +145,44 @@ class Converge:
         if history.values:
             return history.values[-1]
         return history.base
+
+    # -- as a stage's state: one changelog bucket per key (module docstring) -------------
+
+    def take_changed(self) -> list[object]:
+        """The keys changed since the last call."""
+        changed, self._changed = list(self._changed), {}
+        return changed
+
+    def bucket_state(self, key: object) -> tuple[Any, ...] | None:
+        """``key``'s history as a changelog bucket (module docstring), None if none."""
+        h = self._histories.get(key)
+        if h is None:
+            return None
+        entries = list(zip(h.values, h.payloads, h.emitted, strict=True))
+        return (list(h.metas), entries, [], h.base, h.has_base)
+
+    def put_bucket(self, key: object, state: tuple[Any, ...] | None) -> None:
+        """``key``'s history from its changelog bucket (None or empty: gone)."""
+        metas, entries, _early, base, has_base = state or ((), (), (), None, False)
+        if not metas and not has_base:  # a snapshot's cut above none of its payloads
+            self._histories.pop(key, None)
+            return
+        self._histories[key] = _History(
+            base,
+            bool(has_base),
+            [meta_from_plain(m) for m in metas],
+            [e[0] for e in entries],
+            [e[1] for e in entries],
+            [int(e[2]) for e in entries],
+        )
+
+    def put_min_time(self, slot: int) -> None:
+        """A changelog's min time: prune by it."""
+        self.on_min_time(slot)
+
+    def put_floor(self, slot: int) -> None:
+        """A restore's floor: nothing to do (a converge's emissions at or after it are
+        released or not by the barrier, which knows what it released)."""
 
     def _value_before(self, history: _History, at: int) -> tuple[UserValue, bool]:
         if at > 0:

@@ -93,6 +93,11 @@ _KEYED_INPUT = frozenset({Kind.GROUP, Kind.AGGREGATE, Kind.CONVERGE})
 _SEGMENT_HEADS = frozenset(
     {Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.MERGE, Kind.LOOP, Kind.CONVERGE}
 )
+KEYED_STATE = frozenset({Kind.GROUP, Kind.AGGREGATE, Kind.CONVERGE})
+"""Nodes whose stage keeps state per key in a changelog: one hash unit per partition."""
+BUCKETED = frozenset({Kind.AGGREGATE, Kind.CONVERGE})
+"""Keyed-state nodes whose changelog holds one bucket per key, which a snapshot cuts as an
+image (`framework.snapshots.copies`); a grouping's holds one record per item."""
 # Inside a loop: what emits only once min time passes would wait for itself.
 _NOT_IN_LOOPS = frozenset({Kind.AGGREGATE})
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from framework.config import Settings
-from framework.core.graph import Graph, Kind
+from framework.core.graph import KEYED_STATE, Graph
 from framework.errors import ConfigError, ProtocolViolation
 from framework.kafka.admin import offsets_at
 from framework.kafka.endpoints import kafka_sources
@@ -106,7 +106,7 @@ def start_replay(
 
     bootstrap = settings.kafka_bootstrap
     start = ReplayStart(offsets)
-    stateful = any(node.kind in (Kind.GROUP, Kind.AGGREGATE) for node in graph.nodes)
+    stateful = any(node.kind in KEYED_STATE for node in graph.nodes)
     epochs = Epochs(settings.zookeeper, graph.name)
     try:
         current = epochs.current()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 
 from framework.config import Settings
-from framework.core.graph import Graph, Kind
+from framework.core.graph import KEYED_STATE, Graph
 from framework.errors import ConfigError
 from framework.kafka.admin import partitions_if_exists
 from framework.operations.replay import resolve_start, start_replay
@@ -39,16 +39,16 @@ _FUTURE_MS = 3_600_000  # "the offsets an hour from now": every source partition
 
 
 def keyed_nodes(graph: Graph) -> list[str]:
-    """The ids of the nodes whose stages have hash units: groupings and aggregates."""
-    return [n.id for n in graph.nodes if n.kind in (Kind.GROUP, Kind.AGGREGATE)]
+    """The ids of the nodes whose stages have hash units: groupings, aggregates, converges."""
+    return [n.id for n in graph.nodes if n.kind in KEYED_STATE]
 
 
 def refuse_unkeyed(graph: Graph) -> None:
     """`ConfigError` if ``graph`` has no keyed stage: there is no state to move."""
     if not keyed_nodes(graph):
         raise ConfigError(
-            f"{graph.name!r} has no grouping or aggregate: its parallelism needs no rescale, "
-            "run it with the new one"
+            f"{graph.name!r} has no grouping, aggregate or converge: its parallelism needs "
+            "no rescale, run it with the new one"
         )
 
 

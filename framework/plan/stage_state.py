@@ -1,8 +1,10 @@
-"""The state of a stage that starts with a grouping or an aggregate, and its changelog.
+"""The state of a stage that starts with a grouping, an aggregate or a converge, and its
+changelog.
 
 A grouping writes a changelog record per changed item (its payloads at one meta of one
 key, or a deletion); an aggregate one per changed key holding the key's bucket, its min
-time first in every batch, and a restore its floor (layout: `framework.wire.changelog`).
+time first in every batch, and a restore its floor (layout: `framework.wire.changelog`);
+a converge the same as an aggregate, its bucket a key's history (`framework.core.converge`).
 Replaying the records, oldest first, rebuilds the state (latest wins).
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from framework.core.converge import Converge
 from framework.core.grouping import Grouping, meta_from_plain
 from framework.core.ids import stable_id
 from framework.core.meta import Meta
@@ -74,8 +77,8 @@ class ChangelogImage:
         return out
 
 
-StageState = Grouping | WindowAggregator
-"""The state of a stage that starts with a grouping or an aggregate."""
+StageState = Grouping | WindowAggregator | Converge
+"""The state of a stage that starts with a grouping, an aggregate or a converge."""
 
 Replayable = StageState | ChangelogImage
 """What `apply_changelog` rebuilds: a stage's state or an image of it."""

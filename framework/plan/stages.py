@@ -2,10 +2,17 @@
 
 A stage is what one task runs over one input partition. Records cross a stage boundary,
 and so a Kafka topic, exactly where a node needs its input partitioned by key (``group``,
-``aggregate``: a *shuffle*) and where they leave for a barrier (``sink``: the pre-barrier
-topic). Everything else runs inside the stage that reaches it; a node reachable from two
-stages (a ``merge`` and what follows it) runs in both, which is sound because operations
-are deterministic.
+``aggregate``, ``converge``: a *shuffle*), where they enter a loop (``loop``: its input and
+what its feedback sends back meet in a topic of its own) and where they leave for a barrier
+(``sink``: the pre-barrier topic). Everything else runs inside the stage that reaches it; a
+node reachable from two stages (a ``merge`` and what follows it) runs in both, which is
+sound because operations are deterministic.
+
+A loop is a cycle of stages through Kafka (docs/decisions/cyclic-dataflows.md): the
+stage that feeds the loop and the stage holding its ``feedback`` both leave by an exit
+into the loop's topic, which the stage entered at the ``loop`` node reads. Its items are
+not keyed: they go to the topic's partitions by their front, as into a pre-barrier topic,
+so a replay lands them alike.
 """
 
 from __future__ import annotations
@@ -18,13 +25,15 @@ from framework.core.graph import Graph, Kind, Port
 from framework.errors import PipelineError
 from framework.wire.topics import Topics
 
-_SHUFFLES = frozenset({Kind.GROUP, Kind.AGGREGATE})
+_SHUFFLES = frozenset({Kind.GROUP, Kind.AGGREGATE, Kind.CONVERGE})
+_HEADS = _SHUFFLES | {Kind.LOOP}  # the nodes that start a stage of their own, but sources
 
 
 class ExitKind(StrEnum):
     """Where records leaving a stage go."""
 
     SHUFFLE = "shuffle"
+    LOOP = "loop"
     SINK = "sink"
 
 
@@ -41,8 +50,9 @@ class Exit:
 class Stage:
     """One Spark query: reads ``topic`` into ``entry``, runs ``nodes``, leaves by ``exits``.
 
-    ``entry`` is a source node (``topic`` is the user's input topic) or a shuffle node
-    (``topic`` is its shuffle topic). ``nodes`` are in graph order, ``entry`` first.
+    ``entry`` is a source node (``topic`` is the user's input topic), a shuffle node
+    (``topic`` is its shuffle topic) or a loop (its own topic, named as a shuffle's).
+    ``nodes`` are in graph order, ``entry`` first.
     """
 
     entry: str
@@ -57,27 +67,11 @@ class Stage:
         return self.entry
 
 
-def refuse_loops(graph: Graph) -> None:
-    """`PipelineError` for a graph with a loop or a converge: a loop's feedback needs a
-    topic that the loop's entry stage reads besides its input, and a converge a stage
-    task and a changelog, which stages do not have yet (docs/decisions/cyclic-dataflows.md,
-    "Engines")."""
-    for kind in (Kind.LOOP, Kind.CONVERGE):
-        node = next(graph.by_kind(kind), None)
-        if node is not None:
-            raise PipelineError(
-                f"{kind} {node.describe()}: loops and converge run in the in-process "
-                "harness (framework.testing.run_local) only for now, not on Spark "
-                "(docs/decisions/cyclic-dataflows.md)"
-            )
-
-
 def plan_stages(
     graph: Graph, source_topics: Mapping[str, str], epoch: int = 0
 ) -> tuple[Stage, ...]:
     """The stages of ``graph`` in ``epoch``; ``source_topics``: source node -> its topic."""
     graph.validate()
-    refuse_loops(graph)
     topics = Topics(graph.name, epoch)
     kinds = {node.id: node.kind for node in graph.nodes}
     order = {node.id: i for i, node in enumerate(graph.nodes)}
@@ -88,7 +82,7 @@ def plan_stages(
             if node.id not in source_topics:
                 raise PipelineError(f"source {node.describe()} has no topic")
             entry, topic = node.id, source_topics[node.id]
-        elif node.kind in _SHUFFLES:
+        elif node.kind in _HEADS:
             entry, topic = node.id, topics.shuffle(node.id)
         else:
             continue
@@ -119,6 +113,8 @@ def _reach(
             target: str = consumer.id  # type: ignore[attr-defined]
             if kinds[target] in _SHUFFLES:
                 exits[Port(current, port)] = Exit(target, ExitKind.SHUFFLE, topics.shuffle(target))
+            elif kinds[target] is Kind.LOOP:
+                exits[Port(current, port)] = Exit(target, ExitKind.LOOP, topics.shuffle(target))
             elif kinds[target] is Kind.SINK:
                 exits[Port(current, port)] = Exit(target, ExitKind.SINK, topics.pre(target))
             else:

@@ -30,8 +30,8 @@ transaction. Per task and batch:
 6. Close the batch: the local acker's XOR per (segment, slot) goes to the acker shards as
    one record per shard, ending with this node's time, so the acks become visible exactly
    when the outputs do.
-7. A grouping's or aggregate's changed buckets are appended to its changelog, in the same
-   transaction (an aggregate's min time too).
+7. A grouping's, aggregate's or converge's changed buckets are appended to its changelog,
+   in the same transaction (an aggregate's or converge's min time too).
 
 Map-side combining: items bound for a ``combinable`` aggregate are pre-reduced per key
 and window pane before they leave; the partial carries the largest meta of its payloads,
@@ -54,6 +54,7 @@ from framework.core.aggregate import aggregator
 from framework.core.batches import KeyByBatchesOp
 from framework.core.calls import MapAsyncOp
 from framework.core.columns import COLUMN_OPS
+from framework.core.converge import Converge
 from framework.core.graph import Kind, Port, Sink
 from framework.core.grouping import Grouping, keyed_of
 from framework.core.messages import Ack, Heartbeat
@@ -90,6 +91,8 @@ from framework.wire.records import InRecord, OutRecord
 from framework.wire.serde import Pickle
 
 _PICKLE = Pickle()
+# Entries whose operation is the stage's state (`StageProgram.new_state`), or none.
+_STATEFUL_ENTRIES = (Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE, Kind.CONVERGE)
 RECORD_ERRORS = (UserFunctionError, EncodeError)
 """Errors of one record (a user function failed on it, its output cannot be encoded): its
 input becomes a dead letter, or, in fail-fast mode, the task fails."""
@@ -127,7 +130,7 @@ class StageProgram:
         self._routes: dict[str, list[str | None]] = {}
         for node_id in spec.stage.nodes:
             node = graph.node(node_id)
-            if node.kind not in (Kind.SOURCE, Kind.GROUP, Kind.AGGREGATE):
+            if node.kind not in _STATEFUL_ENTRIES:
                 self._ops[node_id] = stateless_operation(graph.name, node)
             self._routes[node_id] = [
                 None if Port(node_id, p) in spec.stage.exits else consumers[Port(node_id, p)].id
@@ -216,6 +219,10 @@ class StageProgram:
             return Grouping(self.entry_op_id, self.window)
         if self.aggregation is not None:
             return aggregator(self.entry_op_id, self.aggregation, self.spec.graph.delta_ms)
+        entry = self.spec.graph.node(self.spec.stage.entry)
+        if entry.kind is Kind.CONVERGE:
+            join: Any = entry.fn  # a node's fn is typed for one argument; a join takes two
+            return Converge(self.entry_op_id, join)
         return None
 
     def _in_bulk(self, run: _TaskRun, records: list[InRecord], state: StageState | None) -> bool:
@@ -357,6 +364,8 @@ class _TaskRun:
                 self._appliers[node_id] = _batch_only
             elif kind is Kind.AGGREGATE:
                 self._appliers[node_id] = self._aggregate
+            elif kind is Kind.CONVERGE:
+                self._appliers[node_id] = self._converge
             elif kind is Kind.MAP_ASYNC:
                 self._appliers[node_id] = partial(self._wait_for_call, node_id)
             else:
@@ -558,6 +567,10 @@ class _TaskRun:
                 staged.append((target, out))
         for target, out in staged:
             self._flow(target, out)
+
+    def _converge(self, record: Record) -> list[Record]:
+        assert isinstance(self.state, Converge)
+        return self.state.push(record)
 
     def _aggregate(self, record: Record) -> list[Record]:
         assert isinstance(self.state, WindowAggregator)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from framework.coordination.committed_snapshot import SnapshotRegistry
-from framework.core.graph import Graph, Kind, Node
+from framework.core.graph import BUCKETED, Graph, Kind, Node
 from framework.core.ops import op_id_of
 from framework.errors import ConfigError, FlamepipeError, KafkaUnreachable
 from framework.kafka.admin import end_offsets, partition_count
@@ -32,9 +32,9 @@ from framework.snapshots.copies import ChangelogCopies, Part
 from framework.snapshots.offsets import replay_offsets
 from framework.snapshots.snapshot_writer import SnapshotWriter
 from framework.snapshots.units import (
-    aggregate_shape,
     encode_aggregate_unit,
     encode_unit,
+    state_shape,
     unit_label,
     unit_name,
 )
@@ -163,7 +163,8 @@ class SnapshotCoordinator(Service):
         self._view = view
         self._own_view = view is None
         self._groups = list(self.graph.by_kind(Kind.GROUP))
-        self._aggregates = list(self.graph.by_kind(Kind.AGGREGATE))
+        # Aggregates and converges: images of their changelogs, cut at a snapshot's slot.
+        self._aggregates = [node for node in self.graph.nodes if node.kind in BUCKETED]
         self._pane = combining_pane(self.graph)
         self._lifts_end = 0
         self._lifted: dict[str, tuple[Lift, ...]] = {}
@@ -302,10 +303,10 @@ class SnapshotCoordinator(Service):
         """The bytes of one unit at ``slot``: a grouping's state below it, or an
         aggregate's image cut at it (decided here, encoded on the writer's thread)."""
         topic, p = part
-        if node.aggregation is None:
+        shape = state_shape(node, self.graph.delta_ms)
+        if shape is None:
             return functools.partial(encode_unit, copies.snapshot(topic, p, below=slot), label)
         image = copies.image(topic, p)
-        shape = aggregate_shape(node.aggregation, self.graph.delta_ms)
         return functools.partial(
             encode_aggregate_unit, image.cut(slot), image.min_time, shape, label
         )

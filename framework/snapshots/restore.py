@@ -12,7 +12,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from framework.core.graph import Graph, Kind, Node
+from framework.core.graph import BUCKETED, KEYED_STATE, Graph, Kind, Node
 from framework.core.ops import key_hash
 from framework.errors import (
     ConfigError,
@@ -26,10 +26,10 @@ from framework.kafka.transactions import TransactionalProducer
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.units import (
     aggregate_records,
-    aggregate_shape,
     decode_unit,
     keyed_records,
     parse_unit,
+    state_shape,
     unit_label,
     unit_name,
 )
@@ -94,7 +94,7 @@ def restore_epoch(
         raise ConfigError("stateful operators that start empty need units= (the parallelism)")
     topics = Topics(graph.name, new_epoch)
     # Step 1
-    nodes = {n.id: n for n in (*graph.by_kind(Kind.GROUP), *graph.by_kind(Kind.AGGREGATE))}
+    nodes = {n.id: n for n in graph.nodes if n.kind in KEYED_STATE}
     saved = {n: 0 if n in empty else _partitions(record, n) for n in nodes}
     target = {node: units or count for node, count in saved.items()}
     # Step 2
@@ -162,13 +162,11 @@ class _Seed:
     def write(self, txn: TransactionalProducer, node: Node, count: int) -> int:
         """Produce the records of the node's ``count`` units; how many."""
         states = [self._unit(node, p) for p in range(count)]
-        if node.kind is Kind.AGGREGATE and states:
+        if node.kind in BUCKETED and states:
             self._aggregate_heads(txn, [int(s["min_time"]) for s in states])
         written = 0
         for p, state in enumerate(states):
-            for key, (kafka_key, value) in keyed_records(
-                state, aggregate=node.kind is Kind.AGGREGATE
-            ):
+            for key, (kafka_key, value) in keyed_records(state, aggregate=node.kind in BUCKETED):
                 q = p if self.into == count else key_hash(key) % self.into
                 txn.produce(OutRecord(self.topic, q, kafka_key, value))
                 self.stale[q].pop(kafka_key, None)
@@ -190,13 +188,12 @@ class _Seed:
         state = decode_unit(
             self.backend.get(unit, slot), unit_label(self.graph.name, unit, slot), where
         )
-        if node.kind is Kind.AGGREGATE:
-            assert node.aggregation is not None
-            shape = aggregate_shape(node.aggregation, self.graph.delta_ms)
+        shape = state_shape(node, self.graph.delta_ms)
+        if shape is not None:
             if state.get("aggregate") != shape:
                 raise ConfigError(
-                    f"{where} is of an aggregate {state.get('aggregate', 'grouping')!r}, the "
-                    f"pipeline's {node.id} {shape!r}: restore needs the same pipeline"
+                    f"{where} is of a {state.get('aggregate', 'grouping')!r}, the pipeline's "
+                    f"{node.kind} {node.id} {shape!r}: restore needs the same pipeline"
                 )
         elif state.get("window") != node.window:
             raise ConfigError(

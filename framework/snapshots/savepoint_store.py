@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from framework.core.graph import Graph, Kind
+from framework.core.graph import KEYED_STATE, Graph, Kind
 from framework.core.names import slug
 from framework.errors import ConfigError, DecodeError, SnapshotMissing, Unauthenticated
 from framework.snapshots.backends.base import StateBackend
 from framework.snapshots.backends.files import fsync_dir, write_synced
-from framework.snapshots.units import aggregate_shape, decode_unit, unit_label
+from framework.snapshots.units import decode_unit, state_shape, unit_label
 from framework.wire.auth import MAC_HEADER, current
 from framework.wire.znodes import SnapshotRecord
 
@@ -117,12 +117,10 @@ def _manifest_label(app: str, name: str) -> str:
 def _operators(graph: Graph, record: SnapshotRecord) -> list[SavedOperator]:
     operators = []
     for node in graph.nodes:
-        keyed = node.kind in (Kind.GROUP, Kind.AGGREGATE)
+        keyed = node.kind in KEYED_STATE
         units = len(record.units.get(node.id, ())) if keyed else 0
         window = node.window if node.kind == Kind.GROUP else None
-        shape = None
-        if node.aggregation is not None:
-            shape = aggregate_shape(node.aggregation, graph.delta_ms)
+        shape = state_shape(node, graph.delta_ms)
         operators.append(SavedOperator(node.id, node.kind.value, node.label, window, units, shape))
     return operators
 

@@ -23,6 +23,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from framework.core.graph import Kind, Node
 from framework.core.windows import Aggregation
 from framework.errors import DecodeError, Unauthenticated
 from framework.plan.stage_state import plain_meta
@@ -94,6 +95,15 @@ def aggregate_shape(aggregation: Aggregation, delta_ms: int) -> str:
         f"event_time={a.event_time is not None} lateness_ms={a.lateness_ms} "
         f"updates_ms={a.updates_ms}"
     )
+
+
+def state_shape(node: Node, delta_ms: int) -> str | None:
+    """What a bucketed node's saved state depends on (`aggregate_shape` of an aggregate;
+    a converge's is its join's alone, the user's to keep compatible); None for a grouping,
+    whose window says it."""
+    if node.aggregation is not None:
+        return aggregate_shape(node.aggregation, delta_ms)
+    return "converge" if node.kind is Kind.CONVERGE else None
 
 
 def encode_aggregate_unit(

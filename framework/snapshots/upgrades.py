@@ -15,20 +15,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from framework.core.graph import Graph, Kind
+from framework.core.graph import KEYED_STATE, Graph, Kind
 from framework.errors import ConfigError, SnapshotMissing
 from framework.snapshots.backends.base import SLOT_MAX
 from framework.snapshots.savepoint_store import SavedOperator, Savepoint
 from framework.snapshots.units import (
-    aggregate_shape,
     decode_unit,
     resign_unit,
+    state_shape,
     unit_label,
     unit_name,
 )
 from framework.wire.znodes import SnapshotRecord
 
-_KEYED = (Kind.GROUP, Kind.AGGREGATE)
+_KEYED = KEYED_STATE
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,13 @@ def plan_upgrade(
                     "give it another name= to start it empty"
                 )
             kept[node.id] = op.id
-        elif node.kind == Kind.AGGREGATE:
-            assert node.aggregation is not None
-            shape = aggregate_shape(node.aggregation, graph.delta_ms)
+        else:
+            shape = state_shape(node, graph.delta_ms)
+            if shape is None:
+                continue  # stateless: nothing saved
             if op.shape != shape:
                 raise ConfigError(
-                    f"aggregate {node.id!r} was {op.shape} in savepoint {savepoint.name!r} "
+                    f"{node.kind} {node.id!r} was {op.shape} in savepoint {savepoint.name!r} "
                     f"and is {shape} now: its state does not fit; give it another name= to "
                     "start it empty"
                 )

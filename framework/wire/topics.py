@@ -51,7 +51,8 @@ class Topics:
         return f"{self.app}.lifts"
 
     def shuffle(self, node: str) -> str:
-        """The input of a grouping or aggregate ``node``, partitioned by key."""
+        """The input of a grouping, aggregate or converge ``node``, partitioned by key, or
+        of a loop ``node`` (its input and its feedback), partitioned by front."""
         return f"{self.prefix}.{node}"
 
     def state(self, node: str) -> str:

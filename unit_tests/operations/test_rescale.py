@@ -65,7 +65,7 @@ def test_step_one_refuses_what_needs_no_rescale(monkeypatch: pytest.MonkeyPatch)
     cluster = _Cluster(monkeypatch)
     unkeyed = Pipeline("plain")
     unkeyed.source(ListSource([])).map(str).sink(ListSink())
-    with pytest.raises(ConfigError, match="no grouping or aggregate"):
+    with pytest.raises(ConfigError, match="no grouping, aggregate or converge"):
         rescale.start_rescale(_settings(4), unkeyed.graph())
     graph = _keyed()
     with pytest.raises(ConfigError, match="has not run in epoch 0"):

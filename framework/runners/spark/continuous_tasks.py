@@ -51,6 +51,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework import failpoints
 from framework.coordination.processes import process_age_s
+from framework.core.converge import Converge
 from framework.core.graph import Kind
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
@@ -408,7 +409,7 @@ class _Loop:
             floors = self.fronts.floors(self.topic) if self.fronts is not None else {}
             slots, lift = lift_late(_with_floors(task, floors), self.partition, records)
         state: StageState | None = self.state
-        if isinstance(state, Grouping):
+        if isinstance(state, Grouping | Converge):
             state.on_min_time(min_time)
         # Step 3d, first half: the heartbeat its last record allows rides in the commit.
         stamp = max(r.timestamp_ms for r in records) if records else None

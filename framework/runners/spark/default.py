@@ -6,7 +6,6 @@ from framework.config import Settings
 from framework.core.graph import Graph
 from framework.kafka.endpoints import kafka_sources, sink_nodes
 from framework.logs import configure
-from framework.plan.stages import refuse_loops
 
 # What `Pipeline.run()` returns, re-exported for the facade, which imports no more of the
 # runner than this module.
@@ -30,10 +29,9 @@ class DefaultRunner:
             verbose=settings.verbose,
             json_lines=settings.log_json,
         )
-        # Fail on a non-Kafka endpoint or a loop before paying for a broker and Spark.
+        # Fail on a non-Kafka endpoint before paying for a broker and Spark.
         kafka_sources(graph)
         sink_nodes(graph)
-        refuse_loops(graph)
         if settings.embedded:
             from framework.local.stack import LocalStack
 

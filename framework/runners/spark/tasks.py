@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
+from framework.core.converge import Converge
 from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
 from framework.core.panes import PaneAggregator
@@ -223,7 +224,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     state, reader, catchup = partition_state(ctx, program, state_key, partition)
     try:
         # Step 4
-        if isinstance(state, Grouping):
+        if isinstance(state, Grouping | Converge):
             state.on_min_time(ctx.min_time)
         sender = sender_id(app, stage, partition, ctx.run_id)
         result = program.run(

@@ -13,7 +13,7 @@ from framework.core.acker.tracker import components
 from framework.core.graph import Kind
 from framework.errors import PipelineError
 from framework.pipeline import Pipeline
-from framework.plan.stages import plan_stages
+from framework.plan.stages import ExitKind, plan_stages
 from framework.testing import InOrder, Late, ListSink, ListSource, Shuffled, run_local
 
 Step = tuple[int, int, int]  # (start, value, steps)
@@ -154,10 +154,30 @@ def test_a_loop_of_the_wrong_shape_is_refused_with_the_fix() -> None:
         Pipeline("none").source(ListSource([1])).loop(max_rounds=0)
 
 
-def test_spark_stages_refuse_a_loop_before_anything_starts() -> None:
+def test_on_spark_a_loop_is_a_cycle_of_stages_through_its_own_topic() -> None:
     graph = _collatz_pipeline([6], max_rounds=5).graph()
-    with pytest.raises(PipelineError, match=r"loop steps .*in-process harness .*only for now"):
-        plan_stages(graph, {"source-input": "input"})
+    stages = {stage.entry: stage for stage in plan_stages(graph, {"source-input": "input"})}
+    loop = next(graph.by_kind(Kind.LOOP))
+    feedback = next(graph.by_kind(Kind.FEEDBACK))
+    # The source stage and the loop's own stage (which holds the feedback) both leave by
+    # an exit into the loop's topic, which the loop's stage reads.
+    assert stages[loop.id].topic == f"collatz.{loop.id}"
+    into_loop = [
+        (stage.entry, port.node)
+        for stage in stages.values()
+        for port, exit_ in stage.exits.items()
+        if exit_.kind is ExitKind.LOOP
+    ]
+    assert sorted(into_loop) == sorted(
+        [("source-input", loop.inputs[0].node), (loop.id, feedback.id)]
+    )
+    assert all(
+        e.topic == stages[loop.id].topic
+        for s in stages.values()
+        for e in s.exits.values()
+        if e.kind is ExitKind.LOOP
+    )
+    assert feedback.id in stages[loop.id].nodes and loop.id not in stages["source-input"].nodes
 
 
 def test_converge_after_a_grouping_is_refused_with_the_fix() -> None:
