@@ -54,3 +54,21 @@ def window_counts_oracle(bootstrap: str, topic: str, window_ms: int) -> Counter[
         for word in (msg.value() or b"").decode().split():
             counts[(word, start)] += 1
     return counts
+
+
+def stored_edges(
+    bootstrap: str, topic: str, delta_ms: int, lifts: Iterable[Lift] = ()
+) -> list[tuple[int, tuple[int, int]]]:
+    """``(ms, (u, v))`` for every JSON edge of ``topic`` as Kafka stored it, ``ms`` the
+    start of its global time's slot (lifts applied): what `components_oracle` reads."""
+    index = LiftIndex(lifts)
+    edges: list[tuple[int, tuple[int, int]]] = []
+    for msg in read_to_end(bootstrap, topic):
+        _, stamp = msg.timestamp()
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        slot = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms).slot
+        for lift in index.of(partition):
+            slot = lift.slot_of(offset, slot)
+        u, v = json.loads(msg.value() or b"null")
+        edges.append((slot * delta_ms, (int(u), int(v))))
+    return edges

@@ -1,0 +1,100 @@
+"""A loop on Spark against the real stack: incremental connected components over a stream
+of edges (`framework.demos.components`), equal to its oracle in both execution modes and
+the same at parallelism 1 and 2 (docs/decisions/cyclic-dataflows.md)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from typing import Any
+
+from confluent_kafka import Producer
+
+from connectors import Json, KafkaSink, KafkaSource
+from framework.config import Settings
+from framework.core.graph import Kind
+from framework.core.time import DEFAULT_DELTA_MS
+from framework.demos.components import components_oracle, connected_components
+from framework.demos.oracle import stored_edges
+from framework.kafka.lifts import read_lifts
+from integration_tests.harness.runs import new_app, read_output, running
+
+PANE_MS = 500
+
+
+def _edges(count: int, vertices: int, seed: int) -> list[tuple[int, int]]:
+    """Random edges: chains (long label paths, many rounds) and random links between them."""
+    rng = random.Random(seed)
+    order = list(range(vertices))
+    rng.shuffle(order)
+    chains = [(order[i], order[i + 1]) for i in range(vertices - 1) if i % 12 != 11]
+    links = [(rng.randrange(vertices), rng.randrange(vertices)) for _ in range(count)]
+    edges = chains[:count] + links[: max(0, count - len(chains))]
+    rng.shuffle(edges)
+    return edges
+
+
+def _produce(bootstrap: str, topic: str, edges: list[tuple[int, int]], bursts: int) -> int:
+    """``edges`` in ``bursts`` a pane apart, over two partitions; the ms after the last."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    size = -(-len(edges) // bursts)
+    for b in range(bursts):
+        for i, edge in enumerate(edges[b * size : (b + 1) * size]):
+            producer.produce(topic, value=Json().dumps(list(edge)), partition=i % 2)
+        producer.flush(30)
+        time.sleep(PANE_MS / 1000)
+    return time.time_ns() // 1_000_000
+
+
+def _components(
+    settings: Settings,
+    spark: Any,
+    *,
+    app: str,
+    source: str,
+    sink: str,
+    until: int | None,
+    edges: list[tuple[int, int]],
+) -> tuple[Counter[tuple[int, int]], set[tuple[int, int]]]:
+    """Run the example as ``app`` over ``source``; its output and the oracle of the input."""
+    pipeline = connected_components(
+        app, KafkaSource(source, value=Json(), partitions=2), KafkaSink(sink), pane_ms=PANE_MS
+    )
+    bootstrap = settings.kafka_bootstrap
+    with running(settings, spark, pipeline) as run:
+        if until is None:
+            until = _produce(bootstrap, source, edges, bursts=3)
+        run.wait_released(until + PANE_MS, timeout_s=240)
+        items = read_output(bootstrap, sink)
+        # The loop went round: its stage read more than the two endpoints of each edge.
+        loop = next(pipeline.graph().by_kind(Kind.LOOP)).id
+        deadline = time.monotonic() + 10  # continuous stages' counts lag up to a second
+        while run.stats[loop].items_in <= 2 * len(edges) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert run.stats[loop].items_in > 2 * len(edges)
+    lifts = read_lifts(bootstrap, app).get(source, ())
+    oracle = components_oracle(stored_edges(bootstrap, source, DEFAULT_DELTA_MS, lifts), PANE_MS)
+    return Counter((v, label) for v, label in items), oracle
+
+
+def test_connected_components_equal_their_oracle_at_parallelism_1_and_2(
+    stack: Settings, spark: Any
+) -> None:
+    edges = _edges(160, 150, seed=7)
+    app, source, sink = new_app("cc", out="labels")
+    continuous = stack.with_(parallelism=2, execution="continuous")
+    first, oracle = _components(
+        continuous, spark, app=app, source=source, sink=sink, until=None, edges=edges
+    )
+    assert max(first.values()) == 1, "a (vertex, label) released twice"
+    assert set(first) == oracle
+    # The same input again, on one partition per stage, in micro-batches.
+    again = f"{app}b"
+    until = time.time_ns() // 1_000_000
+    batches = stack.with_(parallelism=1, execution="micro-batch")
+    second, oracle = _components(
+        batches, spark, app=again, source=source, sink=f"{sink}-b", until=until, edges=edges
+    )
+    assert set(second) == oracle
+    assert second == first
