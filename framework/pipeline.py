@@ -372,7 +372,9 @@ class Stream(_Handle):
         round more than ``max_rounds`` times goes to the dead letters with the reason
         instead of going round. Inside a loop: stateless operations, ``key_by`` and
         ``group``; not aggregates (they wait for min time, which a circling item holds
-        back): aggregate what leaves the loop.
+        back): aggregate what leaves the loop. On Spark the loop's entry starts a stage
+        that reads a topic of its own, which the stream before the loop and the feedback
+        both write: every round is one more hop through Kafka.
 
         >>> from framework.testing import ListSink, ListSource, run_local
         >>> p = Pipeline("collatz")

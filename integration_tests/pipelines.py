@@ -11,13 +11,23 @@ import os
 from operator import itemgetter
 from typing import Any
 
-from connectors import KafkaSink, KafkaSource
+from connectors import Json, KafkaSink, KafkaSource
 from framework.core.windows import WindowResult
+from framework.demos.components import connected_components
 from framework.demos.wordcount import add_counts, pair, tagged_words, two_groupings, word_pairs
 from framework.pipeline import Pipeline, Tumbling
 
-PIPELINES = ("word_pairs", "two_groupings", "word_pairs_two_barriers", "windows_and_pairs")
+PIPELINES = (
+    "word_pairs",
+    "two_groupings",
+    "word_pairs_two_barriers",
+    "windows_and_pairs",
+    "components",
+)
 """The pipelines `build` makes (and the ``*_job`` specs name)."""
+
+
+COMPONENTS_PANE_MS = 1000
 
 
 def build(pipeline: str, app: str, source: str, sink: str) -> Pipeline:
@@ -31,6 +41,9 @@ def build(pipeline: str, app: str, source: str, sink: str) -> Pipeline:
         return two_groupings(app, KafkaSource(source, partitions=2), KafkaSink(sink))
     if pipeline == "windows_and_pairs":
         return windows_and_pairs(app, KafkaSource(source, partitions=2), KafkaSink(sink))
+    if pipeline == "components":  # edges as JSON pairs: a loop (`Stream.loop`)
+        edges = KafkaSource(source, value=Json(), partitions=2)
+        return connected_components(app, edges, KafkaSink(sink), pane_ms=COMPONENTS_PANE_MS)
     raise ValueError(f"unknown test pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
 
 
@@ -86,6 +99,11 @@ def two_groupings_job() -> Pipeline:
 def word_pairs_two_barriers_job() -> Pipeline:
     """`word_pairs` to a 4-partition sink written by two barrier instances."""
     return _from_env("word_pairs_two_barriers")
+
+
+def components_job() -> Pipeline:
+    """`connected_components` over JSON edges on two source partitions."""
+    return _from_env("components")
 
 
 def windows_and_pairs_job() -> Pipeline:

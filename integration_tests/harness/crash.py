@@ -53,7 +53,8 @@ from confluent_kafka import Message
 from connectors import BundleConsumer, KafkaSink
 from framework.core.graph import Graph
 from framework.core.time import GlobalTime
-from framework.demos.oracle import pair_key, word_pairs_oracle
+from framework.demos.components import components_oracle
+from framework.demos.oracle import pair_key, stored_edges, word_pairs_oracle
 from framework.demos.text import generate_lines
 from framework.errors import ProtocolViolation, StackError
 from framework.kafka.clients import read_to_end
@@ -86,12 +87,19 @@ from integration_tests.harness.report import (
     HarnessReport,
 )
 from integration_tests.harness.services import service_env
-from integration_tests.pipelines import PIPELINES, build
+from integration_tests.pipelines import COMPONENTS_PANE_MS, PIPELINES, build
 
 __all__ = ["main", "run_harness"]
 
 _SPECS = {name: f"integration_tests.pipelines:{name}_job" for name in PIPELINES}
 _STANDBY = "-standby"
+
+
+def edge_lines(count: int, vertices: int, seed: int) -> list[str]:
+    """``count`` random edges over ``vertices`` vertices as JSON pairs: below one edge
+    per vertex, components stay small (no giant one to flood on every merge)."""
+    rng = random.Random(seed)
+    return [json.dumps([rng.randrange(vertices), rng.randrange(vertices)]) for _ in range(count)]
 
 
 def _leads(output: str) -> bool:
@@ -223,13 +231,16 @@ class _Run:
 
     def produce(self) -> None:
         """Start the producer thread."""
-        texts = generate_lines(
-            self.config.records,
-            self.config.words_per_line,
-            self.config.vocabulary,
-            self.config.seed,
-        )
-        lines = [f"{i} {text}" for i, text in enumerate(texts)]
+        if self.config.pipeline == "components":
+            lines = edge_lines(self.config.records, self.config.vocabulary, self.config.seed)
+        else:
+            texts = generate_lines(
+                self.config.records,
+                self.config.words_per_line,
+                self.config.vocabulary,
+                self.config.seed,
+            )
+            lines = [f"{i} {text}" for i, text in enumerate(texts)]
         self.producer = InputProducer(
             self.settings.kafka_bootstrap, self.source, lines, self.config.rate
         )
@@ -458,6 +469,10 @@ class _Run:
             self.clock.say(f"{len(lifts)} lifted ranges of late input records")
         if self.config.pipeline == "word_pairs":
             return word_pairs_oracle(bootstrap, self.source, self.graph.delta_ms, lifts)
+        if self.config.pipeline == "components":
+            edges = stored_edges(bootstrap, self.source, self.graph.delta_ms, lifts)
+            labels = components_oracle(edges, COMPONENTS_PANE_MS)
+            return Counter(pair_key(list(label)) for label in labels)
         return _in_process_output(
             self.config.pipeline,
             self.app,
@@ -607,6 +622,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stack-every", type=int, default=defaults.stack_every)
     parser.add_argument("--pipeline", choices=sorted(_SPECS), default=defaults.pipeline)
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        "--vocabulary", type=int, default=defaults.vocabulary, help="words (components: vertices)"
+    )
     parser.add_argument("--timeout", type=float, default=defaults.complete_timeout_s)
     parser.add_argument("--work-dir", type=Path, help="logs and state (default: a temp dir)")
     parser.add_argument(
@@ -641,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         stack_every=args.stack_every,
         pipeline=args.pipeline,
         seed=args.seed,
+        vocabulary=args.vocabulary,
         complete_timeout_s=args.timeout,
         targets=tuple(args.targets.split(",")),
         one_at_a_time=args.one_at_a_time,
