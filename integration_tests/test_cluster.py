@@ -50,6 +50,8 @@ from integration_tests.harness.runs import lose_an_ack, produce_lines, read_outp
 WORDTOOLS = '''
 """Helpers of the user's jobs: a module of their own, next to jobs.py."""
 
+import json
+
 
 def ones(line):
     return [(word, 1) for word in line.split()[1:]]
@@ -203,6 +205,37 @@ def join_row(joined):
     return ["join", joined.key, joined.left[1], right]
 
 
+def edge_ends(line):  # an edge between the line's first two words, from each end
+    _, a, b, *_ = line.split()
+    return [[a, [a, [b]]], [b, [b, [a]]]]
+
+
+def vertex(item):
+    return item[0]
+
+
+def lesser_label(x, y):  # (vertex, (label, neighbours)): the lesser label, all neighbours
+    near = sorted(set(x[1][1]) | set(y[1][1]))
+    return [x[0], [min(x[1][0], y[1][0]), near]]
+
+
+def proposals(update):  # a grown state's label, proposed to each neighbour
+    label, near = update.value[1]
+    return [[other, [label, []]] for other in near]
+
+
+def vertex_label(update):
+    return [update.value[0], update.value[1][0]]
+
+
+def settled(update):
+    return update.value
+
+
+def itself(item):
+    return json.dumps(item)
+
+
 def tag(kind):
     def tagged_row(row):
         return [kind, row]
@@ -281,10 +314,11 @@ def operators(app, source, sink):
 
 def words(app, source, sink):
     """The word-count variants above (the windowed one twice: per item and on columns)
-    over one source, merged into one sink: one driver and one set of executors for seven
-    stateful pipelines."""
+    and connected components of the words (a loop: an edge between each line's first two
+    words) over one source, merged into one sink: one driver and one set of executors for
+    eight stateful pipelines."""
     p = Pipeline(app)
-    a, b, c, d, e, f, g = p.source(source).broadcast(7)
+    a, b, c, d, e, f, g, h = p.source(source).broadcast(8)
     windowed_rows = (
         a.flat_map(t.ones)
         .key_by(t.word)
@@ -329,8 +363,22 @@ def words(app, source, sink):
         .map(t.mean_row)
         .map(t.tag("means"))
     )
+    loop = h.flat_map(t.edge_ends).loop(100, name="propagate")  # connected components
+    states = loop.stream.key_by(t.vertex).converge(t.lesser_label)
+    again, out = states.broadcast(2)
+    loop.close(again.flat_map(t.proposals))
+    component_rows = (
+        out.map(t.vertex_label)
+        .key_by(t.vertex)
+        .reduce(min, every_ms=500)
+        .map(t.settled)
+        .key_by(t.itself)
+        .dedup()
+        .map(t.tag("components"))
+    )
     windowed_rows.merge(
-        running_rows, rolling_rows, joined_rows, grouped_rows, columns_rows, mean_rows
+        running_rows, rolling_rows, joined_rows, grouped_rows, columns_rows, mean_rows,
+        component_rows,
     ).sink(sink)
     return p
 
