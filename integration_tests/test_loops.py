@@ -6,6 +6,7 @@ same at parallelism 1 and 2, and exactly once across kill -9 of the driver and t
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,14 +18,17 @@ from confluent_kafka import Producer
 from connectors import Json, KafkaSink, KafkaSource
 from framework.config import Settings
 from framework.config.settings import EXECUTIONS
+from framework.coordination.epochs import Epochs
 from framework.core.graph import Kind
-from framework.core.time import DEFAULT_DELTA_MS
+from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.components import components_oracle, connected_components
 from framework.demos.oracle import stored_edges
+from framework.kafka.admin import partitions_if_exists
 from framework.kafka.lifts import read_lifts
+from framework.runners.spark.runner import SparkRunner
 from integration_tests.harness.crash import run_harness
 from integration_tests.harness.report import HarnessConfig
-from integration_tests.harness.runs import new_app, read_output, running
+from integration_tests.harness.runs import lose_an_ack, new_app, read_output, running
 
 PANE_MS = 500
 
@@ -126,3 +130,78 @@ def test_kill_9_of_the_driver_and_the_acker_mid_run_loses_and_repeats_nothing(
     assert report.expected_items > 1_000, context
     assert (report.duplicates, report.lost) == (0, 0), context
     assert report.identical and report.bundles_ok, context
+
+
+def test_a_stall_recovery_restores_the_loops_state_from_its_snapshot(
+    stack: Settings, spark: Any
+) -> None:
+    """A lost ack in the loop stalls its min time; the stall watch starts epoch 1 from the
+    last snapshot (the converge's state cut at its slot, the sources re-read from there)
+    and the output completes equal to the oracle, nothing twice."""
+    settings = stack.with_(parallelism=2, stall_timeout_ms=15_000, snapshot_interval_ms=300)
+    bootstrap = settings.kafka_bootstrap
+    app, source, sink = new_app("ccstall", out="labels")
+    pipeline = connected_components(
+        app, KafkaSource(source, value=Json(), partitions=2), KafkaSink(sink), pane_ms=PANE_MS
+    )
+    graph = pipeline.graph()
+    edges = _edges(200, 180, seed=3)
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            SparkRunner(settings, spark).run(graph, stop)
+        except BaseException as exc:  # the test thread reports it
+            failures.append(exc)
+
+    driver = threading.Thread(target=drive, name="driver")
+    driver.start()
+    try:
+        _produce_when_ready(bootstrap, source, edges[:100], failures)
+        _wait_output(bootstrap, sink, 50, failures)
+        now_slot = GlobalTime.of_record(time.time_ns() // 1_000_000, "", 0, 0, DEFAULT_DELTA_MS)
+        segment = graph.segments().of_node[next(graph.by_kind(Kind.CONVERGE)).id]
+        lose_an_ack(bootstrap, app, segment, now_slot.slot + 50, settings.acker_shards)
+        _produce(bootstrap, source, edges[100:], bursts=3)
+        lifts = read_lifts(bootstrap, app).get(source, ())
+        stored = stored_edges(bootstrap, source, DEFAULT_DELTA_MS, lifts)
+        oracle = components_oracle(stored, PANE_MS)
+        _wait_output(bootstrap, sink, len(oracle), failures, timeout_s=240)
+        time.sleep(3)  # anything beyond the oracle would show by now
+        assert not failures, failures
+    finally:
+        stop.set()
+        driver.join(120)
+    epochs = Epochs(settings.zookeeper, app)
+    try:
+        record = epochs.current()
+    finally:
+        epochs.close()
+    assert record is not None and record.epoch >= 1 and record.reason.startswith("recovery")
+    assert record.snapshot is not None, "the recovery did not start from a snapshot"
+    output = Counter((v, label) for v, label in read_output(bootstrap, sink))
+    assert max(output.values()) == 1, "a (vertex, label) released twice"
+    assert set(output) == oracle
+
+
+def _produce_when_ready(
+    bootstrap: str, source: str, edges: list[tuple[int, int]], failures: list[BaseException]
+) -> None:
+    """``edges`` once the driver created the source topic."""
+    deadline = time.monotonic() + 120
+    while not partitions_if_exists(bootstrap, source):
+        assert not failures, failures
+        assert time.monotonic() < deadline, "the source topic was never created"
+        time.sleep(0.2)
+    _produce(bootstrap, source, edges, bursts=2)
+
+
+def _wait_output(
+    bootstrap: str, sink: str, count: int, failures: list[BaseException], timeout_s: float = 180
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not partitions_if_exists(bootstrap, sink) or len(read_output(bootstrap, sink)) < count:
+        assert not failures, failures
+        assert time.monotonic() < deadline, f"fewer than {count} output items"
+        time.sleep(0.5)
