@@ -16,11 +16,13 @@ Protocol on a payload ``x`` of key ``k`` with meta ``m``:
 
 1. Find ``k``'s history: its base (the join of everything below min time) and its
    payloads at or above it, sorted by meta, each with its value as of it.
-2. Insert ``x`` at its position ``i``; its value as of it is the value before ``i``
-   joined with ``x``.
-3. Emit ``(k, value)`` at ``m`` if that grew the value before ``i``.
-4. For each later payload, join ``x`` into its value; emit at that payload's meta (a
-   child id one higher than its last emission) if the value grew.
+2. Its value as of ``m`` is the value before its position ``i`` joined with ``x``. If
+   that did not grow the value before ``i``, ``x`` is subsumed: values only grow, so it
+   changes no value, now or later; drop it and stop.
+3. Insert ``x`` at ``i`` and emit ``(k, value)`` at ``m``.
+4. For each later payload in order, join ``x`` into its value and emit at that payload's
+   meta (a child id one higher than its last emission), until a value that holds ``x``
+   already: every value after it does too.
 
 Min time prunes: payloads below it are joined into the base and dropped.
 
@@ -98,25 +100,29 @@ class Converge:
         history = self._histories.get(keyed.key)
         if history is None:
             history = self._histories[keyed.key] = _History()
-        self._changed[keyed.key] = None
         # Step 2
         at = bisect_right(history.metas, record.meta)
         before, known = self._value_before(history, at)
         value = self._join(before, keyed.value) if known else keyed.value
+        if known and value == before:
+            # Subsumed: values only grow, so it changes no value now or ever (measured: a
+            # loop's traffic is mostly such proposals; kept, they made histories, and each
+            # late payload's walk over them, grow without bound until min time).
+            return []
         history.metas.insert(at, record.meta)
         history.payloads.insert(at, keyed.value)
         history.values.insert(at, value)
         history.emitted.insert(at, 0)
-        out: list[Record] = []
         # Step 3
-        if not known or value != before:
-            out.append(self._emit(history, at, keyed.key))
+        self._changed[keyed.key] = None
+        out = [self._emit(history, at, keyed.key)]
         # Step 4
         for later in range(at + 1, len(history.metas)):
             grown = self._join(history.values[later], keyed.value)
-            if grown != history.values[later]:
-                history.values[later] = grown
-                out.append(self._emit(history, later, keyed.key))
+            if grown == history.values[later]:
+                break  # it holds the payload already, and so does every value after it
+            history.values[later] = grown
+            out.append(self._emit(history, later, keyed.key))
         return out
 
     def on_min_time(self, slot: int) -> None:
