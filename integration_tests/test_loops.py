@@ -6,7 +6,6 @@ same at parallelism 1 and 2, and exactly once across kill -9 of the driver and t
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,10 +24,16 @@ from framework.demos.components import components_oracle, connected_components
 from framework.demos.oracle import stored_edges
 from framework.kafka.admin import partitions_if_exists
 from framework.kafka.lifts import read_lifts
-from framework.runners.spark.runner import SparkRunner
 from integration_tests.harness.crash import run_harness
 from integration_tests.harness.report import HarnessConfig
-from integration_tests.harness.runs import lose_an_ack, new_app, read_output, running
+from integration_tests.harness.runs import (
+    driving,
+    lose_an_ack,
+    new_app,
+    read_output,
+    running,
+    wait_items,
+)
 
 PANE_MS = 500
 
@@ -150,20 +155,9 @@ def test_a_stall_recovery_restores_the_loops_state_from_its_snapshot(
     )
     graph = pipeline.graph()
     edges = _edges(200, 180, seed=3)
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            SparkRunner(settings, spark).run(graph, stop)
-        except BaseException as exc:  # the test thread reports it
-            failures.append(exc)
-
-    driver = threading.Thread(target=drive, name="driver")
-    driver.start()
-    try:
+    with driving(settings, spark, graph) as failures:
         _produce_when_ready(bootstrap, source, edges[:100], failures)
-        _wait_output(bootstrap, sink, 50, failures)
+        wait_items(bootstrap, sink, 50, 180, failures)
         now_slot = GlobalTime.of_record(time.time_ns() // 1_000_000, "", 0, 0, DEFAULT_DELTA_MS)
         segment = graph.segments().of_node[next(graph.by_kind(Kind.CONVERGE)).id]
         lose_an_ack(bootstrap, app, segment, now_slot.slot + 50, settings.acker_shards)
@@ -171,12 +165,9 @@ def test_a_stall_recovery_restores_the_loops_state_from_its_snapshot(
         lifts = read_lifts(bootstrap, app).get(source, ())
         stored = stored_edges(bootstrap, source, DEFAULT_DELTA_MS, lifts)
         oracle = components_oracle(stored, PANE_MS)
-        _wait_output(bootstrap, sink, len(oracle), failures, timeout_s=240)
+        wait_items(bootstrap, sink, len(oracle), 240, failures)
         time.sleep(3)  # anything beyond the oracle would show by now
         assert not failures, failures
-    finally:
-        stop.set()
-        driver.join(120)
     epochs = Epochs(settings.zookeeper, app)
     try:
         record = epochs.current()
@@ -199,13 +190,3 @@ def _produce_when_ready(
         assert time.monotonic() < deadline, "the source topic was never created"
         time.sleep(0.2)
     _produce(bootstrap, source, edges, bursts=2)
-
-
-def _wait_output(
-    bootstrap: str, sink: str, count: int, failures: list[BaseException], timeout_s: float = 180
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not partitions_if_exists(bootstrap, sink) or len(read_output(bootstrap, sink)) < count:
-        assert not failures, failures
-        assert time.monotonic() < deadline, f"fewer than {count} output items"
-        time.sleep(0.5)

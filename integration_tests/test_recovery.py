@@ -10,7 +10,6 @@ window), both restored from the snapshot.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import Counter
@@ -21,21 +20,14 @@ from framework.coordination.epochs import Epochs
 from framework.core.time import DEFAULT_DELTA_MS, GlobalTime
 from framework.demos.oracle import pair_key, window_counts_oracle, word_pairs_oracle
 from framework.demos.text import generate_lines
-from framework.kafka.admin import partitions_if_exists
-from framework.runners.spark.runner import SparkRunner
 from integration_tests.harness.counts import pairs_and_windows, released_windows
-from integration_tests.harness.runs import lose_an_ack, produce_lines, read_output
-
-
-def _wait_items(
-    bootstrap: str, sink: str, count: int, timeout_s: float, failures: list[BaseException]
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    # The driver thread creates the sink topic as it starts: until then, nothing is out.
-    while not partitions_if_exists(bootstrap, sink) or len(read_output(bootstrap, sink)) < count:
-        assert not failures, failures
-        assert time.monotonic() < deadline, f"fewer than {count} output items"
-        time.sleep(0.5)
+from integration_tests.harness.runs import (
+    driving,
+    lose_an_ack,
+    produce_lines,
+    read_output,
+    wait_items,
+)
 
 
 def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
@@ -49,20 +41,9 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
     lines = [f"{i} {text}" for i, text in enumerate(texts)]
     pipeline = pairs_and_windows(app, source, sink, windows)
     graph = pipeline.graph()
-    stop = threading.Event()
-    failures: list[BaseException] = []
-
-    def drive() -> None:
-        try:
-            SparkRunner(settings, spark).run(graph, stop)
-        except BaseException as exc:  # the test thread reports it
-            failures.append(exc)
-
-    driver = threading.Thread(target=drive, name="driver")
-    driver.start()
-    try:
+    with driving(settings, spark, graph) as failures:
         produce_lines(bootstrap, source, lines[:150], partitions=2)
-        _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts[:150]), 180, failures)
+        wait_items(bootstrap, sink, sum(len(t.split()) for t in texts[:150]), 180, failures)
         now_ms = time.time_ns() // 1_000_000
         now_slot = GlobalTime.of_record(now_ms, "", 0, 0, DEFAULT_DELTA_MS).slot
         segment = graph.segments().of_node["group"]
@@ -73,7 +54,7 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
         for start in range(150, 300, 30):
             produce_lines(bootstrap, source, lines[start : start + 30], partitions=2)
             time.sleep(0.3)
-        _wait_items(bootstrap, sink, sum(len(t.split()) for t in texts), 240, failures)
+        wait_items(bootstrap, sink, sum(len(t.split()) for t in texts), 240, failures)
         tokens = sum(len(line.split()) for line in lines)
         deadline = time.monotonic() + 120
         while sum(n for *_, n in read_output(bootstrap, windows)) < tokens:
@@ -81,9 +62,6 @@ def test_a_lost_ack_stalls_min_time_and_recovery_completes_the_output(
             assert time.monotonic() < deadline, "windows not all released"
             time.sleep(0.5)
         assert not failures, failures
-    finally:
-        stop.set()
-        driver.join(120)
     epochs = Epochs(settings.zookeeper, app)
     try:
         record = epochs.current()

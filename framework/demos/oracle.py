@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+
+from confluent_kafka import Message
 
 from framework.core.time import GlobalTime
 from framework.kafka.clients import read_to_end
@@ -25,14 +27,8 @@ def word_pairs_oracle(
     pipeline's ``lifts`` of the topic (`framework.kafka.lifts.read_lifts`), so this is the
     order flamepipe must reproduce whatever order the records were processed in.
     """
-    index = LiftIndex(lifts)
     occurrences: dict[str, list[tuple[GlobalTime, int, str]]] = {}
-    for msg in read_to_end(bootstrap, topic):
-        _, stamp = msg.timestamp()
-        partition, offset = msg.partition() or 0, msg.offset() or 0
-        gt = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms)
-        for lift in index.of(partition):
-            gt = GlobalTime(lift.slot_of(offset, gt.slot), gt.front, gt.offset)
+    for msg, gt in _stored(bootstrap, topic, delta_ms, lifts):
         line_id, *words = (msg.value() or b"").decode().split()
         for child, word in enumerate(words):
             occurrences.setdefault(word, []).append((gt, child, line_id))
@@ -61,14 +57,23 @@ def stored_edges(
 ) -> list[tuple[int, tuple[int, int]]]:
     """``(ms, (u, v))`` for every JSON edge of ``topic`` as Kafka stored it, ``ms`` the
     start of its global time's slot (lifts applied): what `components_oracle` reads."""
-    index = LiftIndex(lifts)
     edges: list[tuple[int, tuple[int, int]]] = []
+    for msg, gt in _stored(bootstrap, topic, delta_ms, lifts):
+        u, v = json.loads(msg.value() or b"null")
+        edges.append((gt.slot * delta_ms, (int(u), int(v))))
+    return edges
+
+
+def _stored(
+    bootstrap: str, topic: str, delta_ms: int, lifts: Iterable[Lift]
+) -> Iterator[tuple[Message, GlobalTime]]:
+    """Every record of ``topic`` as Kafka stored it, with the global time flamepipe gives
+    it: its coordinates, its slot moved up by the pipeline's ``lifts`` of the topic."""
+    index = LiftIndex(lifts)
     for msg in read_to_end(bootstrap, topic):
         _, stamp = msg.timestamp()
         partition, offset = msg.partition() or 0, msg.offset() or 0
-        slot = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms).slot
+        gt = GlobalTime.of_record(stamp, topic, partition, offset, delta_ms)
         for lift in index.of(partition):
-            slot = lift.slot_of(offset, slot)
-        u, v = json.loads(msg.value() or b"null")
-        edges.append((slot * delta_ms, (int(u), int(v))))
-    return edges
+            gt = GlobalTime(lift.slot_of(offset, gt.slot), gt.front, gt.offset)
+        yield msg, gt

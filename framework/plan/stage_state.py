@@ -124,6 +124,13 @@ def changelog_records(
     return records
 
 
+def prune(state: StageState | None, min_time: int) -> None:
+    """Drop what ``min_time`` lets a stage's state drop: a grouping's or a converge's
+    payloads below it (an aggregate completes its windows by it in the task instead)."""
+    if isinstance(state, Grouping | Converge):
+        state.on_min_time(min_time)
+
+
 def plain_meta(meta: Meta | tuple[Any, ...]) -> PlainMeta:
     """An item's meta (a `Meta` or its plain form, as a snapshot holds it) as a changelog
     key holds it: global time, child ids, trace (its tombstone flag is always clear)."""

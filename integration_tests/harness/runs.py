@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 import uuid
 from collections import Counter
@@ -18,10 +19,12 @@ from connectors.bundles import BundleConsumer
 from framework.config import Settings
 from framework.coordination.committed_snapshot import SnapshotRegistry
 from framework.core.acker.sharded import shard_of
+from framework.core.graph import Graph
 from framework.core.messages import Ack
 from framework.core.time import DEFAULT_DELTA_MS
 from framework.demos.oracle import pair_key
 from framework.demos.text import generate_lines, word_counts
+from framework.kafka.admin import partitions_if_exists
 from framework.kafka.clients import produce_record, read_to_end
 from framework.pipeline import Pipeline
 from framework.runners.spark.runner import PipelineRun, SparkRunner
@@ -108,6 +111,40 @@ def assert_running_counts(items: list[Any], lines: list[str]) -> None:
     assert {w: sorted(ns) for w, ns in seen.items()} == {
         w: list(range(1, n + 1)) for w, n in word_counts(lines).items()
     }
+
+
+@contextmanager
+def driving(settings: Settings, spark: Any, graph: Graph) -> Iterator[list[BaseException]]:
+    """``graph`` run by `SparkRunner.run` on a thread (it follows new epochs, as a driver
+    process does), stopped on exit; yields the list its failure lands in."""
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def drive() -> None:
+        try:
+            SparkRunner(settings, spark).run(graph, stop)
+        except BaseException as exc:  # the test thread reports it
+            failures.append(exc)
+
+    driver = threading.Thread(target=drive, name="driver")
+    driver.start()
+    try:
+        yield failures
+    finally:
+        stop.set()
+        driver.join(120)
+
+
+def wait_items(
+    bootstrap: str, sink: str, count: int, timeout_s: float, failures: list[BaseException]
+) -> None:
+    """Until ``sink`` holds ``count`` items (read_committed); fails on a driver failure."""
+    deadline = time.monotonic() + timeout_s
+    # The driver thread creates the sink topic as it starts: until then, nothing is out.
+    while not partitions_if_exists(bootstrap, sink) or len(read_output(bootstrap, sink)) < count:
+        assert not failures, failures
+        assert time.monotonic() < deadline, f"fewer than {count} output items"
+        time.sleep(0.5)
 
 
 @contextmanager

@@ -51,9 +51,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from framework import failpoints
 from framework.coordination.processes import process_age_s
-from framework.core.converge import Converge
 from framework.core.graph import Kind
-from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
 from framework.core.panes import PaneAggregator
 from framework.core.windows import WindowAggregator
@@ -62,7 +60,7 @@ from framework.kafka.clients import is_record, kafka_call, new_consumer, take
 from framework.kafka.mintime import MinTimeView
 from framework.kafka.stage_positions import position_record, read_positions
 from framework.kafka.transactions import TaskCommitter
-from framework.plan.stage_state import StageState
+from framework.plan.stage_state import StageState, prune
 from framework.plan.task import StageProgram
 from framework.runners.snapshots import CommittedSlot
 from framework.runners.spark.fronts import FrontHeartbeats
@@ -409,8 +407,7 @@ class _Loop:
             floors = self.fronts.floors(self.topic) if self.fronts is not None else {}
             slots, lift = lift_late(_with_floors(task, floors), self.partition, records)
         state: StageState | None = self.state
-        if isinstance(state, Grouping | Converge):
-            state.on_min_time(min_time)
+        prune(state, min_time)
         # Step 3d, first half: the heartbeat its last record allows rides in the commit.
         stamp = max(r.timestamp_ms for r in records) if records else None
         beat = None

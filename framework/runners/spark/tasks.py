@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
-from framework.core.converge import Converge
-from framework.core.grouping import Grouping
 from framework.core.ids import stable_id
 from framework.core.panes import PaneAggregator
 from framework.core.time import slot_of
@@ -43,7 +41,7 @@ from framework.kafka.changelog import ChangelogReader
 from framework.kafka.transactions import TaskCommitter
 from framework.logs import WorkerLog
 from framework.plan.stage_spec import StageSpec
-from framework.plan.stage_state import StageState, apply_changelog
+from framework.plan.stage_state import StageState, apply_changelog, prune
 from framework.plan.task import StageProgram
 from framework.wire.auth import Keyring, install
 from framework.wire.lifts import Lift, LiftIndex
@@ -224,8 +222,7 @@ def run_partition(ctx: TaskContext, records: list[InRecord]) -> dict[str, Any]:
     state, reader, catchup = partition_state(ctx, program, state_key, partition)
     try:
         # Step 4
-        if isinstance(state, Grouping | Converge):
-            state.on_min_time(ctx.min_time)
+        prune(state, ctx.min_time)
         sender = sender_id(app, stage, partition, ctx.run_id)
         result = program.run(
             records, state, sender, ctx.batch_id + 1, min_time=ctx.min_time, slots=slots
